@@ -1,0 +1,146 @@
+//! Command-line configuration, with etcd's flag names and `ETCD_*` environment variables so
+//! mem_etcd can stand in for etcd in scripts, manifests and test frameworks.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// The oldest etcd version kube-apiserver enables consistent reads from cache and WatchList for.
+const MIN_EMULATED_VERSION: (u64, u64, u64) = (3, 5, 13);
+
+#[derive(Parser, Clone, Debug)]
+#[command(
+    name = "mem_etcd",
+    version,
+    about = "An in-memory, etcd v3 compatible server for Kubernetes"
+)]
+pub struct Config {
+    /// Human-readable name for this member.
+    #[arg(long, env = "ETCD_NAME", default_value = "default")]
+    pub name: String,
+
+    /// Path to the data directory (accepted for etcd compatibility; the store is in memory).
+    #[arg(long, env = "ETCD_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// URLs to serve clients on: http://host:port or unix://path, comma-separated.
+    #[arg(
+        long,
+        env = "ETCD_LISTEN_CLIENT_URLS",
+        default_value = "http://127.0.0.1:2379",
+        value_delimiter = ','
+    )]
+    pub listen_client_urls: Vec<String>,
+
+    /// Client URLs advertised to clients (MemberList); defaults to the listen URLs.
+    #[arg(long, env = "ETCD_ADVERTISE_CLIENT_URLS", value_delimiter = ',')]
+    pub advertise_client_urls: Vec<String>,
+
+    /// Peer URLs advertised in MemberList (there are no peers; kept for etcdctl's display).
+    #[arg(
+        long,
+        env = "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+        default_value = "http://localhost:2380",
+        value_delimiter = ','
+    )]
+    pub initial_advertise_peer_urls: Vec<String>,
+
+    /// Largest request a client may send, as encoded for the log.
+    #[arg(long, env = "ETCD_MAX_REQUEST_BYTES", default_value_t = 1_572_864)]
+    pub max_request_bytes: u32,
+
+    /// Most compares, success ops or failure ops in one txn.
+    #[arg(long, env = "ETCD_MAX_TXN_OPS", default_value_t = 128)]
+    pub max_txn_ops: u32,
+
+    /// debug, info, warn or error (or a tracing filter directive).
+    #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+
+    /// The etcd version reported by Status and /version. kube-apiserver switches consistent
+    /// reads from its watch cache off below 3.5.13, so lower values are refused.
+    #[arg(long, env = "MEM_ETCD_EMULATED_VERSION", default_value = "3.6.16", value_parser = parse_version)]
+    pub emulated_version: String,
+
+    /// kube-apiserver's --etcd-prefix: keys below it are partitioned per resource.
+    #[arg(long, env = "MEM_ETCD_REGISTRY_PREFIX", default_value = "/registry")]
+    pub registry_prefix: String,
+
+    /// etcd flags that mean nothing for a single in-memory member, accepted so that command
+    /// lines written for etcd keep working.
+    #[arg(long = "listen-peer-urls", env = "ETCD_LISTEN_PEER_URLS", hide = true)]
+    pub listen_peer_urls: Option<String>,
+    #[arg(long = "initial-cluster", env = "ETCD_INITIAL_CLUSTER", hide = true)]
+    pub initial_cluster: Option<String>,
+    #[arg(long = "initial-cluster-state", env = "ETCD_INITIAL_CLUSTER_STATE", hide = true)]
+    pub initial_cluster_state: Option<String>,
+    #[arg(long = "initial-cluster-token", env = "ETCD_INITIAL_CLUSTER_TOKEN", hide = true)]
+    pub initial_cluster_token: Option<String>,
+    #[arg(long = "snapshot-count", env = "ETCD_SNAPSHOT_COUNT", hide = true)]
+    pub snapshot_count: Option<u64>,
+    #[arg(long = "heartbeat-interval", env = "ETCD_HEARTBEAT_INTERVAL", hide = true)]
+    pub heartbeat_interval: Option<u64>,
+    #[arg(long = "election-timeout", env = "ETCD_ELECTION_TIMEOUT", hide = true)]
+    pub election_timeout: Option<u64>,
+    #[arg(long = "quota-backend-bytes", env = "ETCD_QUOTA_BACKEND_BYTES", hide = true)]
+    pub quota_backend_bytes: Option<i64>,
+}
+
+impl Config {
+    /// The URLs clients are told to use.
+    pub fn advertised_client_urls(&self) -> Vec<String> {
+        if self.advertise_client_urls.is_empty() {
+            self.listen_client_urls.clone()
+        } else {
+            self.advertise_client_urls.clone()
+        }
+    }
+
+    /// Member and cluster ids: stable for the same name and advertised URLs (as etcd derives
+    /// them from its configuration), never zero.
+    pub fn ids(&self) -> (u64, u64) {
+        let mut member = crc32c::crc32c(self.name.as_bytes()) as u64;
+        for u in self.advertised_client_urls() {
+            member = (member << 7) ^ crc32c::crc32c(u.as_bytes()) as u64;
+        }
+        let member = (member.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 1) | 1;
+        let cluster = (member.rotate_left(17).wrapping_mul(0xBF58_476D_1CE4_E5B9) >> 1) | 1;
+        (cluster, member)
+    }
+}
+
+fn parse_version(s: &str) -> Result<String, String> {
+    let parts: Vec<u64> = s
+        .split('.')
+        .map(|p| p.parse::<u64>().map_err(|_| format!("{s:?} is not a version like 3.6.16")))
+        .collect::<Result<_, _>>()?;
+    let [major, minor, patch] = parts[..] else {
+        return Err(format!("{s:?} is not a version like 3.6.16"));
+    };
+    if (major, minor, patch) < MIN_EMULATED_VERSION {
+        return Err(format!("{s} is below 3.5.13, which kube-apiserver needs"));
+    }
+    Ok(s.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_below_3_5_13_are_refused() {
+        assert!(parse_version("3.6.16").is_ok());
+        assert!(parse_version("3.5.13").is_ok());
+        assert!(parse_version("3.5.12").is_err());
+        assert!(parse_version("3.6").is_err());
+    }
+
+    #[test]
+    fn defaults_serve_on_localhost_2379() {
+        let c = Config::parse_from(["mem_etcd"]);
+        assert_eq!(c.listen_client_urls, ["http://127.0.0.1:2379"]);
+        assert_eq!(c.max_request_bytes, 1_572_864);
+        let (cluster, member) = c.ids();
+        assert!(cluster != 0 && member != 0 && cluster != member);
+    }
+}

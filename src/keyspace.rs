@@ -1,0 +1,178 @@
+//! The shape of the key space: which partition a key belongs to, and key ranges.
+//!
+//! Kubernetes stores each resource under `/registry/[group/]resource/`; a partition per resource
+//! keeps unrelated kinds from sharing locks and maps. Partitioning is only an optimisation: a
+//! range may cross any number of partitions and still comes back sorted and counted exactly.
+
+use bytes::Bytes;
+
+/// Decides the partition prefix of a key.
+#[derive(Clone, Debug)]
+pub struct Keyspace {
+    /// The Kubernetes storage prefix with a trailing slash, e.g. `/registry/`.
+    registry: Bytes,
+}
+
+impl Keyspace {
+    /// `prefix` is kube-apiserver's `--etcd-prefix` (default `/registry`).
+    pub fn new(prefix: &str) -> Self {
+        let mut p = prefix.trim_end_matches('/').to_string();
+        p.push('/');
+        Self { registry: Bytes::from(p) }
+    }
+
+    /// The resource prefix `key` lives under (`/registry/pods/`, `/registry/example.com/widgets/`),
+    /// or `None` for keys outside any resource, which share the default partition.
+    ///
+    /// A first segment containing a dot is an API group and the resource is the next segment;
+    /// the prefix must be followed by more key bytes (the bare `/registry/pods/` is not an object).
+    pub fn partition_of<'k>(&self, key: &'k [u8]) -> Option<&'k [u8]> {
+        let rest = key.strip_prefix(&self.registry[..])?;
+        let first = rest.iter().position(|&b| b == b'/')?;
+        if first == 0 {
+            return None;
+        }
+        let mut end = first + 1;
+        if rest[..first].contains(&b'.') {
+            let second = rest[end..].iter().position(|&b| b == b'/')?;
+            if second == 0 {
+                return None;
+            }
+            end += second + 1;
+        }
+        if rest.len() == end {
+            return None;
+        }
+        Some(&key[..self.registry.len() + end])
+    }
+}
+
+/// The smallest key greater than every key that starts with `prefix` (etcd's `GetPrefixRangeEnd`);
+/// `None` when no such key exists (the prefix is all 0xff).
+pub fn prefix_end(prefix: &[u8]) -> Option<Bytes> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.last_mut() {
+        if *last < 0xff {
+            *last += 1;
+            return Some(Bytes::from(end));
+        }
+        end.pop();
+    }
+    None
+}
+
+/// A half-open key interval `[start, end)`; `end == None` means unbounded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyRange {
+    pub start: Bytes,
+    pub end: Option<Bytes>,
+    /// True when the request named a single key (empty `range_end`).
+    pub single: bool,
+}
+
+impl KeyRange {
+    /// Builds a range from etcd's `(key, range_end)` pair: an empty `range_end` means the single
+    /// key, `"\0"` means every key from `key` on.
+    pub fn from_request(key: &[u8], range_end: &[u8]) -> Self {
+        let start = Bytes::copy_from_slice(key);
+        match range_end {
+            [] => Self { start, end: None, single: true },
+            [0] => Self { start, end: None, single: false },
+            end => Self { start, end: Some(Bytes::copy_from_slice(end)), single: false },
+        }
+    }
+
+    /// A range covering exactly one key.
+    pub fn single(key: Bytes) -> Self {
+        Self { start: key, end: None, single: true }
+    }
+
+    /// Whether `key` lies in the range.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        if self.single {
+            return key == &self.start[..];
+        }
+        key >= &self.start[..] && self.end.as_ref().is_none_or(|e| key < &e[..])
+    }
+
+    /// True when nothing can match (an end at or below the start).
+    pub fn is_empty(&self) -> bool {
+        !self.single && self.end.as_ref().is_some_and(|e| e[..] <= self.start[..])
+    }
+
+    /// Whether the range meets the interval of keys starting with `prefix`.
+    pub fn meets_prefix(&self, prefix: &[u8]) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        if self.single {
+            return self.start.starts_with(prefix);
+        }
+        // [start, end) meets [prefix, prefix_end) unless it ends before or starts after it.
+        let ends_before = self.end.as_ref().is_some_and(|e| e[..] <= *prefix);
+        let starts_after = match prefix_end(prefix) {
+            Some(pe) => self.start[..] >= pe[..],
+            None => false,
+        };
+        !ends_before && !starts_after
+    }
+
+    /// Whether `key` is below the range's upper bound (keys are visited in ascending order, so
+    /// the first key for which this is false ends a scan).
+    pub fn below_end(&self, key: &[u8]) -> bool {
+        if self.single {
+            return key <= &self.start[..];
+        }
+        self.end.as_ref().is_none_or(|e| key < &e[..])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_follow_kubernetes_resources() {
+        let ks = Keyspace::new("/registry");
+        let p = |k: &str| {
+            ks.partition_of(k.as_bytes()).map(|p| String::from_utf8_lossy(p).into_owned())
+        };
+        assert_eq!(p("/registry/pods/default/a").as_deref(), Some("/registry/pods/"));
+        assert_eq!(p("/registry/leases/kube-node-lease/n1").as_deref(), Some("/registry/leases/"));
+        assert_eq!(
+            p("/registry/example.com/widgets/ns/w").as_deref(),
+            Some("/registry/example.com/widgets/")
+        );
+        assert_eq!(p("/registry/pods"), None, "the bare resource key is not an object");
+        assert_eq!(p("/registry/pods/"), None);
+        assert_eq!(p("/registry/health"), None);
+        assert_eq!(p("/registry/example.com/widgets"), None);
+        assert_eq!(p("compact_rev_key"), None);
+        assert_eq!(p("/other/pods/x"), None);
+        let custom = Keyspace::new("/kube/");
+        assert_eq!(custom.partition_of(b"/kube/pods/x"), Some(&b"/kube/pods/"[..]));
+    }
+
+    #[test]
+    fn prefix_end_increments_the_last_byte_below_ff() {
+        assert_eq!(prefix_end(b"/registry/pods/").unwrap(), Bytes::from_static(b"/registry/pods0"));
+        assert_eq!(prefix_end(b"a\xff").unwrap(), Bytes::from_static(b"b"));
+        assert_eq!(prefix_end(b"\xff\xff"), None);
+    }
+
+    #[test]
+    fn ranges_meet_prefixes() {
+        let r = KeyRange::from_request(b"/registry/", b"/registry0");
+        assert!(r.meets_prefix(b"/registry/pods/"));
+        let r = KeyRange::from_request(b"/registry/pods/", b"/registry/pods0");
+        assert!(r.meets_prefix(b"/registry/pods/"));
+        assert!(!r.meets_prefix(b"/registry/leases/"));
+        let all = KeyRange::from_request(b"\0", b"\0");
+        assert!(all.meets_prefix(b"/registry/pods/"));
+        assert!(KeyRange::from_request(b"b", b"a").is_empty());
+        assert!(
+            KeyRange::single(Bytes::from_static(b"/registry/pods/x"))
+                .meets_prefix(b"/registry/pods/")
+        );
+    }
+}

@@ -1,0 +1,47 @@
+//! # mem_etcd
+//!
+//! An in-memory, etcd v3 compatible storage server, built to be kube-apiserver's datastore.
+//!
+//! ## Architecture
+//! Dependencies point one way: `server` → `mvcc` → (`revision`, `keyspace`, `error`).
+//!
+//! - [`server`]: the gRPC services (KV, Maintenance, Cluster, Auth) over tonic. Each handler
+//!   converts the wire request into the store's types, calls the store, fills the response
+//!   header, and translates errors through the single table in `server::status`.
+//! - [`mvcc`]: the store. The key space is split into partitions, one per Kubernetes resource
+//!   (`/registry/[group/]resource/`, see [`keyspace`]) plus a default one; each partition has a
+//!   hash map for point lookups, an ordered index with live counts for ranges and exact counts,
+//!   and every key's versions since the last compaction.
+//! - [`revision`]: the revision clock. Writers allocate revisions while holding their
+//!   partitions' locks and apply in parallel; readers read at the committed watermark, below
+//!   which every write is applied.
+//!
+//! ## The write path
+//! validate → lock partitions → evaluate compares → allocate revision → apply → complete
+//! (watermark) → reply once visible. See [`mvcc::store`] for why this is linearizable.
+//!
+//! ## Invariants
+//! - Revisions start at 1, increase by one per write txn, and are never reused.
+//! - A reader never sees revision R before every write at or below R is applied.
+//! - Every request gets etcd's answer: same codes, messages, revisions and counts.
+
+pub mod config;
+pub mod error;
+pub mod keyspace;
+pub mod mvcc;
+pub mod revision;
+pub mod server;
+
+/// Generated etcd API types (from `proto/`, compiled by `build.rs`).
+#[allow(clippy::all, missing_debug_implementations)]
+pub mod proto {
+    pub mod mvccpb {
+        tonic::include_proto!("mvccpb");
+    }
+    pub mod authpb {
+        tonic::include_proto!("authpb");
+    }
+    pub mod etcdserverpb {
+        tonic::include_proto!("etcdserverpb");
+    }
+}

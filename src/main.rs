@@ -1,0 +1,46 @@
+//! The `mem_etcd` daemon: parse flags, set up logging, serve until SIGINT or SIGTERM.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+
+use clap::Parser;
+use mem_etcd::config::Config;
+use mem_etcd::server::{self, Listener, Shared};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let config = Config::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_new(&config.log_level)?)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(run(config))
+}
+
+async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    let mut listeners = Vec::new();
+    for url in &config.listen_client_urls {
+        listeners.push(Listener::bind(url).await.map_err(|e| format!("listen on {url}: {e}"))?);
+    }
+    tracing::info!(
+        name = %config.name,
+        version = %config.emulated_version,
+        "mem_etcd {} starting",
+        env!("CARGO_PKG_VERSION")
+    );
+    let shared = Arc::new(Shared::new(config));
+    server::serve(shared, listeners, shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("install SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,18 @@
+//! The multi-version key-value store (etcd's `storage/mvcc`).
+//!
+//! - [`key_index`]: one key's versions (etcd's keyIndex, with the values inline);
+//! - [`index`]: a partition's ordered key index with live counts (etcd's treeIndex);
+//! - [`partition`]: one resource's keys: hash map, ordered index, histories;
+//! - [`store`]: the partitions, the revision clock and the one write path;
+//! - [`request`]: the KV API's requests and responses, free of any wire format;
+//! - [`validate`]: etcd's request checks.
+
+pub mod index;
+pub mod key_index;
+pub mod partition;
+pub mod request;
+pub mod store;
+pub mod validate;
+
+pub use request::*;
+pub use store::{Applied, Store, StoreConfig};

@@ -1,0 +1,743 @@
+//! The MVCC store: partitions, the revision clock, and the one write path.
+//!
+//! # The write path
+//! Every write (Put, DeleteRange, Txn, and later lease expiry) goes through [`Store::txn`]:
+//! 1. **validate** the request's shape (no store access);
+//! 2. **lock** the partitions it touches, exclusively, in ascending partition id;
+//! 3. **evaluate** compares and per-op checks against the newest applied state of those
+//!    partitions; errors stop here, before a revision is taken;
+//! 4. **allocate** the next main revision (only if the chosen branch writes) and **apply** the
+//!    ops with consecutive sub-revisions;
+//! 5. unlock, and **complete** the revision: the watermark advances once every lower revision
+//!    is complete too, and only then do readers see the write. (The WAL append and the watcher
+//!    fan-out slot in between apply and complete, in that order.)
+//!
+//! The caller acknowledges the client once the watermark reaches the returned revision.
+//!
+//! # Why this is linearizable without a global lock
+//! Two writes that touch a common partition are ordered by its lock, and a writer allocates
+//! while holding all its locks, so revision order agrees with lock order. Writes to disjoint
+//! partitions run in parallel and may apply out of revision order, which readers cannot see
+//! because they read at the watermark. A txn that writes nothing answers after the watermark
+//! passes the newest revision allocated when it evaluated, so it never reports state a later
+//! read could miss.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use bytes::Bytes;
+use hashbrown::HashMap;
+use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+
+use super::partition::{Partition, PartitionState};
+use super::request::*;
+use super::validate;
+use crate::error::{Error, Result};
+use crate::keyspace::{KeyRange, Keyspace};
+use crate::revision::{Revision, RevisionClock};
+
+/// Store settings.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// kube-apiserver's `--etcd-prefix`; keys below it are partitioned by resource.
+    pub registry_prefix: String,
+    /// etcd's `--max-txn-ops`.
+    pub max_txn_ops: usize,
+    /// etcd's `--max-request-bytes`: the largest write, as encoded on the wire.
+    pub max_request_bytes: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self { registry_prefix: "/registry".into(), max_txn_ops: 128, max_request_bytes: 1_572_864 }
+    }
+}
+
+/// A write's response and the revision the client must not be answered before.
+#[derive(Debug)]
+pub struct Applied<T> {
+    pub response: T,
+    /// Wait until the watermark reaches this ([`Store::wait_visible`]) before replying.
+    pub visible_at: i64,
+}
+
+/// The partition table. Partitions are created on first use and never removed, so an
+/// `Arc<Partition>` handed out stays the partition of its prefix forever.
+#[derive(Debug)]
+struct Table {
+    by_prefix: HashMap<Bytes, Arc<Partition>>,
+    /// Resource partitions ordered by prefix: their key intervals are disjoint, so walking them
+    /// in this order yields keys in order.
+    sorted: Vec<Arc<Partition>>,
+    /// Every partition, by id; id 0 is the default partition.
+    all: Vec<Arc<Partition>>,
+}
+
+#[derive(Debug)]
+pub struct Store {
+    keyspace: Keyspace,
+    clock: RevisionClock,
+    /// Read-locked briefly to find partitions, and held across a txn that has range ops so that
+    /// no partition can appear inside a range it has already locked; write-locked only to add
+    /// a partition.
+    table: RwLock<Table>,
+    /// The logical compaction revision (etcd's `compactMainRev`, -1 before the first). Reads
+    /// below it fail; each partition also records the revision it physically compacted at.
+    compact_rev: AtomicI64,
+    /// Serialises Compact calls (they are rare and each walks every partition).
+    compaction: Mutex<()>,
+    max_txn_ops: usize,
+    max_request_bytes: usize,
+}
+
+impl Store {
+    pub fn new(config: StoreConfig) -> Self {
+        let default = Arc::new(Partition::new(0, Bytes::new()));
+        Self {
+            keyspace: Keyspace::new(&config.registry_prefix),
+            clock: RevisionClock::new(1),
+            table: RwLock::new(Table {
+                by_prefix: HashMap::new(),
+                sorted: Vec::new(),
+                all: vec![default],
+            }),
+            compact_rev: AtomicI64::new(-1),
+            compaction: Mutex::new(()),
+            max_txn_ops: config.max_txn_ops,
+            max_request_bytes: config.max_request_bytes,
+        }
+    }
+
+    /// The revision readers see: every write at or below it is applied.
+    pub fn current_revision(&self) -> i64 {
+        self.clock.committed()
+    }
+
+    /// The compaction revision (0 before the first compaction).
+    pub fn compact_revision(&self) -> i64 {
+        self.compact_rev.load(Ordering::SeqCst).max(0)
+    }
+
+    /// Waits until a write's effects are visible to every reader.
+    pub async fn wait_visible(&self, rev: i64) {
+        self.clock.wait_committed(rev).await
+    }
+
+    /// Blocking [`wait_visible`](Self::wait_visible), for callers outside the runtime.
+    pub fn wait_visible_blocking(&self, rev: i64) {
+        self.clock.wait_committed_blocking(rev)
+    }
+
+    /// Bytes held by keys and values (an estimate of the memory the data needs).
+    pub fn size_bytes(&self) -> usize {
+        self.table.read().all.iter().map(|p| p.bytes.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Live keys at the newest applied revision, across partitions.
+    pub fn live_keys(&self) -> u64 {
+        let parts = self.table.read().all.clone();
+        parts.iter().map(|p| p.state.read().live_keys()).sum()
+    }
+
+    /// Number of partitions (the default one included).
+    pub fn partition_count(&self) -> usize {
+        self.table.read().all.len()
+    }
+
+    // ----- partitions -----
+
+    /// The partition `key` belongs to, created if it does not exist yet.
+    fn partition_for_key(&self, key: &[u8]) -> Arc<Partition> {
+        let Some(prefix) = self.keyspace.partition_of(key) else {
+            return self.table.read().all[0].clone();
+        };
+        if let Some(p) = self.table.read().by_prefix.get(prefix) {
+            return p.clone();
+        }
+        let mut t = self.table.write();
+        if let Some(p) = t.by_prefix.get(prefix) {
+            return p.clone();
+        }
+        let p = Arc::new(Partition::new(t.all.len(), Bytes::copy_from_slice(prefix)));
+        t.by_prefix.insert(p.prefix.clone(), p.clone());
+        let at = t.sorted.partition_point(|q| q.prefix < p.prefix);
+        t.sorted.insert(at, p.clone());
+        t.all.push(p.clone());
+        p
+    }
+
+    /// The partitions a range can have keys in: the default partition first (unless the range
+    /// lies inside one resource prefix), then resource partitions in key order.
+    fn partitions_for_range(&self, t: &Table, range: &KeyRange) -> Vec<Arc<Partition>> {
+        let mut out = Vec::new();
+        if range.is_empty() {
+            return out;
+        }
+        if range.single {
+            match self.keyspace.partition_of(&range.start) {
+                None => out.push(t.all[0].clone()),
+                Some(prefix) => out.extend(t.by_prefix.get(prefix).cloned()),
+            }
+            return out;
+        }
+        let inside_one = t.sorted.iter().any(|p| {
+            range.start.starts_with(&p.prefix)
+                && match (&range.end, crate::keyspace::prefix_end(&p.prefix)) {
+                    (Some(e), Some(pe)) => e[..] <= pe[..],
+                    _ => false,
+                }
+        });
+        if !inside_one {
+            out.push(t.all[0].clone());
+        }
+        let first = t.sorted.partition_point(|p| {
+            crate::keyspace::prefix_end(&p.prefix).is_some_and(|pe| pe[..] <= range.start[..])
+        });
+        for p in &t.sorted[first..] {
+            if !range.below_end(&p.prefix) {
+                break;
+            }
+            if range.meets_prefix(&p.prefix) {
+                out.push(p.clone());
+            }
+        }
+        out
+    }
+
+    // ----- reads -----
+
+    /// A Range outside a txn: served at the watermark, so it sees every acknowledged write.
+    pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse> {
+        validate::check_range_key(&req.key)?;
+        let current = self.clock.committed();
+        self.check_read_revision(req.revision, current)?;
+        let rev = if req.revision > 0 { req.revision } else { current };
+        let range = KeyRange::from_request(&req.key, &req.range_end);
+        // The watermark was read first: a partition holding any write at or below it already
+        // exists now.
+        let parts = self.partitions_for_range(&self.table.read(), &range);
+        let fetch = fetch_limit(req);
+        let mut defaults = Vec::new();
+        let mut ordered = Vec::new();
+        let mut count = 0u64;
+        for p in &parts {
+            let st = p.state.read();
+            if st.compacted > rev {
+                return Err(Error::Compacted);
+            }
+            count += st.count_at(&range, rev);
+            if req.count_only {
+                continue;
+            }
+            if p.id == 0 {
+                st.scan(&range, rev, fetch, &mut defaults);
+            } else if fetch == 0 || ordered.len() < fetch {
+                let want = if fetch == 0 { 0 } else { fetch - ordered.len() };
+                st.scan(&range, rev, want, &mut ordered);
+            }
+        }
+        let kvs = merge_sorted(defaults, ordered, fetch);
+        Ok(finish_range(req, kvs, count, current))
+    }
+
+    fn check_read_revision(&self, rev: i64, current: i64) -> Result<()> {
+        if rev > current {
+            return Err(Error::FutureRev);
+        }
+        if rev > 0 && rev < self.compact_rev.load(Ordering::SeqCst) {
+            return Err(Error::Compacted);
+        }
+        Ok(())
+    }
+
+    // ----- writes -----
+
+    /// Refuses a write whose encoding is over `--max-request-bytes`. etcd measures the request
+    /// wrapped for its raft log, which adds a small header; `size` is the bare request's
+    /// encoded length.
+    fn check_size(&self, size: usize) -> Result<()> {
+        // A request header (~14 bytes), the field tag and the length varint.
+        let varint = (usize::BITS - size.max(1).leading_zeros()).div_ceil(7) as usize;
+        if size + 15 + varint > self.max_request_bytes {
+            return Err(Error::RequestTooLarge);
+        }
+        Ok(())
+    }
+
+    /// Put, as a one-op txn. `size` is the request's encoded length.
+    pub fn put(&self, req: PutRequest, size: usize) -> Result<Applied<PutResponse>> {
+        validate::check_put(&req)?;
+        self.check_size(size)?;
+        let t = TxnRequest { compare: vec![], success: vec![RequestOp::Put(req)], failure: vec![] };
+        let a = self.txn_unchecked(t)?;
+        let Some(ResponseOp::Put(mut r)) = a.response.responses.into_iter().next() else {
+            unreachable!("a put txn answers with a put")
+        };
+        r.revision = a.response.revision;
+        Ok(Applied { response: r, visible_at: a.visible_at })
+    }
+
+    /// DeleteRange, as a one-op txn.
+    pub fn delete_range(
+        &self,
+        req: DeleteRangeRequest,
+        size: usize,
+    ) -> Result<Applied<DeleteRangeResponse>> {
+        validate::check_range_key(&req.key)?;
+        self.check_size(size)?;
+        let t = TxnRequest {
+            compare: vec![],
+            success: vec![RequestOp::DeleteRange(req)],
+            failure: vec![],
+        };
+        let a = self.txn_unchecked(t)?;
+        let Some(ResponseOp::DeleteRange(mut r)) = a.response.responses.into_iter().next() else {
+            unreachable!("a delete txn answers with a delete")
+        };
+        r.revision = a.response.revision;
+        Ok(Applied { response: r, visible_at: a.visible_at })
+    }
+
+    /// A Txn: the write path described in the module docs. `size` is the request's encoded
+    /// length (read-only txns are not size-checked, as in etcd, where they skip the log).
+    pub fn txn(&self, req: TxnRequest, size: usize) -> Result<Applied<TxnResponse>> {
+        validate::check_txn(&req, self.max_txn_ops)?;
+        if !req.is_read_only() {
+            self.check_size(size)?;
+        }
+        self.txn_unchecked(req)
+    }
+
+    fn txn_unchecked(&self, req: TxnRequest) -> Result<Applied<TxnResponse>> {
+        // Partitions of single keys are created up front (even for reads: a partition that
+        // appeared after we locked could hold a write ordered before ours).
+        let mut points: Vec<Arc<Partition>> = Vec::new();
+        let mut ranges: Vec<KeyRange> = Vec::new();
+        visit_keys(&req, &mut |key, end| {
+            if end.is_empty() {
+                let p = self.partition_for_key(key);
+                if !points.iter().any(|q| q.id == p.id) {
+                    points.push(p);
+                }
+            } else {
+                ranges.push(KeyRange::from_request(key, end));
+            }
+        });
+        // Held across the txn when it has ranges: see `Store::table`.
+        let table_guard = (!ranges.is_empty()).then(|| self.table.read());
+        let mut parts = points;
+        if let Some(t) = &table_guard {
+            for r in &ranges {
+                for p in self.partitions_for_range(t, r) {
+                    if !parts.iter().any(|q| q.id == p.id) {
+                        parts.push(p);
+                    }
+                }
+            }
+        }
+        parts.sort_by_key(|p| p.id);
+        let guards: Vec<_> = parts.iter().map(|p| p.state.write()).collect();
+        let mut ctx = TxnCtx { store: self, parts: &parts, guards, default: None };
+        ctx.default = parts.iter().position(|p| p.id == 0);
+
+        // Evaluate: compares decide the path, per-op checks may fail the whole txn.
+        let current = self.clock.allocated();
+        let mut path = Vec::new();
+        let writes = ctx.plan(&req, &mut path, current)?;
+
+        let (rev, base) = if writes {
+            let rev = self.clock.allocate();
+            (rev, rev - 1)
+        } else {
+            (0, current)
+        };
+        // Completes the revision even if applying panics, so one bad request cannot wedge
+        // every reader behind the watermark.
+        let completion = writes.then(|| Completion { clock: &self.clock, rev });
+        let mut sub = 0;
+        let mut path_iter = path.into_iter();
+        let mut response = ctx.exec(&req, &mut path_iter, rev, base, &mut sub);
+        response.revision = if sub > 0 { base + 1 } else { base };
+        for (p, g) in parts.iter().zip(&ctx.guards) {
+            p.sync_bytes(g);
+        }
+        drop(ctx);
+        drop(table_guard);
+        drop(completion);
+        Ok(Applied { visible_at: response.revision, response })
+    }
+
+    /// Compacts history at `rev` (etcd's `Compact`): reads below it fail from now on, and every
+    /// version superseded at or before it is freed. Returns the header revision.
+    pub fn compact(&self, rev: i64) -> Result<i64> {
+        let _serial = self.compaction.lock();
+        if rev <= self.compact_rev.load(Ordering::SeqCst) {
+            return Err(Error::Compacted);
+        }
+        if rev > self.clock.committed() {
+            return Err(Error::FutureRev);
+        }
+        self.compact_rev.store(rev, Ordering::SeqCst);
+        let parts = self.table.read().all.clone();
+        for p in parts {
+            let mut st = p.state.write();
+            st.compact(rev);
+            p.sync_bytes(&st);
+        }
+        Ok(self.clock.committed())
+    }
+
+    /// A hash of every key-value version at or below `rev` (0 = current) that compaction kept,
+    /// in key order (etcd's HashKV; the value differs from etcd's, which hashes bbolt pages).
+    /// Returns (hash, hash revision, compact revision).
+    pub fn hash_kv(&self, rev: i64) -> Result<(u32, i64, i64)> {
+        let current = self.clock.committed();
+        self.check_read_revision(rev, current)?;
+        let rev = if rev > 0 { rev } else { current };
+        let t = self.table.read();
+        let parts: Vec<_> =
+            std::iter::once(t.all[0].clone()).chain(t.sorted.iter().cloned()).collect();
+        drop(t);
+        let mut crc = 0u32;
+        for p in parts {
+            p.state.read().for_each_record(|key, r| {
+                if r.rev.main > rev {
+                    return;
+                }
+                crc = crc32c::crc32c_append(crc, key);
+                for n in [r.rev.main, r.rev.sub, r.create_rev, r.version, r.lease] {
+                    crc = crc32c::crc32c_append(crc, &n.to_le_bytes());
+                }
+                crc = crc32c::crc32c_append(crc, &r.value);
+            });
+        }
+        Ok((crc, rev, self.compact_revision()))
+    }
+}
+
+/// Completes an allocated revision when dropped.
+struct Completion<'a> {
+    clock: &'a RevisionClock,
+    rev: i64,
+}
+
+impl Drop for Completion<'_> {
+    fn drop(&mut self) {
+        self.clock.complete(self.rev);
+    }
+}
+
+/// Calls `f(key, range_end)` for every key a txn compares, reads or writes, recursively.
+fn visit_keys(t: &TxnRequest, f: &mut impl FnMut(&Bytes, &Bytes)) {
+    for c in &t.compare {
+        f(&c.key, &c.range_end);
+    }
+    for op in t.success.iter().chain(&t.failure) {
+        match op {
+            RequestOp::Range(r) => f(&r.key, &r.range_end),
+            RequestOp::Put(p) => f(&p.key, &Bytes::new()),
+            RequestOp::DeleteRange(d) => f(&d.key, &d.range_end),
+            RequestOp::Txn(t) => visit_keys(t, f),
+            RequestOp::Empty => {}
+        }
+    }
+}
+
+/// A txn's locked partitions.
+struct TxnCtx<'a> {
+    store: &'a Store,
+    parts: &'a [Arc<Partition>],
+    /// Exclusive guards, in the same order as `parts` (ascending id).
+    guards: Vec<RwLockWriteGuard<'a, PartitionState>>,
+    default: Option<usize>,
+}
+
+impl TxnCtx<'_> {
+    /// Index of the locked partition holding `key`.
+    fn part_of(&self, key: &[u8]) -> usize {
+        let i = match self.store.keyspace.partition_of(key) {
+            None => self.default,
+            Some(prefix) => self.parts.iter().position(|p| &p.prefix[..] == prefix),
+        };
+        i.expect("every key a txn touches has its partition locked")
+    }
+
+    /// Locked partitions a range can have keys in.
+    fn parts_of(&self, range: &KeyRange) -> Vec<usize> {
+        if range.single {
+            return vec![self.part_of(&range.start)];
+        }
+        (0..self.parts.len())
+            .filter(|&i| self.parts[i].id == 0 || range.meets_prefix(&self.parts[i].prefix))
+            .collect()
+    }
+
+    fn latest(&self, key: &[u8]) -> Option<KeyValue> {
+        self.guards[self.part_of(key)].get(key, i64::MAX)
+    }
+
+    /// Live versions in `range` as of `rev` (i64::MAX = newest), in key order, and their count.
+    fn read(&self, range: &KeyRange, rev: i64, limit: usize, count: bool) -> (Vec<KeyValue>, u64) {
+        let mut kvs = Vec::new();
+        let mut n = 0;
+        for i in self.parts_of(range) {
+            let st = &self.guards[i];
+            if count {
+                n += st.count_at(range, rev);
+            }
+            st.scan(range, rev, limit, &mut kvs);
+        }
+        kvs.sort_by(|a, b| a.key.cmp(&b.key));
+        if limit > 0 {
+            kvs.truncate(limit);
+        }
+        (kvs, n)
+    }
+
+    fn compares_hold(&self, cmps: &[Compare]) -> bool {
+        cmps.iter().all(|c| {
+            let range = KeyRange::from_request(&c.key, &c.range_end);
+            let (kvs, _) = self.read(&range, i64::MAX, 0, false);
+            if kvs.is_empty() {
+                // A missing key compares as all zeroes, except that a value compare fails.
+                return !matches!(c.target, CompareTarget::Value(_))
+                    && compare_kv(c, &KeyValue::default());
+            }
+            kvs.iter().all(|kv| compare_kv(c, kv))
+        })
+    }
+
+    /// Decides the path through the txn (one bool per txn, depth first, as etcd's
+    /// `compareToPath`), checks the ops that will run, and says whether anything is written.
+    fn plan(&self, t: &TxnRequest, path: &mut Vec<bool>, current: i64) -> Result<bool> {
+        let ok = self.compares_hold(&t.compare);
+        path.push(ok);
+        let mut writes = false;
+        for op in if ok { &t.success } else { &t.failure } {
+            match op {
+                RequestOp::Range(r) => {
+                    if r.revision > current {
+                        return Err(Error::FutureRev);
+                    }
+                    if r.revision > 0 && r.revision < self.store.compact_rev.load(Ordering::SeqCst)
+                    {
+                        return Err(Error::Compacted);
+                    }
+                }
+                RequestOp::Put(p) => {
+                    if (p.ignore_value || p.ignore_lease) && self.latest(&p.key).is_none() {
+                        return Err(Error::KeyNotFound);
+                    }
+                    if p.lease != 0 {
+                        // Leases arrive with the lessor; until then no lease exists.
+                        return Err(Error::LeaseNotFound);
+                    }
+                    writes = true;
+                }
+                RequestOp::DeleteRange(d) => {
+                    let range = KeyRange::from_request(&d.key, &d.range_end);
+                    writes |=
+                        self.parts_of(&range).into_iter().any(|i| self.guards[i].any_live(&range));
+                }
+                RequestOp::Txn(t) => writes |= self.plan(t, path, current)?,
+                RequestOp::Empty => return Err(Error::KeyNotFound),
+            }
+        }
+        Ok(writes)
+    }
+
+    /// Applies the planned path. `rev` is the txn's main revision (0 if it writes nothing),
+    /// `base` the revision before it, `sub` the next sub-revision.
+    fn exec(
+        &mut self,
+        t: &TxnRequest,
+        path: &mut std::vec::IntoIter<bool>,
+        rev: i64,
+        base: i64,
+        sub: &mut i64,
+    ) -> TxnResponse {
+        let ok = path.next().expect("planned path covers every executed txn");
+        let ops = if ok { &t.success } else { &t.failure };
+        let mut responses = Vec::with_capacity(ops.len());
+        for op in ops {
+            let resp = match op {
+                RequestOp::Range(r) => {
+                    let header = if *sub > 0 { base + 1 } else { base };
+                    let range = KeyRange::from_request(&r.key, &r.range_end);
+                    let at = if r.revision > 0 { r.revision } else { i64::MAX };
+                    let fetch = if r.count_only { 0 } else { fetch_limit(r) };
+                    let (kvs, n) = if r.count_only {
+                        (Vec::new(), self.read(&range, at, 0, true).1)
+                    } else {
+                        self.read(&range, at, fetch, true)
+                    };
+                    ResponseOp::Range(finish_range(r, kvs, n, header))
+                }
+                RequestOp::Put(p) => {
+                    let i = self.part_of(&p.key);
+                    let st = &mut self.guards[i];
+                    let (value, lease) = if p.ignore_value || p.ignore_lease {
+                        let prev = st.get(&p.key, i64::MAX).expect("checked in plan");
+                        (
+                            if p.ignore_value { prev.value } else { p.value.clone() },
+                            if p.ignore_lease { prev.lease } else { p.lease },
+                        )
+                    } else {
+                        (p.value.clone(), p.lease)
+                    };
+                    let prev = st.put(&p.key, Revision::new(rev, *sub), value, lease);
+                    *sub += 1;
+                    ResponseOp::Put(PutResponse {
+                        revision: base + 1,
+                        prev_kv: if p.prev_kv { prev } else { None },
+                    })
+                }
+                RequestOp::DeleteRange(d) => {
+                    let range = KeyRange::from_request(&d.key, &d.range_end);
+                    let mut keys: Vec<(usize, Bytes)> = Vec::new();
+                    for i in self.parts_of(&range) {
+                        keys.extend(
+                            self.guards[i].live_keys_in(&range).into_iter().map(|k| (i, k)),
+                        );
+                    }
+                    keys.sort_by(|a, b| a.1.cmp(&b.1));
+                    let mut prev_kvs = Vec::new();
+                    for (i, k) in &keys {
+                        let prev = self.guards[*i].delete(k, Revision::new(rev, *sub));
+                        *sub += 1;
+                        if d.prev_kv {
+                            prev_kvs.extend(prev);
+                        }
+                    }
+                    ResponseOp::DeleteRange(DeleteRangeResponse {
+                        revision: if *sub > 0 { base + 1 } else { base },
+                        deleted: keys.len() as i64,
+                        prev_kvs,
+                    })
+                }
+                RequestOp::Txn(nested) => {
+                    let mut r = self.exec(nested, path, rev, base, sub);
+                    // etcd fills only the outermost txn header.
+                    r.revision = 0;
+                    ResponseOp::Txn(r)
+                }
+                RequestOp::Empty => unreachable!("refused in plan"),
+            };
+            responses.push(resp);
+        }
+        TxnResponse { revision: 0, succeeded: ok, responses }
+    }
+}
+
+fn compare_kv(c: &Compare, kv: &KeyValue) -> bool {
+    let ord = match &c.target {
+        CompareTarget::Value(v) => kv.value[..].cmp(&v[..]),
+        CompareTarget::Create(n) => kv.create_revision.cmp(n),
+        CompareTarget::Mod(n) => kv.mod_revision.cmp(n),
+        CompareTarget::Version(n) => kv.version.cmp(n),
+        CompareTarget::Lease(n) => kv.lease.cmp(n),
+        CompareTarget::Unknown => std::cmp::Ordering::Equal,
+    };
+    match c.result {
+        CompareResult::Equal => ord.is_eq(),
+        CompareResult::NotEqual => ord.is_ne(),
+        CompareResult::Greater => ord.is_gt(),
+        CompareResult::Less => ord.is_lt(),
+        CompareResult::Unknown => true,
+    }
+}
+
+/// How many versions a range must fetch: all of them when it sorts or filters afterwards,
+/// otherwise one more than the limit (to know whether there is more).
+fn fetch_limit(r: &RangeRequest) -> usize {
+    let filters = r.min_mod_revision != 0
+        || r.max_mod_revision != 0
+        || r.min_create_revision != 0
+        || r.max_create_revision != 0;
+    if r.sort_order != SortOrder::None || filters || r.limit <= 0 {
+        0
+    } else {
+        r.limit as usize + 1
+    }
+}
+
+/// Merges two key-sorted lists, keeping at most `limit` (0 = all).
+fn merge_sorted(a: Vec<KeyValue>, b: Vec<KeyValue>, limit: usize) -> Vec<KeyValue> {
+    if a.is_empty() || b.is_empty() {
+        let mut v = if a.is_empty() { b } else { a };
+        if limit > 0 {
+            v.truncate(limit);
+        }
+        return v;
+    }
+    let cap = if limit > 0 { limit.min(a.len() + b.len()) } else { a.len() + b.len() };
+    let mut out = Vec::with_capacity(cap);
+    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+    while out.len() < cap {
+        let take_a = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => x.key <= y.key,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        out.extend(if take_a { a.next() } else { b.next() });
+    }
+    out
+}
+
+/// etcd's post-processing of a range (`executeRange`): revision filters, sorting, the limit and
+/// `more`, keys-only.
+fn finish_range(
+    r: &RangeRequest,
+    mut kvs: Vec<KeyValue>,
+    count: u64,
+    header: i64,
+) -> RangeResponse {
+    if r.count_only {
+        kvs.clear();
+    }
+    if r.max_mod_revision != 0 {
+        kvs.retain(|kv| kv.mod_revision <= r.max_mod_revision);
+    }
+    if r.min_mod_revision != 0 {
+        kvs.retain(|kv| kv.mod_revision >= r.min_mod_revision);
+    }
+    if r.max_create_revision != 0 {
+        kvs.retain(|kv| kv.create_revision <= r.max_create_revision);
+    }
+    if r.min_create_revision != 0 {
+        kvs.retain(|kv| kv.create_revision >= r.min_create_revision);
+    }
+    let order = match (r.sort_target, r.sort_order) {
+        (SortTarget::Key, SortOrder::Ascend) => SortOrder::None,
+        (t, SortOrder::None) if t != SortTarget::Key => SortOrder::Ascend,
+        (_, o) => o,
+    };
+    if order != SortOrder::None {
+        // A stable sort with the comparison reversed for DESCEND: equal elements keep key order
+        // either way, which is what etcd's sort (insertion sort for small inputs) yields too.
+        let cmp = |a: &KeyValue, b: &KeyValue| match r.sort_target {
+            SortTarget::Key => a.key.cmp(&b.key),
+            SortTarget::Version => a.version.cmp(&b.version),
+            SortTarget::Create => a.create_revision.cmp(&b.create_revision),
+            SortTarget::Mod => a.mod_revision.cmp(&b.mod_revision),
+            SortTarget::Value => a.value.cmp(&b.value),
+        };
+        if order == SortOrder::Descend {
+            kvs.sort_by(|a, b| cmp(b, a));
+        } else {
+            kvs.sort_by(cmp);
+        }
+    }
+    let mut more = false;
+    if r.limit > 0 && kvs.len() > r.limit as usize {
+        kvs.truncate(r.limit as usize);
+        more = true;
+    }
+    if r.keys_only {
+        for kv in &mut kvs {
+            kv.value = Bytes::new();
+        }
+    }
+    RangeResponse { revision: header, kvs, more, count: count as i64 }
+}

@@ -1,0 +1,122 @@
+//! The Maintenance service: Status, Alarm, Defragment, Hash, HashKV.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+use super::{RAFT_TERM, Shared};
+use crate::proto::etcdserverpb as pb;
+
+/// What Status reports as etcd's backend quota (etcd's default, 2 GiB) until a quota exists.
+const DEFAULT_QUOTA_BYTES: i64 = 2 * 1024 * 1024 * 1024;
+
+#[derive(Debug)]
+pub struct MaintenanceService {
+    shared: Arc<Shared>,
+}
+
+impl MaintenanceService {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+}
+
+type SnapshotStream = Pin<Box<dyn Stream<Item = Result<pb::SnapshotResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::maintenance_server::Maintenance for MaintenanceService {
+    async fn alarm(
+        &self,
+        _req: Request<pb::AlarmRequest>,
+    ) -> Result<Response<pb::AlarmResponse>, Status> {
+        // No alarm can be raised yet (there is no quota), so every action sees an empty list.
+        Ok(Response::new(pb::AlarmResponse { header: self.shared.header(0), alarms: vec![] }))
+    }
+
+    async fn status(
+        &self,
+        _req: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
+        let s = &self.shared;
+        let rev = s.store.current_revision();
+        let size = s.store.size_bytes() as i64;
+        Ok(Response::new(pb::StatusResponse {
+            header: s.header(rev),
+            version: s.config.emulated_version.clone(),
+            db_size: size,
+            leader: s.member_id,
+            // There is no raft log; the revision is the closest monotonic counter clients can
+            // watch advance.
+            raft_index: rev as u64,
+            raft_term: RAFT_TERM,
+            raft_applied_index: rev as u64,
+            errors: vec![],
+            db_size_in_use: size,
+            is_learner: false,
+            storage_version: storage_version(&s.config.emulated_version),
+            db_size_quota: DEFAULT_QUOTA_BYTES,
+            downgrade_info: Some(pb::DowngradeInfo::default()),
+        }))
+    }
+
+    async fn defragment(
+        &self,
+        _req: Request<pb::DefragmentRequest>,
+    ) -> Result<Response<pb::DefragmentResponse>, Status> {
+        // Memory is returned as compaction frees it; there is nothing to defragment.
+        Ok(Response::new(pb::DefragmentResponse { header: self.shared.header(0) }))
+    }
+
+    async fn hash(
+        &self,
+        _req: Request<pb::HashRequest>,
+    ) -> Result<Response<pb::HashResponse>, Status> {
+        let (hash, rev, _) = self.shared.store.hash_kv(0)?;
+        Ok(Response::new(pb::HashResponse { header: self.shared.header(rev), hash }))
+    }
+
+    async fn hash_kv(
+        &self,
+        req: Request<pb::HashKvRequest>,
+    ) -> Result<Response<pb::HashKvResponse>, Status> {
+        let (hash, hash_revision, compact_revision) =
+            self.shared.store.hash_kv(req.into_inner().revision)?;
+        Ok(Response::new(pb::HashKvResponse {
+            header: self.shared.header(0),
+            hash,
+            compact_revision,
+            hash_revision,
+        }))
+    }
+
+    type SnapshotStream = SnapshotStream;
+
+    async fn snapshot(
+        &self,
+        _req: Request<pb::SnapshotRequest>,
+    ) -> Result<Response<Self::SnapshotStream>, Status> {
+        Err(Status::unimplemented("snapshot is not implemented yet"))
+    }
+
+    async fn move_leader(
+        &self,
+        _req: Request<pb::MoveLeaderRequest>,
+    ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
+        Err(Status::unimplemented("a single member has no other leader to move to"))
+    }
+
+    async fn downgrade(
+        &self,
+        _req: Request<pb::DowngradeRequest>,
+    ) -> Result<Response<pb::DowngradeResponse>, Status> {
+        Err(Status::unimplemented("downgrade is not supported"))
+    }
+}
+
+/// etcd reports its storage schema version as `major.minor.0`.
+fn storage_version(version: &str) -> String {
+    let mut parts = version.split('.');
+    format!("{}.{}.0", parts.next().unwrap_or("3"), parts.next().unwrap_or("6"))
+}

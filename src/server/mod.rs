@@ -1,0 +1,162 @@
+//! The gRPC server: etcd's v3 services over tonic (etcd's `etcdserver/api/v3rpc`).
+//!
+//! Services are thin: convert the request, call the store, fill the header, translate errors
+//! through [`status`]. Watch and Lease are not served yet (clients get UNIMPLEMENTED, as for
+//! any method this server does not know).
+
+pub mod auth;
+pub mod cluster;
+pub mod convert;
+pub mod kv;
+pub mod maintenance;
+pub mod status;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tonic::transport::Server;
+use tracing::info;
+
+use crate::config::Config;
+use crate::mvcc::{Store, StoreConfig};
+use crate::proto::etcdserverpb as pb;
+
+/// gRPC's own framing on top of a request, allowed beyond `--max-request-bytes` so that an
+/// oversized request still reaches etcd's size check and gets etcd's error (etcd adds the same).
+const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+
+/// The raft term reported in headers: a single member that never holds an election.
+pub const RAFT_TERM: u64 = 2;
+
+/// What every service shares.
+#[derive(Debug)]
+pub struct Shared {
+    pub store: Store,
+    pub cluster_id: u64,
+    pub member_id: u64,
+    pub config: Config,
+}
+
+impl Shared {
+    pub fn new(config: Config) -> Self {
+        let (cluster_id, member_id) = config.ids();
+        let store = Store::new(StoreConfig {
+            registry_prefix: config.registry_prefix.clone(),
+            max_txn_ops: config.max_txn_ops as usize,
+            max_request_bytes: config.max_request_bytes as usize,
+        });
+        Self { store, cluster_id, member_id, config }
+    }
+
+    /// The top-level response header: ids, term, and the revision (the current one if the
+    /// response does not carry its own).
+    pub fn header(&self, revision: i64) -> Option<pb::ResponseHeader> {
+        Some(pb::ResponseHeader {
+            cluster_id: self.cluster_id,
+            member_id: self.member_id,
+            revision: if revision == 0 { self.store.current_revision() } else { revision },
+            raft_term: RAFT_TERM,
+        })
+    }
+
+    /// Fills a header in place the way etcd's `header.fill` does.
+    pub fn fill(&self, h: &mut Option<pb::ResponseHeader>) {
+        let rev = h.as_ref().map_or(0, |h| h.revision);
+        *h = self.header(rev);
+    }
+}
+
+/// One bound listener.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(tokio::net::UnixListener, String),
+}
+
+impl Listener {
+    /// Binds `url` (`http://host:port` or `unix://path`).
+    pub async fn bind(url: &str) -> std::io::Result<Self> {
+        let bad = || {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("bad listen URL {url:?}"))
+        };
+        if let Some(path) = url.strip_prefix("unix://") {
+            let _ = std::fs::remove_file(path);
+            return Ok(Listener::Unix(tokio::net::UnixListener::bind(path)?, path.to_string()));
+        }
+        let hostport = url.strip_prefix("http://").ok_or_else(bad)?.trim_end_matches('/');
+        let addr: SocketAddr = match hostport.parse() {
+            Ok(a) => a,
+            Err(_) => tokio::net::lookup_host(hostport).await?.next().ok_or_else(bad)?,
+        };
+        Ok(Listener::Tcp(TcpListener::bind(addr).await?))
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Listener::Tcp(l) => l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            Listener::Unix(_, p) => format!("unix://{p}"),
+        }
+    }
+}
+
+fn router(shared: &Arc<Shared>) -> tonic::transport::server::Router {
+    let recv = shared.config.max_request_bytes as usize + GRPC_OVERHEAD_BYTES;
+    let kv = pb::kv_server::KvServer::new(kv::KvService::new(shared.clone()))
+        .max_decoding_message_size(recv)
+        .max_encoding_message_size(usize::MAX);
+    let maintenance = pb::maintenance_server::MaintenanceServer::new(
+        maintenance::MaintenanceService::new(shared.clone()),
+    )
+    .max_decoding_message_size(recv)
+    .max_encoding_message_size(usize::MAX);
+    let cluster =
+        pb::cluster_server::ClusterServer::new(cluster::ClusterService::new(shared.clone()));
+    let auth = pb::auth_server::AuthServer::new(auth::AuthService::new(shared.clone()));
+    Server::builder()
+        .tcp_nodelay(true)
+        // etcd allows effectively unlimited streams per connection; kube-apiserver multiplexes
+        // every watch of a resource onto one.
+        .max_concurrent_streams(u32::MAX)
+        .add_service(kv)
+        .add_service(maintenance)
+        .add_service(cluster)
+        .add_service(auth)
+}
+
+/// Serves every listener until `shutdown` resolves, then drains in-flight requests.
+pub async fn serve(
+    shared: Arc<Shared>,
+    listeners: Vec<Listener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let (tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let mut tasks = tokio::task::JoinSet::new();
+    for l in listeners {
+        let mut rx = tx.subscribe();
+        let signal = async move {
+            let _ = rx.recv().await;
+        };
+        info!(address = %l.describe(), "ready to serve client requests");
+        let r = router(&shared);
+        match l {
+            Listener::Tcp(t) => {
+                tasks.spawn(r.serve_with_incoming_shutdown(TcpListenerStream::new(t), signal))
+            }
+            Listener::Unix(u, _) => {
+                tasks.spawn(r.serve_with_incoming_shutdown(UnixListenerStream::new(u), signal))
+            }
+        };
+    }
+    tokio::spawn(async move {
+        shutdown.await;
+        info!("shutting down");
+        let _ = tx.send(());
+    });
+    while let Some(res) = tasks.join_next().await {
+        res.expect("listener task panicked")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,30 @@
+//! The one table from internal errors to gRPC statuses. etcd clients map errors back by their
+//! message text and retry by code, so both must be etcd's exactly.
+
+use tonic::{Code, Status};
+
+use crate::error::Error;
+
+/// etcd's gRPC code for each error (`api/v3rpc/rpctypes/error.go`); the text is
+/// [`Error::message`].
+pub fn code(e: &Error) -> Code {
+    match e {
+        Error::EmptyKey
+        | Error::KeyNotFound
+        | Error::ValueProvided
+        | Error::LeaseProvided
+        | Error::TooManyOps
+        | Error::DuplicateKey
+        | Error::InvalidSortOption
+        | Error::RequestTooLarge => Code::InvalidArgument,
+        Error::Compacted | Error::FutureRev => Code::OutOfRange,
+        Error::LeaseNotFound => Code::NotFound,
+        Error::AuthNotEnabled | Error::MemberChangeUnsupported => Code::FailedPrecondition,
+    }
+}
+
+impl From<Error> for Status {
+    fn from(e: Error) -> Self {
+        Status::new(code(&e), e.message())
+    }
+}
