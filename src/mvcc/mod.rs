@@ -16,3 +16,6 @@ pub mod validate;
 
 pub use request::*;
 pub use store::{Applied, Store, StoreConfig};
+
+#[cfg(test)]
+mod tests;
