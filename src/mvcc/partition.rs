@@ -144,6 +144,7 @@ impl PartitionState {
                 (self.slab.len() - 1) as u32
             }
         };
+        self.bytes += key_cost(&key);
         self.map.insert(key.clone(), slot);
         // Indexed as dead until the caller's put makes it live, so both paths count the same way.
         self.index.insert(key, slot, false);
@@ -234,6 +235,7 @@ impl PartitionState {
             self.bytes -= h.compact(rev);
             if h.is_empty() {
                 let key = h.key.clone();
+                self.bytes -= key_cost(&key);
                 self.map.remove(&key[..]);
                 self.index.remove(&key);
                 self.slab[slot as usize] = KeyHistory::new(Bytes::new());
@@ -259,6 +261,12 @@ impl PartitionState {
             }
         }
     }
+}
+
+/// Memory a key costs besides its records: its bytes, its hash map and index entries and its
+/// history header (measured sizes of those structures, rounded up for allocator overhead).
+fn key_cost(key: &Bytes) -> usize {
+    key.len() + 160
 }
 
 /// The client-facing form of a record.
