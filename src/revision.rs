@@ -3,12 +3,19 @@
 //! A *revision* is etcd's logical clock: every write transaction gets the next main revision and
 //! each change inside it a sub-revision. The clock hands out main revisions to writers and keeps
 //! the **committed watermark**: the highest revision R such that every write at or below R is
-//! fully applied. Reads are served at the watermark, so a reader never sees revision R while a
-//! write below R is still in flight (no torn reads), although writers to different partitions
-//! apply concurrently and may finish out of order.
+//! fully applied and published. Reads are served at the watermark, so a reader never sees
+//! revision R while a write below R is still in flight (no torn reads), although writers to
+//! different partitions apply concurrently and may finish out of order.
+//!
+//! Completed revisions are **published in order**: each completion parks its payload (the
+//! revision's events) in a ring slot, and whichever completing thread holds the publisher lock
+//! hands every contiguous completed revision to the publish callback (event log, watchers)
+//! before moving the watermark past it. Threads that find the lock taken just leave their slot
+//! filled: the holder picks it up (a combining lock, so no writer waits for another's publish).
 
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 
+use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 /// A point in the store's history.
@@ -28,26 +35,30 @@ impl Revision {
 
 /// How far completed writes may run ahead of the watermark. A writer that would exceed it waits,
 /// which only happens when one write stalls while thousands behind it finish.
-const WINDOW: usize = 1 << 16;
+const WINDOW: usize = 1 << 14;
 
-/// Allocates main revisions and tracks the committed watermark.
+/// Allocates main revisions, publishes completed ones in order, and tracks the watermark.
 #[derive(Debug)]
-pub struct RevisionClock {
+pub struct RevisionClock<T> {
     /// The last main revision handed to a writer. Writers allocate while holding the locks of
     /// every partition they touch, so allocation order is consistent with lock order.
     allocated: AtomicI64,
-    /// Every write at or below this revision is applied; reads are served here.
+    /// Every write at or below this revision is applied and published; reads are served here.
     committed: AtomicI64,
-    /// `done[r % WINDOW] == r` once write `r` finished applying. A ring instead of a lock: any
-    /// completing writer can advance the watermark over the slots its predecessors filled.
+    /// `done[r % WINDOW] == r` once write `r` completed (its payload is in `payload`).
     done: Box<[AtomicI64]>,
+    /// Each revision's payload until it is published. One small lock per slot: a slot is only
+    /// touched by its writer and by the publisher.
+    payload: Box<[Mutex<Option<T>>]>,
+    /// Held by the one thread publishing; others never wait for it (`try_lock`).
+    publisher: Mutex<()>,
     /// Wakes tasks waiting for the watermark to pass their revision.
     advanced: Notify,
     /// Number of such waiters; the notify (which takes a lock) is skipped while it is zero.
     waiters: AtomicUsize,
 }
 
-impl RevisionClock {
+impl<T> RevisionClock<T> {
     /// A clock whose current revision is `current` (1 for an empty store, as in etcd).
     pub fn new(current: i64) -> Self {
         let done = (0..WINDOW).map(|_| AtomicI64::new(-1)).collect::<Vec<_>>().into_boxed_slice();
@@ -56,6 +67,8 @@ impl RevisionClock {
             allocated: AtomicI64::new(current),
             committed: AtomicI64::new(current),
             done,
+            payload: (0..WINDOW).map(|_| Mutex::new(None)).collect(),
+            publisher: Mutex::new(()),
             advanced: Notify::new(),
             waiters: AtomicUsize::new(0),
         }
@@ -71,7 +84,7 @@ impl RevisionClock {
         self.allocated.load(Ordering::SeqCst)
     }
 
-    /// Hands out the next main revision. The caller must call [`complete`](Self::complete) with it.
+    /// Hands out the next main revision. The caller must [`complete`](Self::complete) it.
     pub fn allocate(&self) -> i64 {
         let rev = self.allocated.fetch_add(1, Ordering::SeqCst) + 1;
         // Keep the ring from wrapping onto a slot that is still pending.
@@ -81,26 +94,49 @@ impl RevisionClock {
         rev
     }
 
-    /// Marks `rev` applied and advances the watermark over every contiguous completed revision.
-    pub fn complete(&self, rev: i64) {
+    /// Marks `rev` complete with its payload; publishes every contiguous completed revision
+    /// through `publish` (in revision order, in batches) if no other thread is doing so.
+    pub fn complete(&self, rev: i64, payload: T, publish: impl FnMut(&mut Vec<(i64, T)>)) {
+        *self.payload[slot(rev)].lock() = Some(payload);
         self.done[slot(rev)].store(rev, Ordering::SeqCst);
-        let mut advanced = false;
+        self.publish_ready(publish);
+    }
+
+    fn publish_ready(&self, mut publish: impl FnMut(&mut Vec<(i64, T)>)) {
+        let mut batch = Vec::new();
         loop {
-            let cur = self.committed.load(Ordering::SeqCst);
-            let next = cur + 1;
+            let Some(_guard) = self.publisher.try_lock() else {
+                // The holder re-checks after releasing, so our slot is not left behind.
+                return;
+            };
+            let mut cur = self.committed();
+            while self.done[slot(cur + 1)].load(Ordering::SeqCst) == cur + 1 {
+                cur += 1;
+                let p = self.payload[slot(cur)]
+                    .lock()
+                    .take()
+                    .expect("completed revision has a payload");
+                batch.push((cur, p));
+                if batch.len() >= 1024 {
+                    break;
+                }
+            }
+            if batch.is_empty() {
+                drop(_guard);
+            } else {
+                publish(&mut batch);
+                batch.clear();
+                self.committed.store(cur, Ordering::SeqCst);
+                drop(_guard);
+                if self.waiters.load(Ordering::SeqCst) > 0 {
+                    self.advanced.notify_waiters();
+                }
+            }
+            // A revision completed while we held the lock may have found it taken.
+            let next = self.committed() + 1;
             if self.done[slot(next)].load(Ordering::SeqCst) != next {
-                break;
+                return;
             }
-            if self
-                .committed
-                .compare_exchange(cur, next, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-            {
-                advanced = true;
-            }
-        }
-        if advanced && self.waiters.load(Ordering::SeqCst) > 0 {
-            self.advanced.notify_waiters();
         }
     }
 
@@ -140,33 +176,42 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
-    fn watermark_waits_for_gaps() {
+    fn watermark_waits_for_gaps_and_publishes_in_order() {
         let c = RevisionClock::new(1);
+        let mut seen = Vec::new();
         let a = c.allocate();
         let b = c.allocate();
         assert_eq!((a, b), (2, 3));
-        c.complete(b);
+        c.complete(b, "b", |batch| seen.extend(batch.iter().map(|x| x.0)));
         assert_eq!(c.committed(), 1, "3 done but 2 in flight: readers stay at 1");
-        c.complete(a);
+        assert!(seen.is_empty());
+        c.complete(a, "a", |batch| seen.extend(batch.iter().map(|x| x.0)));
         assert_eq!(c.committed(), 3);
+        assert_eq!(seen, [2, 3]);
     }
 
     #[test]
-    fn concurrent_completion_reaches_the_last_revision() {
+    fn concurrent_completion_publishes_every_revision_once_in_order() {
         let c = Arc::new(RevisionClock::new(1));
+        let log = Arc::new(Mutex::new(Vec::new()));
         let threads: Vec<_> = (0..4)
             .map(|_| {
-                let c = c.clone();
+                let (c, log) = (c.clone(), log.clone());
                 std::thread::spawn(move || {
                     for _ in 0..10_000 {
                         let r = c.allocate();
-                        c.complete(r);
+                        c.complete(r, r, |batch| {
+                            log.lock().extend(batch.iter().map(|&(rev, p)| {
+                                assert_eq!(rev, p);
+                                rev
+                            }))
+                        });
                     }
                 })
             })
             .collect();
         threads.into_iter().for_each(|t| t.join().unwrap());
         assert_eq!(c.committed(), 40_001);
-        assert_eq!(c.allocated(), 40_001);
+        assert_eq!(*log.lock(), (2..=40_001).collect::<Vec<_>>());
     }
 }

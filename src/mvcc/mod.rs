@@ -5,8 +5,10 @@
 //! - [`partition`]: one resource's keys: hash map, ordered index, histories;
 //! - [`store`]: the partitions, the revision clock and the one write path;
 //! - [`request`]: the KV API's requests and responses, free of any wire format;
-//! - [`validate`]: etcd's request checks.
+//! - [`validate`]: etcd's request checks;
+//! - [`event_log`]: every committed revision's events, for watchers.
 
+pub mod event_log;
 pub mod index;
 pub mod key_index;
 pub mod partition;
@@ -14,6 +16,7 @@ pub mod request;
 pub mod store;
 pub mod validate;
 
+pub use event_log::{CommitObserver, Event, EventKind, EventLog, RevisionEvents};
 pub use request::*;
 pub use store::{Applied, Store, StoreConfig};
 

@@ -29,6 +29,7 @@ use bytes::Bytes;
 use hashbrown::HashMap;
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 
+use super::event_log::{CommitObserver, Event, EventKind, EventLog, RevisionEvents};
 use super::partition::{Partition, PartitionState};
 use super::request::*;
 use super::validate;
@@ -76,7 +77,14 @@ struct Table {
 #[derive(Debug)]
 pub struct Store {
     keyspace: Keyspace,
-    clock: RevisionClock,
+    /// Revision allocation, in-order publication and the read watermark; a revision's payload
+    /// is its events.
+    clock: RevisionClock<RevisionEvents>,
+    /// Every committed revision's events until compaction; shared with the watch hub.
+    events: Arc<EventLog>,
+    /// Told about each committed revision before readers see it (the watch hub). Set once at
+    /// start-up.
+    observer: std::sync::OnceLock<Arc<dyn CommitObserver>>,
     /// Read-locked briefly to find partitions, and held across a txn that has range ops so that
     /// no partition can appear inside a range it has already locked; write-locked only to add
     /// a partition.
@@ -96,6 +104,8 @@ impl Store {
         Self {
             keyspace: Keyspace::new(&config.registry_prefix),
             clock: RevisionClock::new(1),
+            events: Arc::new(EventLog::new(2)),
+            observer: std::sync::OnceLock::new(),
             table: RwLock::new(Table {
                 by_prefix: HashMap::new(),
                 sorted: Vec::new(),
@@ -105,6 +115,27 @@ impl Store {
             compaction: Mutex::new(()),
             max_txn_ops: config.max_txn_ops,
             max_request_bytes: config.max_request_bytes,
+        }
+    }
+
+    /// Registers the one observer of committed revisions (the watch hub).
+    pub fn set_observer(&self, observer: Arc<dyn CommitObserver>) {
+        self.observer.set(observer).expect("the commit observer is set once");
+    }
+
+    /// The event log (history by revision).
+    pub fn event_log(&self) -> &Arc<EventLog> {
+        &self.events
+    }
+
+    /// Publishes a batch of consecutive completed revisions: event log first, then the
+    /// observer; the clock moves the read watermark once this returns.
+    fn publish(&self, batch: &mut Vec<(i64, RevisionEvents)>) {
+        for (rev, evs) in batch.iter() {
+            self.events.append(*rev, evs.clone());
+        }
+        if let Some(o) = self.observer.get() {
+            o.on_commit(batch);
         }
     }
 
@@ -353,10 +384,12 @@ impl Store {
         };
         // Completes the revision even if applying panics, so one bad request cannot wedge
         // every reader behind the watermark.
-        let completion = writes.then(|| Completion { clock: &self.clock, rev });
+        let mut completion = writes.then(|| Completion { store: self, rev, events: Vec::new() });
         let mut sub = 0;
         let mut path_iter = path.into_iter();
-        let mut response = ctx.exec(&req, &mut path_iter, rev, base, &mut sub);
+        let mut scratch = Vec::new();
+        let events = completion.as_mut().map_or(&mut scratch, |c| &mut c.events);
+        let mut response = ctx.exec(&req, &mut path_iter, rev, base, &mut sub, events);
         response.revision = if sub > 0 { base + 1 } else { base };
         for (p, g) in parts.iter().zip(&ctx.guards) {
             p.sync_bytes(g);
@@ -378,6 +411,7 @@ impl Store {
             return Err(Error::FutureRev);
         }
         self.compact_rev.store(rev, Ordering::SeqCst);
+        self.events.compact(rev);
         let parts = self.table.read().all.clone();
         for p in parts {
             let mut st = p.state.write();
@@ -415,15 +449,17 @@ impl Store {
     }
 }
 
-/// Completes an allocated revision when dropped.
+/// Completes an allocated revision, with the events applied so far, when dropped.
 struct Completion<'a> {
-    clock: &'a RevisionClock,
+    store: &'a Store,
     rev: i64,
+    events: Vec<Event>,
 }
 
 impl Drop for Completion<'_> {
     fn drop(&mut self) {
-        self.clock.complete(self.rev);
+        let events: RevisionEvents = std::mem::take(&mut self.events).into();
+        self.store.clock.complete(self.rev, events, |batch| self.store.publish(batch));
     }
 }
 
@@ -555,6 +591,7 @@ impl TxnCtx<'_> {
         rev: i64,
         base: i64,
         sub: &mut i64,
+        events: &mut Vec<Event>,
     ) -> TxnResponse {
         let ok = path.next().expect("planned path covers every executed txn");
         let ops = if ok { &t.success } else { &t.failure };
@@ -585,8 +622,17 @@ impl TxnCtx<'_> {
                     } else {
                         (p.value.clone(), p.lease)
                     };
-                    let prev = st.put(&p.key, Revision::new(rev, *sub), value, lease);
+                    let prev = st.put(&p.key, Revision::new(rev, *sub), value.clone(), lease);
                     *sub += 1;
+                    let kv = KeyValue {
+                        key: p.key.clone(),
+                        create_revision: prev.as_ref().map_or(rev, |p| p.create_revision),
+                        mod_revision: rev,
+                        version: prev.as_ref().map_or(1, |p| p.version + 1),
+                        value,
+                        lease,
+                    };
+                    events.push(Event { kind: EventKind::Put, kv, prev_kv: prev.clone() });
                     ResponseOp::Put(PutResponse {
                         revision: base + 1,
                         prev_kv: if p.prev_kv { prev } else { None },
@@ -605,6 +651,9 @@ impl TxnCtx<'_> {
                     for (i, k) in &keys {
                         let prev = self.guards[*i].delete(k, Revision::new(rev, *sub));
                         *sub += 1;
+                        let kv =
+                            KeyValue { key: k.clone(), mod_revision: rev, ..Default::default() };
+                        events.push(Event { kind: EventKind::Delete, kv, prev_kv: prev.clone() });
                         if d.prev_kv {
                             prev_kvs.extend(prev);
                         }
@@ -616,7 +665,7 @@ impl TxnCtx<'_> {
                     })
                 }
                 RequestOp::Txn(nested) => {
-                    let mut r = self.exec(nested, path, rev, base, sub);
+                    let mut r = self.exec(nested, path, rev, base, sub, events);
                     // etcd fills only the outermost txn header.
                     r.revision = 0;
                     ResponseOp::Txn(r)
