@@ -2,6 +2,7 @@
 //! mem_etcd can stand in for etcd in scripts, manifests and test frameworks.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Parser;
 
@@ -62,6 +63,24 @@ pub struct Config {
     #[arg(long, env = "MEM_ETCD_EMULATED_VERSION", default_value = "3.6.16", value_parser = parse_version)]
     pub emulated_version: String,
 
+    /// How often watches with progress_notify hear the current revision when idle (Kubernetes
+    /// runs etcd with 5s).
+    #[arg(
+        long,
+        env = "ETCD_WATCH_PROGRESS_NOTIFY_INTERVAL",
+        default_value = "5s",
+        value_parser = parse_duration
+    )]
+    pub watch_progress_notify_interval: Duration,
+
+    /// etcd 3.5's name for --watch-progress-notify-interval; wins when given.
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL",
+        value_parser = parse_duration
+    )]
+    pub experimental_watch_progress_notify_interval: Option<Duration>,
+
     /// kube-apiserver's --etcd-prefix: keys below it are partitioned per resource.
     #[arg(long, env = "MEM_ETCD_REGISTRY_PREFIX", default_value = "/registry")]
     pub registry_prefix: String,
@@ -87,6 +106,13 @@ pub struct Config {
 }
 
 impl Config {
+    /// The effective progress-notify interval.
+    pub fn progress_notify_interval(&self) -> Duration {
+        self.experimental_watch_progress_notify_interval
+            .unwrap_or(self.watch_progress_notify_interval)
+            .max(Duration::from_millis(1))
+    }
+
     /// The URLs clients are told to use.
     pub fn advertised_client_urls(&self) -> Vec<String> {
         if self.advertise_client_urls.is_empty() {
@@ -107,6 +133,34 @@ impl Config {
         let cluster = (member.rotate_left(17).wrapping_mul(0xBF58_476D_1CE4_E5B9) >> 1) | 1;
         (cluster, member)
     }
+}
+
+/// Parses Go-style durations as etcd's flags take them: `5s`, `100ms`, `1m30s`, `2h`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("{s:?} is not a duration like 5s or 100ms");
+    let mut total = Duration::ZERO;
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let n = rest.find(|c: char| !c.is_ascii_digit() && c != '.').ok_or_else(bad)?;
+        let value: f64 = rest[..n].parse().map_err(|_| bad())?;
+        rest = &rest[n..];
+        let u = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit = match &rest[..u] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += Duration::from_secs_f64(value * unit);
+        rest = &rest[u..];
+    }
+    Ok(total)
 }
 
 fn parse_version(s: &str) -> Result<String, String> {
@@ -133,6 +187,15 @@ mod tests {
         assert!(parse_version("3.5.13").is_ok());
         assert!(parse_version("3.5.12").is_err());
         assert!(parse_version("3.6").is_err());
+    }
+
+    #[test]
+    fn durations_parse_like_go() {
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("100ms").unwrap(), Duration::from_millis(100));
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("").is_err());
     }
 
     #[test]

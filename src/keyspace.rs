@@ -27,6 +27,12 @@ impl Keyspace {
     /// A first segment containing a dot is an API group and the resource is the next segment;
     /// the prefix must be followed by more key bytes (the bare `/registry/pods/` is not an object).
     pub fn partition_of<'k>(&self, key: &'k [u8]) -> Option<&'k [u8]> {
+        self.resource_prefix(key).filter(|p| p.len() < key.len())
+    }
+
+    /// Like [`partition_of`](Self::partition_of), but also for the bare prefix itself
+    /// (`/registry/pods/`), as the start of a range or watch over a whole resource.
+    pub fn resource_prefix<'k>(&self, key: &'k [u8]) -> Option<&'k [u8]> {
         let rest = key.strip_prefix(&self.registry[..])?;
         let first = rest.iter().position(|&b| b == b'/')?;
         if first == 0 {
@@ -39,9 +45,6 @@ impl Keyspace {
                 return None;
             }
             end += second + 1;
-        }
-        if rest.len() == end {
-            return None;
         }
         Some(&key[..self.registry.len() + end])
     }

@@ -31,6 +31,7 @@ pub mod keyspace;
 pub mod mvcc;
 pub mod revision;
 pub mod server;
+pub mod watch;
 
 /// Generated etcd API types (from `proto/`, compiled by `build.rs`).
 #[allow(clippy::all, missing_debug_implementations)]

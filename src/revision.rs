@@ -96,13 +96,13 @@ impl<T> RevisionClock<T> {
 
     /// Marks `rev` complete with its payload; publishes every contiguous completed revision
     /// through `publish` (in revision order, in batches) if no other thread is doing so.
-    pub fn complete(&self, rev: i64, payload: T, publish: impl FnMut(&mut Vec<(i64, T)>)) {
+    pub fn complete(&self, rev: i64, payload: T, publish: impl FnMut(&[(i64, T)])) {
         *self.payload[slot(rev)].lock() = Some(payload);
         self.done[slot(rev)].store(rev, Ordering::SeqCst);
         self.publish_ready(publish);
     }
 
-    fn publish_ready(&self, mut publish: impl FnMut(&mut Vec<(i64, T)>)) {
+    fn publish_ready(&self, mut publish: impl FnMut(&[(i64, T)])) {
         let mut batch = Vec::new();
         loop {
             let Some(_guard) = self.publisher.try_lock() else {
@@ -124,7 +124,7 @@ impl<T> RevisionClock<T> {
             if batch.is_empty() {
                 drop(_guard);
             } else {
-                publish(&mut batch);
+                publish(&batch);
                 batch.clear();
                 self.committed.store(cur, Ordering::SeqCst);
                 drop(_guard);

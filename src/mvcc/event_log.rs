@@ -41,13 +41,15 @@ pub struct EventLog {
 struct Inner {
     /// Revision of `revs[0]`.
     first: i64,
+    /// The compaction revision (0 before the first): watches may not start below it.
+    compacted: i64,
     revs: VecDeque<RevisionEvents>,
 }
 
 impl EventLog {
     /// An empty log whose next revision is `next`.
     pub fn new(next: i64) -> Self {
-        Self { inner: RwLock::new(Inner { first: next, revs: VecDeque::new() }) }
+        Self { inner: RwLock::new(Inner { first: next, compacted: 0, revs: VecDeque::new() }) }
     }
 
     pub fn append(&self, rev: i64, events: RevisionEvents) {
@@ -60,6 +62,7 @@ impl EventLog {
     /// at the compaction revision).
     pub fn compact(&self, rev: i64) {
         let mut g = self.inner.write();
+        g.compacted = g.compacted.max(rev);
         while g.first < rev && !g.revs.is_empty() {
             g.revs.pop_front();
             g.first += 1;
@@ -71,14 +74,18 @@ impl EventLog {
 
     /// Up to `max_revs` revisions from `from`, stopping before `to` is passed or when about
     /// `max_bytes` of values were gathered (always at least one revision if any is available).
+    /// `Err(compaction revision)` when `from` was compacted away.
     pub fn read(
         &self,
         from: i64,
         to: i64,
         max_revs: usize,
         max_bytes: usize,
-    ) -> Vec<(i64, RevisionEvents)> {
+    ) -> Result<Vec<(i64, RevisionEvents)>, i64> {
         let g = self.inner.read();
+        if from < g.compacted {
+            return Err(g.compacted);
+        }
         let mut out = Vec::new();
         let mut bytes = 0;
         let start = (from - g.first).max(0) as usize;
@@ -90,7 +97,12 @@ impl EventLog {
             bytes += evs.iter().map(|e| e.kv.key.len() + e.kv.value.len()).sum::<usize>();
             out.push((rev, evs.clone()));
         }
-        out
+        Ok(out)
+    }
+
+    /// The compaction revision (0 before the first compaction).
+    pub fn compacted(&self) -> i64 {
+        self.inner.read().compacted
     }
 
     /// The oldest revision still held.

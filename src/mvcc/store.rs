@@ -123,6 +123,11 @@ impl Store {
         self.observer.set(observer).expect("the commit observer is set once");
     }
 
+    /// How keys map to partitions.
+    pub fn keyspace(&self) -> &Keyspace {
+        &self.keyspace
+    }
+
     /// The event log (history by revision).
     pub fn event_log(&self) -> &Arc<EventLog> {
         &self.events
@@ -130,7 +135,7 @@ impl Store {
 
     /// Publishes a batch of consecutive completed revisions: event log first, then the
     /// observer; the clock moves the read watermark once this returns.
-    fn publish(&self, batch: &mut Vec<(i64, RevisionEvents)>) {
+    fn publish(&self, batch: &[(i64, RevisionEvents)]) {
         for (rev, evs) in batch.iter() {
             self.events.append(*rev, evs.clone());
         }

@@ -1,8 +1,8 @@
 //! The gRPC server: etcd's v3 services over tonic (etcd's `etcdserver/api/v3rpc`).
 //!
 //! Services are thin: convert the request, call the store, fill the header, translate errors
-//! through [`status`]. Watch and Lease are not served yet (clients get UNIMPLEMENTED, as for
-//! any method this server does not know).
+//! through [`status`]. Lease is not served yet (clients get UNIMPLEMENTED, as for any method
+//! this server does not know).
 
 pub mod auth;
 pub mod cluster;
@@ -10,6 +10,7 @@ pub mod convert;
 pub mod kv;
 pub mod maintenance;
 pub mod status;
+pub mod watch;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -23,6 +24,7 @@ use tracing::info;
 use crate::config::Config;
 use crate::mvcc::{Store, StoreConfig};
 use crate::proto::etcdserverpb as pb;
+use crate::watch::WatchHub;
 
 /// gRPC's own framing on top of a request, allowed beyond `--max-request-bytes` so that an
 /// oversized request still reaches etcd's size check and gets etcd's error (etcd adds the same).
@@ -35,6 +37,8 @@ pub const RAFT_TERM: u64 = 2;
 #[derive(Debug)]
 pub struct Shared {
     pub store: Store,
+    /// Every watcher; the store publishes committed revisions to it.
+    pub hub: Arc<WatchHub>,
     pub cluster_id: u64,
     pub member_id: u64,
     pub config: Config,
@@ -48,7 +52,13 @@ impl Shared {
             max_txn_ops: config.max_txn_ops as usize,
             max_request_bytes: config.max_request_bytes as usize,
         });
-        Self { store, cluster_id, member_id, config }
+        let hub = Arc::new(WatchHub::new(
+            store.keyspace().clone(),
+            store.event_log().clone(),
+            store.current_revision(),
+        ));
+        store.set_observer(hub.clone());
+        Self { store, hub, cluster_id, member_id, config }
     }
 
     /// The top-level response header: ids, term, and the revision (the current one if the
@@ -115,6 +125,9 @@ fn router(shared: &Arc<Shared>) -> tonic::transport::server::Router {
     let cluster =
         pb::cluster_server::ClusterServer::new(cluster::ClusterService::new(shared.clone()));
     let auth = pb::auth_server::AuthServer::new(auth::AuthService::new(shared.clone()));
+    let watch = pb::watch_server::WatchServer::new(watch::WatchService::new(shared.clone()))
+        .max_decoding_message_size(recv)
+        .max_encoding_message_size(usize::MAX);
     Server::builder()
         .tcp_nodelay(true)
         // etcd allows effectively unlimited streams per connection; kube-apiserver multiplexes
@@ -124,6 +137,7 @@ fn router(shared: &Arc<Shared>) -> tonic::transport::server::Router {
         .add_service(maintenance)
         .add_service(cluster)
         .add_service(auth)
+        .add_service(watch)
 }
 
 /// Serves every listener until `shutdown` resolves, then drains in-flight requests.
