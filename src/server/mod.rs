@@ -17,8 +17,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
 use tracing::info;
 
 use crate::config::Config;
@@ -157,7 +158,9 @@ pub async fn serve(
         let r = router(&shared);
         match l {
             Listener::Tcp(t) => {
-                tasks.spawn(r.serve_with_incoming_shutdown(TcpListenerStream::new(t), signal))
+                // Without TCP_NODELAY small responses wait for delayed ACKs (tens of ms).
+                let incoming = TcpIncoming::from(t).with_nodelay(Some(true));
+                tasks.spawn(r.serve_with_incoming_shutdown(incoming, signal))
             }
             Listener::Unix(u, _) => {
                 tasks.spawn(r.serve_with_incoming_shutdown(UnixListenerStream::new(u), signal))

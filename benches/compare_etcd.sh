@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Side-by-side load test: etcd's own `benchmark` tool against mem_etcd and a real etcd 3.6
+# (data on tmpfs), back to back on this machine, with the same flags. Prints requests/s, the
+# server's CPU time per request (user+system of the server process / requests) and the ratio.
+#
+# Usage: benches/compare_etcd.sh [put|txn-put|range|watch|all]   (default all)
+# env: TOTAL (requests per run, default 100000), CLIENTS (100), CONNS (10)
+#      ETCD_BIN, BENCHMARK_BIN (else built/cached by tests/peers/*.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WHAT=${1:-all}
+TOTAL=${TOTAL:-100000}
+CLIENTS=${CLIENTS:-100}
+CONNS=${CONNS:-10}
+ETCD_BIN=${ETCD_BIN:-$(tests/peers/install_etcd.sh | tail -1)/etcd}
+BENCH=${BENCHMARK_BIN:-$(tests/peers/install_benchmark.sh | tail -1)}
+cargo build --release --quiet
+MEM=target/release/mem_etcd
+PORT=23791
+TMP=$(mktemp -d /dev/shm/compare.XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+start() { # KIND
+  case $1 in
+    mem_etcd) "$MEM" --listen-client-urls "http://127.0.0.1:$PORT" --log-level warn 2>"$TMP/mem.log" & ;;
+    etcd) "$ETCD_BIN" --name b --data-dir "$TMP/etcd" --listen-client-urls "http://127.0.0.1:$PORT" \
+            --advertise-client-urls "http://127.0.0.1:$PORT" --listen-peer-urls "http://127.0.0.1:$((PORT + 1))" \
+            --initial-advertise-peer-urls "http://127.0.0.1:$((PORT + 1))" --initial-cluster "b=http://127.0.0.1:$((PORT + 1))" \
+            --quota-backend-bytes 8589934592 --log-level warn 2>"$TMP/etcd.log" & ;;
+  esac
+  SERVER_PID=$!
+  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && return; sleep 0.1; done
+  echo "server $1 did not start" >&2; exit 1
+}
+
+stop() { kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; rm -rf "$TMP/etcd"; }
+
+# Prints "requests/s cpu_us_per_request" for one workload against a fresh server.
+run() { # KIND WORKLOAD
+  start "$1"
+  local common=(--endpoints "127.0.0.1:$PORT" --clients "$CLIENTS" --conns "$CONNS")
+  case $2 in
+    put) args=(put --key-size 48 --val-size 1024 --key-space-size 100000 --sequential-keys=false --total "$TOTAL") ;;
+    txn-put) args=(txn-put --key-size 48 --val-size 1024 --key-space-size 100000 --total "$TOTAL") ;;
+    range)
+      "$BENCH" --endpoints "127.0.0.1:$PORT" --clients 10 --conns 10 put --key-size 48 --val-size 1024 \
+        --key-space-size 1000 --sequential-keys --total 1000 >/dev/null 2>&1
+      args=(range foo --consistency l --total "$TOTAL") ;;
+    watch) args=(watch --streams 10 --watch-per-stream 100 --watched-key-total 100 --put-total "$TOTAL" --put-rate 0) ;;
+  esac
+  local t0 c0 t1 c1 out
+  c0=$(cpu_ticks "$SERVER_PID"); t0=$(date +%s.%N)
+  out=$("$BENCH" "${common[@]}" "${args[@]}" 2>&1)
+  t1=$(date +%s.%N); c1=$(cpu_ticks "$SERVER_PID")
+  stop
+  local rps
+  rps=$(grep -m1 -oE 'Requests/sec:\s*[0-9.]+' <<<"$out" | grep -oE '[0-9.]+$' || true)
+  [ -n "$rps" ] || rps=$(grep -m1 -oE '[0-9.]+ (events|requests)/s' <<<"$out" | grep -oE '^[0-9.]+' || echo 0)
+  local ticks=$((c1 - c0)) hz
+  hz=$(getconf CLK_TCK)
+  echo "$rps $(awk -v t="$ticks" -v hz="$hz" -v n="$TOTAL" 'BEGIN{printf "%.1f", t / hz * 1e6 / n}')"
+  echo "$out" >"$TMP/$1-$2.out"
+  cp "$TMP/$1-$2.out" "/tmp/compare-$1-$2.out"
+}
+
+workloads=(put txn-put range watch)
+[ "$WHAT" = all ] || workloads=("$WHAT")
+printf '%-8s %14s %14s %8s %16s %16s\n' workload "mem_etcd req/s" "etcd req/s" ratio "mem_etcd cpu/req" "etcd cpu/req"
+for w in "${workloads[@]}"; do
+  read -r m_rps m_cpu < <(run mem_etcd "$w")
+  read -r e_rps e_cpu < <(run etcd "$w")
+  ratio=$(awk -v a="$m_rps" -v b="$e_rps" 'BEGIN{ if (b > 0) printf "%.2fx", a / b; else print "-" }')
+  printf '%-8s %14s %14s %8s %14s µs %14s µs\n' "$w" "$m_rps" "$e_rps" "$ratio" "$m_cpu" "$e_cpu"
+done
+echo "($(nproc) cores; $TOTAL requests per run; $CLIENTS clients over $CONNS connections; full outputs in /tmp/compare-*.out)"
