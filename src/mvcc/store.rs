@@ -164,9 +164,17 @@ impl Store {
         self.clock.wait_committed_blocking(rev)
     }
 
-    /// Bytes held by keys and values (an estimate of the memory the data needs).
+    /// An estimate of the memory the store holds: keys, values, their indexes, and the fixed
+    /// structures of an empty store (never zero, which clients divide by).
     pub fn size_bytes(&self) -> usize {
-        self.table.read().all.iter().map(|p| p.bytes.load(Ordering::Relaxed)).sum()
+        let data: usize =
+            self.table.read().all.iter().map(|p| p.bytes.load(Ordering::Relaxed)).sum();
+        data + crate::revision::FIXED_BYTES
+    }
+
+    /// Whether lease `id` exists. Leases arrive with the lessor; until then none does.
+    fn lease_exists(&self, _id: i64) -> bool {
+        false
     }
 
     /// Live keys at the newest applied revision, across partitions.
@@ -304,6 +312,11 @@ impl Store {
     pub fn put(&self, req: PutRequest, size: usize) -> Result<Applied<PutResponse>> {
         validate::check_put(&req)?;
         self.check_size(size)?;
+        // A plain Put checks its lease before anything else (a Put inside a txn checks
+        // `ignore_value` first, as etcd does).
+        if req.lease != 0 && !self.lease_exists(req.lease) {
+            return Err(Error::LeaseNotFound);
+        }
         let t = TxnRequest { compare: vec![], success: vec![RequestOp::Put(req)], failure: vec![] };
         let a = self.txn_unchecked(t)?;
         let Some(ResponseOp::Put(mut r)) = a.response.responses.into_iter().next() else {
@@ -450,7 +463,8 @@ impl Store {
                 crc = crc32c::crc32c_append(crc, &r.value);
             });
         }
-        Ok((crc, rev, self.compact_revision()))
+        // etcd reports -1 before the first compaction.
+        Ok((crc, rev, self.compact_rev.load(Ordering::SeqCst)))
     }
 }
 
@@ -560,7 +574,9 @@ impl TxnCtx<'_> {
                     if r.revision > current {
                         return Err(Error::FutureRev);
                     }
-                    if r.revision > 0 && r.revision < self.store.compact_rev.load(Ordering::SeqCst)
+                    // etcd's txn check compares any non-zero revision, negative ones included,
+                    // with the compaction revision (-1 before the first compaction).
+                    if r.revision != 0 && r.revision < self.store.compact_rev.load(Ordering::SeqCst)
                     {
                         return Err(Error::Compacted);
                     }
@@ -569,8 +585,7 @@ impl TxnCtx<'_> {
                     if (p.ignore_value || p.ignore_lease) && self.latest(&p.key).is_none() {
                         return Err(Error::KeyNotFound);
                     }
-                    if p.lease != 0 {
-                        // Leases arrive with the lessor; until then no lease exists.
+                    if p.lease != 0 && !self.store.lease_exists(p.lease) {
                         return Err(Error::LeaseNotFound);
                     }
                     writes = true;

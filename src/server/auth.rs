@@ -50,7 +50,8 @@ impl pb::auth_server::Auth for AuthService {
         Ok(Response::new(pb::AuthStatusResponse {
             header: self.shared.header(0),
             enabled: false,
-            auth_revision: 0,
+            // etcd's auth store starts at revision 1.
+            auth_revision: 1,
         }))
     }
 

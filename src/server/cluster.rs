@@ -54,7 +54,9 @@ impl pb::cluster_server::Cluster for ClusterService {
             client_ur_ls: s.config.advertised_client_urls(),
             is_learner: false,
         };
-        Ok(Response::new(pb::MemberListResponse { header: s.header(0), members: vec![me] }))
+        // etcd answers MemberList from the membership store, without a revision.
+        let header = s.header_without_revision();
+        Ok(Response::new(pb::MemberListResponse { header, members: vec![me] }))
     }
 
     async fn member_promote(

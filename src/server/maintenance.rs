@@ -66,7 +66,8 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         _req: Request<pb::DefragmentRequest>,
     ) -> Result<Response<pb::DefragmentResponse>, Status> {
         // Memory is returned as compaction frees it; there is nothing to defragment.
-        Ok(Response::new(pb::DefragmentResponse { header: self.shared.header(0) }))
+        // etcd's Defragment response carries no header.
+        Ok(Response::new(pb::DefragmentResponse { header: None }))
     }
 
     async fn hash(

@@ -1,1 +1,14 @@
-// integration tests: see support.rs
+//! Integration tests for mem_etcd. See support.rs for the harness and the environment knobs.
+
+#[macro_use]
+mod support;
+
+mod consistency;
+mod differential;
+mod etcdctl;
+mod k8s_shapes;
+mod kv;
+mod limits;
+mod model;
+mod services;
+mod txn;

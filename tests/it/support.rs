@@ -1,0 +1,582 @@
+//! The test harness: starting servers, connecting clients, and small assertion helpers.
+//!
+//! Every test starts its own server process (a fresh, empty store) and the process is killed when
+//! the [`Server`] value is dropped. Which server the ordinary tests run against is chosen by
+//! `MEM_ETCD_TEST_TARGET`:
+//!
+//! * unset, `mem_etcd` or `mem`: our binary (`CARGO_BIN_EXE_mem_etcd`);
+//! * `etcd`: a real etcd 3.6, so the expectations themselves can be proven right.
+//!
+//! Real etcd and etcdctl ("peers") come from `ETCD_BIN` / `ETCDCTL_BIN`, or else from the cache
+//! that `tests/peers/install_etcd.sh` fills. A test that needs a peer that is missing FAILS, unless
+//! `MEM_ETCD_SKIP_PEERS=1` is set and `CI` is not `true`; then it prints a loud SKIPPED line (on
+//! the real stderr, past the test harness's output capture) and returns.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use mem_etcd::proto::etcdserverpb as pb;
+pub use mem_etcd::proto::mvccpb;
+use tonic::transport::Channel;
+
+/// etcd's default `--max-request-bytes`.
+pub const MAX_REQUEST_BYTES: usize = 1_572_864;
+/// etcd's default `--max-txn-ops`.
+pub const MAX_TXN_OPS: usize = 128;
+/// The version of the reference etcd the suite is written against.
+pub const PEER_VERSION: &str = "3.6.16";
+
+/// Which implementation a [`Server`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    MemEtcd,
+    Etcd,
+}
+
+/// The implementation the non-differential tests run against (`MEM_ETCD_TEST_TARGET`).
+pub fn target() -> Kind {
+    match std::env::var("MEM_ETCD_TEST_TARGET").as_deref() {
+        Err(_) | Ok("") | Ok("mem_etcd") | Ok("mem") => Kind::MemEtcd,
+        Ok("etcd") => Kind::Etcd,
+        Ok(other) => panic!("MEM_ETCD_TEST_TARGET={other:?}: expected `mem_etcd` or `etcd`"),
+    }
+}
+
+/// Starts a fresh server of the [`target`] kind with extra flags, or returns from the calling test
+/// when the target is a peer that is missing and skipping is allowed.
+///
+/// `server!()` or `server!(["--max-txn-ops", "4"])`.
+macro_rules! server {
+    () => {
+        server!([])
+    };
+    ($args:expr) => {
+        match $crate::support::Server::start($crate::support::target(), &$args).await {
+            ::core::option::Option::Some(server) => server,
+            ::core::option::Option::None => return,
+        }
+    };
+}
+
+/// Starts a server of the given kind, or returns from the calling test if it is a missing peer
+/// and skipping is allowed.
+macro_rules! server_of {
+    ($kind:expr) => {
+        server_of!($kind, [])
+    };
+    ($kind:expr, $args:expr) => {
+        match $crate::support::Server::start($kind, &$args).await {
+            ::core::option::Option::Some(server) => server,
+            ::core::option::Option::None => return,
+        }
+    };
+}
+
+/// Writes to the process's real stderr, bypassing libtest's capture of `eprintln!`.
+pub fn loud(msg: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "\n{0}\n{msg}\n{0}\n", "!".repeat(78));
+}
+
+fn test_name() -> String {
+    std::thread::current().name().unwrap_or("<unnamed test>").to_string()
+}
+
+fn peer_dir() -> PathBuf {
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| "/root".into());
+    home.join(".cache/mem_etcd/peers").join(format!("etcd-v{PEER_VERSION}"))
+}
+
+fn etcd_path() -> PathBuf {
+    match std::env::var_os("ETCD_BIN") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => peer_dir().join("etcd"),
+    }
+}
+
+fn etcdctl_path() -> PathBuf {
+    match std::env::var_os("ETCDCTL_BIN") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => match std::env::var_os("ETCD_BIN") {
+            Some(p) if !p.is_empty() => {
+                Path::new(&p).parent().unwrap_or(Path::new(".")).join("etcdctl")
+            }
+            _ => peer_dir().join("etcdctl"),
+        },
+    }
+}
+
+/// The path of a peer binary (`etcd` or `etcdctl`), applying the peer policy described in the
+/// module docs: `None` means "skip this test" (already announced loudly); a missing binary
+/// without permission to skip panics.
+pub fn peer_binary(name: &str) -> Option<PathBuf> {
+    let path = match name {
+        "etcd" => etcd_path(),
+        "etcdctl" => etcdctl_path(),
+        other => panic!("unknown peer {other}"),
+    };
+    if path.is_file() {
+        return Some(path);
+    }
+    let skip = std::env::var("MEM_ETCD_SKIP_PEERS").as_deref() == Ok("1");
+    let ci = std::env::var("CI").as_deref() == Ok("true");
+    if skip && !ci {
+        loud(&format!(
+            "SKIPPED {}: peer `{name}` not found at {} (MEM_ETCD_SKIP_PEERS=1). \
+             This test did NOT run.",
+            test_name(),
+            path.display()
+        ));
+        return None;
+    }
+    panic!(
+        "peer `{name}` not found at {}. Build it with tests/peers/install_etcd.sh (or set \
+         ETCD_BIN / ETCDCTL_BIN). To skip peer tests locally set MEM_ETCD_SKIP_PEERS=1 \
+         (refused when CI=true).",
+        path.display()
+    );
+}
+
+/// The last lines a server wrote, kept to explain failures.
+#[derive(Debug, Default)]
+struct LogTail {
+    lines: VecDeque<String>,
+}
+
+impl LogTail {
+    const KEEP: usize = 80;
+    fn push(&mut self, line: String) {
+        if self.lines.len() == Self::KEEP {
+            self.lines.pop_front();
+        }
+        self.lines.push_back(line);
+    }
+}
+
+/// Finds `address=IP:PORT` (mem_etcd's text logs, value optionally quoted) or
+/// `"address":"IP:PORT"` (etcd's JSON logs) in a log line.
+pub fn parse_address(line: &str) -> Option<SocketAddr> {
+    for marker in ["address=", "\"address\":\""] {
+        if let Some(at) = line.find(marker) {
+            let rest = line[at + marker.len()..].trim_start_matches('"');
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '[' | ']')))
+                .unwrap_or(rest.len());
+            if let Ok(addr) = rest[..end].parse() {
+                return Some(addr);
+            }
+        }
+    }
+    None
+}
+
+fn is_ready_line(line: &str) -> bool {
+    // mem_etcd: "ready to serve client requests ... address=127.0.0.1:PORT".
+    // etcd logs "ready to serve client requests" without the address, then
+    // "serving client traffic insecurely ..." with it.
+    line.contains("ready to serve client requests") || line.contains("serving client traffic")
+}
+
+/// A running server process, killed on drop.
+#[derive(Debug)]
+pub struct Server {
+    kind: Kind,
+    child: Child,
+    addr: SocketAddr,
+    log: Arc<Mutex<LogTail>>,
+    _data_dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Starts a fresh server with `extra` flags appended to the defaults (a default flag is
+    /// dropped when `extra` sets it). `None` means a missing peer with permission to skip.
+    pub async fn start(kind: Kind, extra: &[&str]) -> Option<Server> {
+        let bin = match kind {
+            Kind::MemEtcd => PathBuf::from(env!("CARGO_BIN_EXE_mem_etcd")),
+            Kind::Etcd => peer_binary("etcd")?,
+        };
+        Some(Self::start_bin(kind, &bin, extra, true).await)
+    }
+
+    /// Starts mem_etcd (or a present peer) with exactly `args`, none of the harness's defaults.
+    pub async fn start_without_defaults(kind: Kind, args: &[&str]) -> Server {
+        let bin = match kind {
+            Kind::MemEtcd => PathBuf::from(env!("CARGO_BIN_EXE_mem_etcd")),
+            Kind::Etcd => peer_binary("etcd").expect("etcd peer"),
+        };
+        Self::start_bin(kind, &bin, args, false).await
+    }
+
+    async fn start_bin(kind: Kind, bin: &Path, extra: &[&str], with_defaults: bool) -> Server {
+        let shm = Path::new("/dev/shm");
+        let data_dir = if shm.is_dir() {
+            tempfile::Builder::new().prefix("mem_etcd-it-").tempdir_in(shm)
+        } else {
+            tempfile::Builder::new().prefix("mem_etcd-it-").tempdir()
+        }
+        .expect("create a temporary data dir");
+        let data = data_dir.path().join("data");
+        let data = data.to_str().expect("utf-8 temp path").to_string();
+
+        // The member name: the caller's `--name`, else "it".
+        let name = extra
+            .iter()
+            .position(|a| *a == "--name")
+            .and_then(|i| extra.get(i + 1).map(|n| n.to_string()))
+            .or_else(|| extra.iter().find_map(|a| a.strip_prefix("--name=").map(str::to_string)))
+            .unwrap_or_else(|| "it".to_string());
+        let mut defaults: Vec<(&str, String)> = vec![
+            ("--name", name.clone()),
+            ("--data-dir", data),
+            ("--listen-client-urls", "http://127.0.0.1:0".into()),
+            ("--log-level", "info".into()),
+        ];
+        if kind == Kind::Etcd {
+            // etcd insists on an advertised client URL when the listen URL is given. Nothing
+            // dials the advertised peer URL of a one-member cluster, so a fixed one is fine and
+            // the peer listener can take any free port.
+            defaults.extend([
+                ("--advertise-client-urls", "http://127.0.0.1:0".into()),
+                ("--listen-peer-urls", "http://127.0.0.1:0".into()),
+                ("--initial-advertise-peer-urls", "http://127.0.0.1:2380".into()),
+                ("--initial-cluster", format!("{name}=http://127.0.0.1:2380")),
+                ("--unsafe-no-fsync", "true".into()),
+                // The JSON gateway would dial the configured listen address (port 0) and log
+                // connection errors; nothing here uses it.
+                ("--enable-grpc-gateway", "false".into()),
+            ]);
+        }
+        if !with_defaults {
+            defaults.clear();
+        }
+        let mut cmd = Command::new(bin);
+        // Anything a server writes relative to its working directory lands in the temp dir.
+        cmd.current_dir(data_dir.path());
+        for (flag, value) in &defaults {
+            let overridden = extra.iter().any(|a| a == flag || a.starts_with(&format!("{flag}=")));
+            if !overridden {
+                cmd.arg(format!("{flag}={value}"));
+            }
+        }
+        cmd.args(extra);
+        // etcd reads ETCD_* variables as flags; never let the test environment leak in.
+        for (k, _) in std::env::vars_os() {
+            if k.to_str().is_some_and(|k| k.starts_with("ETCD")) {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child =
+            cmd.spawn().unwrap_or_else(|e| panic!("spawn {} {extra:?}: {e}", bin.display()));
+
+        let log = Arc::new(Mutex::new(LogTail::default()));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<SocketAddr>();
+        let pipes: [Box<dyn Read + Send>; 2] = [
+            Box::new(child.stdout.take().expect("stdout")),
+            Box::new(child.stderr.take().expect("stderr")),
+        ];
+        for pipe in pipes {
+            let log = log.clone();
+            let tx = tx.clone();
+            // Keeps draining after startup so the server never blocks on a full pipe.
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines() {
+                    let Ok(line) = line else { break };
+                    if is_ready_line(&line)
+                        && let Some(addr) = parse_address(&line)
+                    {
+                        let _ = tx.send(addr);
+                    }
+                    log.lock().unwrap().push(line);
+                }
+            });
+        }
+        drop(tx);
+
+        let deadline = Duration::from_secs(match kind {
+            Kind::MemEtcd => 20,
+            Kind::Etcd => 60,
+        });
+        let addr = match tokio::time::timeout(deadline, rx.recv()).await {
+            Ok(Some(addr)) => addr,
+            outcome => {
+                let _ = child.kill();
+                let status = child.wait();
+                std::thread::sleep(Duration::from_millis(100));
+                let tail = log.lock().unwrap().lines.iter().cloned().collect::<Vec<_>>();
+                panic!(
+                    "{kind:?} ({}) did not log a ready line with its address ({}); exit: \
+                     {status:?}; output:\n{}",
+                    bin.display(),
+                    if outcome.is_err() { "timed out" } else { "output ended" },
+                    tail.join("\n")
+                );
+            }
+        };
+        let server = Server { kind, child, addr, log, _data_dir: data_dir };
+        server.wait_until_answering(deadline).await;
+        server
+    }
+
+    async fn wait_until_answering(&self, deadline: Duration) {
+        let start = Instant::now();
+        loop {
+            let err = match self.raw().await {
+                Ok(mut raw) => match raw.maint.status(pb::StatusRequest {}).await {
+                    Ok(_) => return,
+                    Err(e) => format!("{e:?}"),
+                },
+                Err(e) => format!("{e:?}"),
+            };
+            if start.elapsed() > deadline {
+                panic!(
+                    "{:?} at {} never answered Status: {err}\n{}",
+                    self.kind,
+                    self.addr,
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The last lines the server logged.
+    pub fn log_tail(&self) -> String {
+        self.log.lock().unwrap().lines.iter().cloned().collect::<Vec<_>>().join("\n")
+    }
+
+    /// An etcd-client connected to this server.
+    pub async fn client(&self) -> etcd_client::Client {
+        etcd_client::Client::connect([self.endpoint()], None)
+            .await
+            .unwrap_or_else(|e| panic!("connect etcd-client to {}: {e}", self.endpoint()))
+    }
+
+    /// A tonic channel to this server (one HTTP/2 connection).
+    pub async fn channel(&self) -> Result<Channel, tonic::transport::Error> {
+        Channel::from_shared(self.endpoint()).expect("valid uri").connect().await
+    }
+
+    /// Raw generated gRPC clients sharing one connection.
+    pub async fn raw(&self) -> Result<Raw, tonic::transport::Error> {
+        Ok(Raw::new(self.channel().await?))
+    }
+
+    /// Raw clients; panics if the connection fails.
+    pub async fn raw_clients(&self) -> Raw {
+        self.raw().await.unwrap_or_else(|e| panic!("connect to {}: {e:?}", self.endpoint()))
+    }
+
+    /// Has the process exited on its own?
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let crashed = self.exited();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() || crashed.is_some() {
+            if let Some(status) = crashed {
+                eprintln!(
+                    "*** {:?} at {} EXITED BY ITSELF during the test: {status}",
+                    self.kind, self.addr
+                );
+            }
+            eprintln!(
+                "--- last log lines of {:?} at {} ---\n{}\n---",
+                self.kind,
+                self.addr,
+                self.log_tail()
+            );
+        }
+        if crashed.is_some() && !std::thread::panicking() {
+            panic!("{:?} exited by itself during the test", self.kind);
+        }
+    }
+}
+
+/// Generated clients for the services the suite touches, sharing one connection.
+#[derive(Debug, Clone)]
+pub struct Raw {
+    pub channel: Channel,
+    pub kv: pb::kv_client::KvClient<Channel>,
+    pub maint: pb::maintenance_client::MaintenanceClient<Channel>,
+    pub cluster: pb::cluster_client::ClusterClient<Channel>,
+    pub auth: pb::auth_client::AuthClient<Channel>,
+}
+
+impl Raw {
+    pub fn new(channel: Channel) -> Raw {
+        const BIG: usize = 256 << 20;
+        Raw {
+            kv: pb::kv_client::KvClient::new(channel.clone())
+                .max_decoding_message_size(BIG)
+                .max_encoding_message_size(BIG),
+            maint: pb::maintenance_client::MaintenanceClient::new(channel.clone())
+                .max_decoding_message_size(BIG),
+            cluster: pb::cluster_client::ClusterClient::new(channel.clone())
+                .max_decoding_message_size(BIG),
+            auth: pb::auth_client::AuthClient::new(channel.clone()).max_decoding_message_size(BIG),
+            channel,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Assertion helpers
+
+/// A key-value as plain data, for exact comparisons.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Kv {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub create_revision: i64,
+    pub mod_revision: i64,
+    pub version: i64,
+    pub lease: i64,
+}
+
+/// `kv(key, value, create_revision, mod_revision, version)` with lease 0.
+pub fn kv(
+    key: impl AsRef<[u8]>,
+    value: impl AsRef<[u8]>,
+    create: i64,
+    modr: i64,
+    version: i64,
+) -> Kv {
+    Kv {
+        key: key.as_ref().to_vec(),
+        value: value.as_ref().to_vec(),
+        create_revision: create,
+        mod_revision: modr,
+        version,
+        lease: 0,
+    }
+}
+
+impl From<&etcd_client::KeyValue> for Kv {
+    fn from(k: &etcd_client::KeyValue) -> Kv {
+        Kv {
+            key: k.key().to_vec(),
+            value: k.value().to_vec(),
+            create_revision: k.create_revision(),
+            mod_revision: k.mod_revision(),
+            version: k.version(),
+            lease: k.lease(),
+        }
+    }
+}
+
+impl From<&mvccpb::KeyValue> for Kv {
+    fn from(k: &mvccpb::KeyValue) -> Kv {
+        Kv {
+            key: k.key.to_vec(),
+            value: k.value.to_vec(),
+            create_revision: k.create_revision,
+            mod_revision: k.mod_revision,
+            version: k.version,
+            lease: k.lease,
+        }
+    }
+}
+
+pub fn kvs(list: &[etcd_client::KeyValue]) -> Vec<Kv> {
+    list.iter().map(Kv::from).collect()
+}
+
+/// The keys of a list of key-values, as strings (lossy).
+pub fn keys(list: &[etcd_client::KeyValue]) -> Vec<String> {
+    list.iter().map(|k| String::from_utf8_lossy(k.key()).into_owned()).collect()
+}
+
+/// The revision in a response header (panics when the header is missing: etcd always sends one).
+pub fn rev(h: Option<&etcd_client::ResponseHeader>) -> i64 {
+    h.expect("response has a header").revision()
+}
+
+/// The gRPC status inside an etcd-client error.
+pub fn status_of(e: &etcd_client::Error) -> (tonic::Code, String) {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => (s.code(), s.message().to_string()),
+        other => panic!("expected a gRPC status error, got {other:?}"),
+    }
+}
+
+/// Asserts that `r` failed with exactly this gRPC code and message.
+#[track_caller]
+pub fn assert_err<T: std::fmt::Debug>(
+    r: Result<T, etcd_client::Error>,
+    code: tonic::Code,
+    msg: &str,
+) {
+    match r {
+        Ok(v) => panic!("expected error {code:?} {msg:?}, got Ok({v:?})"),
+        Err(e) => assert_eq!(status_of(&e), (code, msg.to_string()), "full error: {e:?}"),
+    }
+}
+
+/// Asserts that a raw tonic call failed with exactly this gRPC code and message.
+#[track_caller]
+pub fn assert_status<T: std::fmt::Debug>(
+    r: Result<T, tonic::Status>,
+    code: tonic::Code,
+    msg: &str,
+) {
+    match r {
+        Ok(v) => panic!("expected error {code:?} {msg:?}, got Ok({v:?})"),
+        Err(s) => assert_eq!((s.code(), s.message()), (code, msg), "full status: {s:?}"),
+    }
+}
+
+/// The current store revision, read with a Range on a key nobody writes (reads do not change it).
+pub async fn current_rev(c: &mut etcd_client::Client) -> i64 {
+    rev(c.get("\u{1}current-rev-probe", None).await.expect("probe range").header())
+}
+
+// The exact error texts etcd sends (server/etcdserver/api/v3rpc/rpctypes).
+pub const E_COMPACTED: &str = "etcdserver: mvcc: required revision has been compacted";
+pub const E_FUTURE: &str = "etcdserver: mvcc: required revision is a future revision";
+pub const E_TOO_LARGE: &str = "etcdserver: request is too large";
+pub const E_TOO_MANY_OPS: &str = "etcdserver: too many operations in txn request";
+pub const E_DUPLICATE: &str = "etcdserver: duplicate key given in txn request";
+pub const E_EMPTY_KEY: &str = "etcdserver: key is not provided";
+pub const E_KEY_NOT_FOUND: &str = "etcdserver: key not found";
+pub const E_VALUE_PROVIDED: &str = "etcdserver: value is provided";
+pub const E_LEASE_PROVIDED: &str = "etcdserver: lease is provided";
+pub const E_LEASE_NOT_FOUND: &str = "etcdserver: requested lease not found";
+pub const E_AUTH_NOT_ENABLED: &str = "etcdserver: authentication is not enabled";
+pub const E_INVALID_SORT: &str = "etcdserver: invalid sort option";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_addresses_from_both_log_formats() {
+        let mem = "2026-01-01T00:00:00Z  INFO mem_etcd: ready to serve client requests address=127.0.0.1:40123";
+        assert_eq!(parse_address(mem), Some("127.0.0.1:40123".parse().unwrap()));
+        let quoted = "INFO ready to serve client requests address=\"127.0.0.1:7\" name=x";
+        assert_eq!(parse_address(quoted), Some("127.0.0.1:7".parse().unwrap()));
+        let etcd = r#"{"level":"info","msg":"serving client traffic insecurely; this is strongly discouraged!","traffic":"grpc+http","address":"127.0.0.1:39263"}"#;
+        assert_eq!(parse_address(etcd), Some("127.0.0.1:39263".parse().unwrap()));
+        assert!(is_ready_line(mem) && is_ready_line(etcd));
+        assert_eq!(parse_address("ready to serve client requests"), None);
+    }
+}

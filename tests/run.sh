@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The project's test command: every test, against the real reference peers.
+#
+#   tests/run.sh [extra cargo test args...]     e.g. tests/run.sh --test it kv::
+#
+# 1. installs `protoc` if missing (etcd-client's build script needs it; the server does not),
+# 2. builds the reference etcd + etcdctl 3.6 from the Go module proxy (cached in ~/.cache; needs
+#    Go >= 1.26 on PATH or in /usr/local/go), unless ETCD_BIN and ETCDCTL_BIN already point at them,
+# 3. runs `cargo test --release` (unit tests in src/, the integration suite tests/it, doc tests),
+# 4. runs the benches once in test mode, so they never rot.
+#
+# Works from any directory, as root on a fresh Debian machine or as a user with sudo.
+# Any failing step fails the script. Peers are required; only a local run with
+# MEM_ETCD_SKIP_PEERS=1 (and CI not "true") may go on without them, and the peer tests then
+# print loud SKIPPED lines.
+#
+# Environment: ETCD_BIN, ETCDCTL_BIN (use these peers), MEM_ETCD_SKIP_PEERS=1 (local only),
+# MEM_ETCD_TEST_TARGET=etcd (run the suite against real etcd to check the expectations).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+log() { printf '\n[run.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "FAILED: $*"; exit 1; }
+
+# --- 1. protoc ------------------------------------------------------------------------------
+if ! command -v protoc >/dev/null 2>&1; then
+  log "installing protobuf-compiler (protoc)"
+  SUDO=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || die "protoc is missing and sudo is not available"
+    SUDO=(sudo)
+  fi
+  "${SUDO[@]}" apt-get update
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y protobuf-compiler
+  command -v protoc >/dev/null 2>&1 || die "protoc still missing after apt-get install"
+fi
+log "protoc: $(protoc --version)"
+
+# --- 2. reference peers ---------------------------------------------------------------------
+skip_ok=0
+if [ "${MEM_ETCD_SKIP_PEERS:-}" = 1 ] && [ "${CI:-}" != true ]; then skip_ok=1; fi
+if [ -n "${ETCD_BIN:-}" ] && [ -x "${ETCD_BIN}" ] && [ -n "${ETCDCTL_BIN:-}" ] && [ -x "${ETCDCTL_BIN}" ]; then
+  log "peers from the environment: ETCD_BIN=$ETCD_BIN ETCDCTL_BIN=$ETCDCTL_BIN"
+else
+  log "building/locating the reference etcd peers (tests/peers/install_etcd.sh)"
+  if peer_out=$(tests/peers/install_etcd.sh); then
+    peer_dir=$(printf '%s\n' "$peer_out" | tail -n 1)
+    export ETCD_BIN="$peer_dir/etcd" ETCDCTL_BIN="$peer_dir/etcdctl"
+  elif [ "$skip_ok" = 1 ]; then
+    log "!!!!!!!! WARNING: could not build the etcd peers; MEM_ETCD_SKIP_PEERS=1, so the peer tests will be SKIPPED !!!!!!!!"
+  else
+    die "could not build the etcd peers (install Go >= 1.26, or set ETCD_BIN and ETCDCTL_BIN; \
+MEM_ETCD_SKIP_PEERS=1 skips peer tests on a local run, never in CI)"
+  fi
+fi
+if [ -n "${ETCD_BIN:-}" ]; then
+  [ -x "$ETCD_BIN" ] && [ -x "$ETCDCTL_BIN" ] || die "peer binaries not executable: $ETCD_BIN $ETCDCTL_BIN"
+  log "peers: $("$ETCD_BIN" --version | head -n 1); etcdctl $("$ETCDCTL_BIN" version | head -n 1)"
+fi
+
+# --- 3. tests -------------------------------------------------------------------------------
+log "cargo test --release --no-fail-fast $*"
+cargo test --release --no-fail-fast "$@" || die "cargo test --release --no-fail-fast $*"
+
+# --- 4. benches, in test mode ---------------------------------------------------------------
+log "cargo bench --bench store -- --test"
+cargo bench --bench store -- --test || die "cargo bench --bench store -- --test"
+
+log "all tests passed"
