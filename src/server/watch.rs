@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use prost::Message as _;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -82,7 +82,7 @@ async fn run_stream(shared: Arc<Shared>, mut inbound: Streaming<pb::WatchRequest
                 true
             }
         };
-        if !ok || catch_up(&shared, sid, &out).await.is_err() {
+        if !ok || catch_up(&shared, sid, &out, &wake).await.is_err() {
             break;
         }
     }
@@ -116,11 +116,12 @@ fn handle_request(shared: &Shared, sid: u64, req: pb::WatchRequest) {
     }
 }
 
-/// Runs a few catch-up steps (the hub wakes the task again while more is needed).
-async fn catch_up(shared: &Shared, sid: u64, out: &Out) -> Result<(), ()> {
+/// Runs a few catch-up steps, then lets the task look at its other work; if there may be more
+/// to replay it wakes itself up again.
+async fn catch_up(shared: &Shared, sid: u64, out: &Out, wake: &Notify) -> Result<(), ()> {
     for _ in 0..4 {
         match shared.hub.catch_up(sid) {
-            CatchUp::Idle => break,
+            CatchUp::Idle => return Ok(()),
             CatchUp::Events { watch_id, revision, events, opts } => {
                 if !events.is_empty() {
                     send_events(shared, out, watch_id, revision, &events, opts).await?;
@@ -138,6 +139,7 @@ async fn catch_up(shared: &Shared, sid: u64, out: &Out) -> Result<(), ()> {
             }
         }
     }
+    wake.notify_one();
     Ok(())
 }
 

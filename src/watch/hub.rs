@@ -435,11 +435,16 @@ impl CommitObserver for WatchHub {
     fn on_commit(&self, batch: &[(i64, RevisionEvents)]) {
         let mut st = self.state.lock();
         let State { streams, index, published } = &mut *st;
-        // Matches of one revision, per watch, in event order.
+        // Matches of one revision, per watch, in event order; `at` finds a watch's entry when a
+        // revision has several events (a watch is listed once per key, so a single-event
+        // revision needs no lookup).
         let mut hits: Vec<(WatchKey, Vec<Event>)> = Vec::new();
+        let mut at: HashMap<WatchKey, usize> = HashMap::new();
         for (rev, evs) in batch {
             let rev = *rev;
             hits.clear();
+            at.clear();
+            let several = evs.len() > 1;
             for e in evs.iter() {
                 for &wk in index.candidates(&self.keyspace, &e.kv.key) {
                     let Some(w) = streams.get(&wk.0).and_then(|s| s.watchers.get(&wk.1)) else {
@@ -451,9 +456,16 @@ impl CommitObserver for WatchHub {
                     {
                         continue;
                     }
-                    match hits.iter_mut().find(|(k, _)| *k == wk) {
-                        Some((_, v)) => v.push(e.clone()),
-                        None => hits.push((wk, vec![e.clone()])),
+                    if !several {
+                        hits.push((wk, vec![e.clone()]));
+                        continue;
+                    }
+                    match at.get(&wk) {
+                        Some(&i) => hits[i].1.push(e.clone()),
+                        None => {
+                            at.insert(wk, hits.len());
+                            hits.push((wk, vec![e.clone()]));
+                        }
                     }
                 }
             }
