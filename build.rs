@@ -2,6 +2,13 @@
 //!
 //! protox parses the .proto files in-process, so a fresh machine needs no system `protoc` to
 //! build the server.
+//!
+//! Two passes: the first generates every message, client and server. The second generates only
+//! the Watch server again (into `OUT_DIR/wire`), with `WatchResponse` replaced by
+//! `server::watch::WatchFrame`, a wire-identical message whose events are already-encoded
+//! bytes: an event is encoded once and the same bytes go to every watcher that gets it.
+
+use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = ["proto/etcd/api/etcdserverpb/rpc.proto"];
@@ -12,6 +19,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         // Values and keys are handed around without copying once decoded.
         .bytes(".")
-        .compile_fds(descriptors)?;
+        .compile_fds(descriptors.clone())?;
+
+    let mut watch_only = descriptors;
+    watch_only.file.retain(|f| f.name() == "etcd/api/etcdserverpb/rpc.proto");
+    for f in &mut watch_only.file {
+        f.message_type.clear();
+        f.enum_type.clear();
+        f.service.retain(|s| s.name() == "Watch");
+    }
+    let out = PathBuf::from(std::env::var("OUT_DIR")?).join("wire");
+    std::fs::create_dir_all(&out)?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(false)
+        .out_dir(out)
+        .extern_path(".etcdserverpb", "crate::proto::etcdserverpb")
+        .extern_path(".mvccpb", "crate::proto::mvccpb")
+        .extern_path(".etcdserverpb.WatchResponse", "crate::server::watch::WatchFrame")
+        .compile_fds(watch_only)?;
     Ok(())
 }

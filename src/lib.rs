@@ -45,4 +45,8 @@ pub mod proto {
     pub mod etcdserverpb {
         tonic::include_proto!("etcdserverpb");
     }
+    /// The Watch server again, answering with pre-encoded events (see `build.rs`).
+    pub mod wire {
+        include!(concat!(env!("OUT_DIR"), "/wire/etcdserverpb.rs"));
+    }
 }

@@ -5,7 +5,9 @@
 //! wrote something), so revision r lives at index `r - first`.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
 
 use parking_lot::RwLock;
 
@@ -25,7 +27,33 @@ pub struct Event {
     pub kv: KeyValue,
     /// The version before this change; `None` for a create.
     pub prev_kv: Option<KeyValue>,
+    /// The event's encoding for watchers, made by the first stream that sends it and reused by
+    /// every other.
+    pub wire: WireCache,
 }
+
+impl Event {
+    pub fn new(kind: EventKind, kv: KeyValue, prev_kv: Option<KeyValue>) -> Self {
+        Self { kind, kv, prev_kv, wire: WireCache::default() }
+    }
+}
+
+/// Encoded forms of an event, without and with its previous version. Opaque bytes to the store:
+/// the server fills them in its wire format.
+#[derive(Clone, Debug, Default)]
+pub struct WireCache {
+    pub plain: OnceLock<Bytes>,
+    pub with_prev: OnceLock<Bytes>,
+}
+
+/// A cache never makes two events differ.
+impl PartialEq for WireCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for WireCache {}
 
 /// The events of one revision, shared by the log and every watcher that gets them.
 pub type RevisionEvents = Arc<[Event]>;

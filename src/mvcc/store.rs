@@ -652,7 +652,7 @@ impl TxnCtx<'_> {
                         value,
                         lease,
                     };
-                    events.push(Event { kind: EventKind::Put, kv, prev_kv: prev.clone() });
+                    events.push(Event::new(EventKind::Put, kv, prev.clone()));
                     ResponseOp::Put(PutResponse {
                         revision: base + 1,
                         prev_kv: if p.prev_kv { prev } else { None },
@@ -673,7 +673,7 @@ impl TxnCtx<'_> {
                         *sub += 1;
                         let kv =
                             KeyValue { key: k.clone(), mod_revision: rev, ..Default::default() };
-                        events.push(Event { kind: EventKind::Delete, kv, prev_kv: prev.clone() });
+                        events.push(Event::new(EventKind::Delete, kv, prev.clone()));
                         if d.prev_kv {
                             prev_kvs.extend(prev);
                         }

@@ -136,9 +136,11 @@ fn router(shared: &Arc<Shared>) -> tonic::transport::server::Router {
     let cluster =
         pb::cluster_server::ClusterServer::new(cluster::ClusterService::new(shared.clone()));
     let auth = pb::auth_server::AuthServer::new(auth::AuthService::new(shared.clone()));
-    let watch = pb::watch_server::WatchServer::new(watch::WatchService::new(shared.clone()))
-        .max_decoding_message_size(recv)
-        .max_encoding_message_size(usize::MAX);
+    let watch = crate::proto::wire::watch_server::WatchServer::new(watch::WatchService::new(
+        shared.clone(),
+    ))
+    .max_decoding_message_size(recv)
+    .max_encoding_message_size(usize::MAX);
     Server::builder()
         .tcp_nodelay(true)
         // etcd allows effectively unlimited streams per connection; kube-apiserver multiplexes

@@ -8,17 +8,19 @@
 //! stream's watches off the live path once their queues fill.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
+use bytes::Bytes;
 use prost::Message as _;
 use tokio::sync::{Notify, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::Shared;
-use crate::mvcc::{Event, EventKind};
+use crate::mvcc::{Event, EventKind, RevisionEvents};
 use crate::proto::etcdserverpb as pb;
-use crate::proto::mvccpb;
-use crate::watch::{CatchUp, CreateRequest, Message, WatchOptions};
+use crate::proto::{mvccpb, wire};
+use crate::watch::{CatchUp, CreateRequest, Message, Picks, WatchOptions};
 
 /// Responses buffered towards the client before the stream task waits for it.
 const OUT_BUFFER: usize = 16;
@@ -26,6 +28,30 @@ const OUT_BUFFER: usize = 16;
 const MAX_BATCH_BYTES: usize = 1 << 20;
 /// Queued messages taken per drain before the task looks at requests and catch-up again.
 const MAX_DRAIN: usize = 512;
+
+/// etcd's `WatchResponse` as sent: the same fields and numbers, but each event is already
+/// encoded (a repeated message and a repeated bytes field look the same on the wire), so the
+/// encoding made for one watcher serves them all.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WatchFrame {
+    #[prost(message, optional, tag = "1")]
+    pub header: Option<pb::ResponseHeader>,
+    #[prost(int64, tag = "2")]
+    pub watch_id: i64,
+    #[prost(bool, tag = "3")]
+    pub created: bool,
+    #[prost(bool, tag = "4")]
+    pub canceled: bool,
+    #[prost(int64, tag = "5")]
+    pub compact_revision: i64,
+    #[prost(string, tag = "6")]
+    pub cancel_reason: String,
+    #[prost(bool, tag = "7")]
+    pub fragment: bool,
+    /// Encoded `mvccpb.Event`s.
+    #[prost(bytes = "bytes", repeated, tag = "11")]
+    pub events: Vec<Bytes>,
+}
 
 #[derive(Debug)]
 pub struct WatchService {
@@ -38,11 +64,11 @@ impl WatchService {
     }
 }
 
-type Out = mpsc::Sender<Result<pb::WatchResponse, Status>>;
+type Out = mpsc::Sender<Result<WatchFrame, Status>>;
 
 #[tonic::async_trait]
-impl pb::watch_server::Watch for WatchService {
-    type WatchStream = ReceiverStream<Result<pb::WatchResponse, Status>>;
+impl wire::watch_server::Watch for WatchService {
+    type WatchStream = ReceiverStream<Result<WatchFrame, Status>>;
 
     async fn watch(
         &self,
@@ -60,17 +86,24 @@ async fn run_stream(shared: Arc<Shared>, mut inbound: Streaming<pb::WatchRequest
     let interval = shared.config.progress_notify_interval();
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // After the client half-closes, its watches keep delivering (as in etcd) until it goes
+    // away; the request side is simply no longer polled, so nothing spins on it.
+    let mut requests_open = true;
     loop {
         let ok = tokio::select! {
             biased;
             _ = out.closed() => false,
-            req = inbound.message() => match req {
+            req = inbound.message(), if requests_open => match req {
                 Ok(Some(r)) => {
                     handle_request(&shared, sid, r);
                     true
                 }
-                // A half-close or a broken stream ends the watch stream, as in etcd.
-                _ => false,
+                Ok(None) => {
+                    requests_open = false;
+                    true
+                }
+                // A broken stream (reset, transport error) ends it.
+                Err(_) => false,
             },
             msg = rx.recv() => match msg {
                 Some(m) => drain(&shared, m, &mut rx, &out).await.is_ok(),
@@ -123,24 +156,85 @@ async fn catch_up(shared: &Shared, sid: u64, out: &Out, wake: &Notify) -> Result
         match shared.hub.catch_up(sid) {
             CatchUp::Idle => return Ok(()),
             CatchUp::Events { watch_id, revision, events, opts } => {
-                if !events.is_empty() {
-                    send_events(shared, out, watch_id, revision, &events, opts).await?;
+                let mut batch = Batch::new(watch_id, revision, opts);
+                for (evs, picks) in &events {
+                    batch.add(evs, picks);
+                }
+                if !batch.events.is_empty() {
+                    batch.send(shared, out).await?;
                 }
             }
             CatchUp::Compacted { watch_id, revision, compact_revision } => {
-                let resp = pb::WatchResponse {
+                let frame = WatchFrame {
                     header: shared.header(revision),
                     watch_id,
                     canceled: true,
                     compact_revision,
                     ..Default::default()
                 };
-                send(out, resp).await?;
+                send(out, frame).await?;
             }
         }
     }
     wake.notify_one();
     Ok(())
+}
+
+/// One watch's encoded events on their way into a response.
+struct Batch {
+    watch_id: i64,
+    revision: i64,
+    opts: WatchOptions,
+    events: Vec<Bytes>,
+    bytes: usize,
+}
+
+impl Batch {
+    fn new(watch_id: i64, revision: i64, opts: WatchOptions) -> Self {
+        Self { watch_id, revision, opts, events: Vec::new(), bytes: 0 }
+    }
+
+    fn add(&mut self, events: &RevisionEvents, picks: &Picks) {
+        for e in picks.iter(events) {
+            let b = encoded(e, self.opts.prev_kv);
+            self.bytes += b.len();
+            self.events.push(b);
+        }
+    }
+
+    /// Sends the batch, split into fragments only if the watch asked for it and the response
+    /// would exceed `--max-request-bytes` (etcd's rule).
+    async fn send(self, shared: &Shared, out: &Out) -> Result<(), ()> {
+        let frame = WatchFrame {
+            header: shared.header(self.revision),
+            watch_id: self.watch_id,
+            events: self.events,
+            ..Default::default()
+        };
+        let limit = shared.config.max_request_bytes as usize;
+        if !self.opts.fragment || frame.events.len() < 2 || frame.encoded_len() < limit {
+            return send(out, frame).await;
+        }
+        let header = frame.header;
+        let mut rest = frame.events.into_iter().peekable();
+        while rest.peek().is_some() {
+            let mut part = WatchFrame {
+                header,
+                watch_id: self.watch_id,
+                fragment: true,
+                ..Default::default()
+            };
+            while let Some(e) = rest.peek() {
+                if !part.events.is_empty() && part.encoded_len() + e.len() + 8 >= limit {
+                    break;
+                }
+                part.events.push(rest.next().expect("peeked"));
+            }
+            part.fragment = rest.peek().is_some();
+            send(out, part).await?;
+        }
+        Ok(())
+    }
 }
 
 /// Sends `first` and whatever else is queued, merging consecutive revisions of a watch.
@@ -150,8 +244,8 @@ async fn drain(
     rx: &mut mpsc::UnboundedReceiver<Message>,
     out: &Out,
 ) -> Result<(), ()> {
-    // Per watch, in order of first appearance: (watch, header revision, events, options, bytes).
-    let mut acc: Vec<(i64, i64, Vec<Event>, WatchOptions, usize)> = Vec::new();
+    // Per watch, in order of first appearance.
+    let mut acc: Vec<Batch> = Vec::new();
     let mut next = Some(first);
     for _ in 0..MAX_DRAIN {
         let msg = match next.take() {
@@ -162,47 +256,43 @@ async fn drain(
             },
         };
         match msg {
-            Message::Events { watch_id, revision, events, opts, done } => {
-                done.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-                let size: usize = events.iter().map(|e| e.kv.key.len() + e.kv.value.len()).sum();
-                let i = match acc.iter().position(|a| a.0 == watch_id) {
+            Message::Events { watch_id, revision, events, picks, opts, done } => {
+                done.fetch_sub(1, Ordering::SeqCst);
+                let i = match acc.iter().position(|b| b.watch_id == watch_id) {
                     Some(i) => i,
                     None => {
-                        acc.push((watch_id, revision, Vec::new(), opts, 0));
+                        acc.push(Batch::new(watch_id, revision, opts));
                         acc.len() - 1
                     }
                 };
-                let a = &mut acc[i];
-                a.1 = revision;
-                a.2.extend(events);
-                a.4 += size;
-                if a.4 >= MAX_BATCH_BYTES {
-                    let (wid, rev, evs, opts, _) = acc.remove(i);
-                    send_events(shared, out, wid, rev, &evs, opts).await?;
+                acc[i].revision = revision;
+                acc[i].add(&events, &picks);
+                if acc[i].bytes >= MAX_BATCH_BYTES {
+                    acc.remove(i).send(shared, out).await?;
                 }
             }
             other => {
                 // Anything else is ordered after the events queued before it.
-                for (wid, rev, evs, opts, _) in acc.drain(..) {
-                    send_events(shared, out, wid, rev, &evs, opts).await?;
+                for b in acc.drain(..) {
+                    b.send(shared, out).await?;
                 }
-                send(out, control_response(shared, other)).await?;
+                send(out, control_frame(shared, other)).await?;
             }
         }
     }
-    for (wid, rev, evs, opts, _) in acc.drain(..) {
-        send_events(shared, out, wid, rev, &evs, opts).await?;
+    for b in acc.drain(..) {
+        b.send(shared, out).await?;
     }
     Ok(())
 }
 
-fn control_response(shared: &Shared, msg: Message) -> pb::WatchResponse {
+fn control_frame(shared: &Shared, msg: Message) -> WatchFrame {
     match msg {
         Message::Created { watch_id, revision, canceled, cancel_reason, done } => {
             if let Some(d) = done {
-                d.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                d.fetch_sub(1, Ordering::SeqCst);
             }
-            pb::WatchResponse {
+            WatchFrame {
                 header: shared.header(revision),
                 watch_id,
                 created: true,
@@ -211,7 +301,7 @@ fn control_response(shared: &Shared, msg: Message) -> pb::WatchResponse {
                 ..Default::default()
             }
         }
-        Message::Canceled { watch_id, revision, compact_revision } => pb::WatchResponse {
+        Message::Canceled { watch_id, revision, compact_revision } => WatchFrame {
             header: shared.header(revision),
             watch_id,
             canceled: true,
@@ -219,63 +309,32 @@ fn control_response(shared: &Shared, msg: Message) -> pb::WatchResponse {
             ..Default::default()
         },
         Message::Progress { watch_id, revision } => {
-            pb::WatchResponse { header: shared.header(revision), watch_id, ..Default::default() }
+            WatchFrame { header: shared.header(revision), watch_id, ..Default::default() }
         }
         Message::Events { .. } => unreachable!("events are batched by the caller"),
     }
 }
 
-fn event(e: &Event, prev_kv: bool) -> mvccpb::Event {
-    mvccpb::Event {
-        r#type: match e.kind {
-            EventKind::Put => mvccpb::event::EventType::Put as i32,
-            EventKind::Delete => mvccpb::event::EventType::Delete as i32,
-        },
-        kv: Some(super::convert::kv(e.kv.clone())),
-        prev_kv: if prev_kv { e.prev_kv.clone().map(super::convert::kv) } else { None },
-    }
-}
-
-/// Sends a watch's events, split into fragments only if the watch asked for it and the
-/// response would exceed `--max-request-bytes` (etcd's rule).
-async fn send_events(
-    shared: &Shared,
-    out: &Out,
-    watch_id: i64,
-    revision: i64,
-    events: &[Event],
-    opts: WatchOptions,
-) -> Result<(), ()> {
-    let resp = pb::WatchResponse {
-        header: shared.header(revision),
-        watch_id,
-        events: events.iter().map(|e| event(e, opts.prev_kv)).collect(),
-        ..Default::default()
-    };
-    let limit = shared.config.max_request_bytes as usize;
-    if !opts.fragment || resp.events.len() < 2 || resp.encoded_len() < limit {
-        return send(out, resp).await;
-    }
-    let mut rest = resp.events.into_iter().peekable();
-    while rest.peek().is_some() {
-        let mut part = pb::WatchResponse {
-            header: resp.header,
-            watch_id,
-            fragment: true,
-            ..Default::default()
+/// An event's encoding with or without its previous version, made once and then shared by
+/// every watcher (etcd sends prev_kv only for events that are not creates; ours are `None`
+/// for creates).
+fn encoded(e: &Event, want_prev: bool) -> Bytes {
+    let with_prev = want_prev && e.prev_kv.is_some();
+    let cell = if with_prev { &e.wire.with_prev } else { &e.wire.plain };
+    cell.get_or_init(|| {
+        let ev = mvccpb::Event {
+            r#type: match e.kind {
+                EventKind::Put => mvccpb::event::EventType::Put as i32,
+                EventKind::Delete => mvccpb::event::EventType::Delete as i32,
+            },
+            kv: Some(super::convert::kv(e.kv.clone())),
+            prev_kv: if with_prev { e.prev_kv.clone().map(super::convert::kv) } else { None },
         };
-        while let Some(e) = rest.peek() {
-            if !part.events.is_empty() && part.encoded_len() + e.encoded_len() + 8 >= limit {
-                break;
-            }
-            part.events.push(rest.next().expect("peeked"));
-        }
-        part.fragment = rest.peek().is_some();
-        send(out, part).await?;
-    }
-    Ok(())
+        Bytes::from(ev.encode_to_vec())
+    })
+    .clone()
 }
 
-async fn send(out: &Out, resp: pb::WatchResponse) -> Result<(), ()> {
-    out.send(Ok(resp)).await.map_err(|_| ())
+async fn send(out: &Out, frame: WatchFrame) -> Result<(), ()> {
+    out.send(Ok(frame)).await.map_err(|_| ())
 }

@@ -38,7 +38,8 @@ pub enum Message {
     Events {
         watch_id: i64,
         revision: i64,
-        events: Vec<Event>,
+        events: RevisionEvents,
+        picks: Picks,
         opts: WatchOptions,
         done: Arc<AtomicUsize>,
     },
@@ -46,6 +47,24 @@ pub enum Message {
     Canceled { watch_id: i64, revision: i64, compact_revision: i64 },
     /// Progress: every event up to `revision` was sent (`watch_id == -1`: for all watches).
     Progress { watch_id: i64, revision: i64 },
+}
+
+/// Which events of a revision a watch gets: sharing the revision's events instead of copying
+/// them is what lets one encoding serve every watcher.
+#[derive(Clone, Debug)]
+pub enum Picks {
+    All,
+    Only(Vec<u32>),
+}
+
+impl Picks {
+    pub fn iter<'a>(&'a self, events: &'a [Event]) -> impl Iterator<Item = &'a Event> + 'a {
+        let (all, only) = match self {
+            Picks::All => (Some(events.iter()), None),
+            Picks::Only(ix) => (None, Some(ix.iter().map(|&i| &events[i as usize]))),
+        };
+        all.into_iter().flatten().chain(only.into_iter().flatten())
+    }
 }
 
 /// A create request, already decoded.
@@ -196,8 +215,13 @@ pub struct WatchHub {
 pub enum CatchUp {
     /// No watcher of the stream needs it now.
     Idle,
-    /// Events to send for `watch_id` (possibly empty when nothing matched); call again.
-    Events { watch_id: i64, revision: i64, events: Vec<Event>, opts: WatchOptions },
+    /// Events to send for `watch_id` (possibly none when nothing matched); call again.
+    Events {
+        watch_id: i64,
+        revision: i64,
+        events: Vec<(RevisionEvents, Picks)>,
+        opts: WatchOptions,
+    },
     /// The history the watcher needs is compacted: it has been removed.
     Compacted { watch_id: i64, revision: i64, compact_revision: i64 },
 }
@@ -400,8 +424,15 @@ impl WatchHub {
         };
         let last = revs.last().map_or(target, |(r, _)| *r);
         let mut events = Vec::new();
-        for (_, evs) in &revs {
-            events.extend(evs.iter().filter(|e| matches(&range, no_put, no_delete, e)).cloned());
+        for (_, evs) in revs {
+            let ix: Vec<u32> = (0..evs.len() as u32)
+                .filter(|&i| matches(&range, no_put, no_delete, &evs[i as usize]))
+                .collect();
+            if ix.len() == evs.len() {
+                events.push((evs, Picks::All));
+            } else if !ix.is_empty() {
+                events.push((evs, Picks::Only(ix)));
+            }
         }
         w.next_rev = last + 1;
         if w.next_rev > published {
@@ -438,14 +469,14 @@ impl CommitObserver for WatchHub {
         // Matches of one revision, per watch, in event order; `at` finds a watch's entry when a
         // revision has several events (a watch is listed once per key, so a single-event
         // revision needs no lookup).
-        let mut hits: Vec<(WatchKey, Vec<Event>)> = Vec::new();
+        let mut hits: Vec<(WatchKey, Picks)> = Vec::new();
         let mut at: HashMap<WatchKey, usize> = HashMap::new();
         for (rev, evs) in batch {
             let rev = *rev;
             hits.clear();
             at.clear();
             let several = evs.len() > 1;
-            for e in evs.iter() {
+            for (i, e) in evs.iter().enumerate() {
                 for &wk in index.candidates(&self.keyspace, &e.kv.key) {
                     let Some(w) = streams.get(&wk.0).and_then(|s| s.watchers.get(&wk.1)) else {
                         continue;
@@ -457,19 +488,26 @@ impl CommitObserver for WatchHub {
                         continue;
                     }
                     if !several {
-                        hits.push((wk, vec![e.clone()]));
+                        hits.push((wk, Picks::All));
                         continue;
                     }
                     match at.get(&wk) {
-                        Some(&i) => hits[i].1.push(e.clone()),
+                        Some(&h) => {
+                            if let Picks::Only(ix) = &mut hits[h].1 {
+                                ix.push(i as u32);
+                            }
+                        }
                         None => {
                             at.insert(wk, hits.len());
-                            hits.push((wk, vec![e.clone()]));
+                            hits.push((wk, Picks::Only(vec![i as u32])));
                         }
                     }
                 }
             }
-            for (wk, events) in hits.drain(..) {
+            for (wk, mut picks) in hits.drain(..) {
+                if matches!(&picks, Picks::Only(ix) if ix.len() == evs.len()) {
+                    picks = Picks::All;
+                }
                 let s = streams.get_mut(&wk.0).expect("matched stream exists");
                 let w = s.watchers.get_mut(&wk.1).expect("matched watcher exists");
                 if w.pending.load(Ordering::SeqCst) >= MAX_PENDING {
@@ -485,7 +523,8 @@ impl CommitObserver for WatchHub {
                 let msg = Message::Events {
                     watch_id: wk.1,
                     revision: rev,
-                    events,
+                    events: evs.clone(),
+                    picks,
                     opts: w.opts,
                     done: w.pending.clone(),
                 };

@@ -12,4 +12,4 @@
 
 pub mod hub;
 
-pub use hub::{CatchUp, CreateRequest, Message, WatchHub, WatchOptions};
+pub use hub::{CatchUp, CreateRequest, Message, Picks, WatchHub, WatchOptions};
