@@ -8,6 +8,7 @@ use hashbrown::HashMap;
 use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
 
+use super::interval::IntervalSet;
 use crate::keyspace::{KeyRange, Keyspace, prefix_end};
 use crate::mvcc::{CommitObserver, Event, EventKind, EventLog, RevisionEvents};
 
@@ -117,13 +118,14 @@ struct Stream {
 
 type WatchKey = (u64, i64);
 
-/// Which watchers a key can match: exact keys by hash, ranges inside one resource by its prefix,
-/// and the (few) ranges that span resources in one list.
+/// Which watchers a key can match: exact keys by hash; ranges by an interval index, one per
+/// resource for ranges inside it and one for ranges that span resources. Matching a key costs
+/// O(log W + matches).
 #[derive(Debug, Default)]
 struct Index {
     keys: HashMap<Bytes, Vec<WatchKey>>,
-    resources: HashMap<Bytes, Vec<WatchKey>>,
-    wide: Vec<WatchKey>,
+    resources: HashMap<Bytes, IntervalSet<WatchKey>>,
+    wide: IntervalSet<WatchKey>,
 }
 
 #[derive(Debug)]
@@ -150,43 +152,46 @@ impl Index {
         Slot::Wide
     }
 
-    fn list(&mut self, slot: Slot) -> &mut Vec<WatchKey> {
-        match slot {
-            Slot::Key(k) => self.keys.entry(k).or_default(),
-            Slot::Resource(p) => self.resources.entry(p).or_default(),
-            Slot::Wide => &mut self.wide,
-        }
-    }
-
     fn insert(&mut self, ks: &Keyspace, range: &KeyRange, wk: WatchKey) {
-        self.list(Self::slot(ks, range)).push(wk);
+        let (start, end) = (range.start.clone(), range.end.clone());
+        match Self::slot(ks, range) {
+            Slot::Key(k) => self.keys.entry(k).or_default().push(wk),
+            Slot::Resource(p) => self.resources.entry(p).or_default().insert(start, end, wk),
+            Slot::Wide => self.wide.insert(start, end, wk),
+        }
     }
 
     fn remove(&mut self, ks: &Keyspace, range: &KeyRange, wk: WatchKey) {
-        let slot = Self::slot(ks, range);
-        let list = self.list(slot);
-        list.retain(|x| *x != wk);
-        if list.is_empty() {
-            match Self::slot(ks, range) {
-                Slot::Key(k) => {
-                    self.keys.remove(&k);
+        match Self::slot(ks, range) {
+            Slot::Key(k) => {
+                if let Some(list) = self.keys.get_mut(&k) {
+                    list.retain(|x| *x != wk);
+                    if list.is_empty() {
+                        self.keys.remove(&k);
+                    }
                 }
-                Slot::Resource(p) => {
-                    self.resources.remove(&p);
-                }
-                Slot::Wide => {}
             }
+            Slot::Resource(p) => {
+                if let Some(set) = self.resources.get_mut(&p) {
+                    set.remove(wk);
+                    if set.is_empty() {
+                        self.resources.remove(&p);
+                    }
+                }
+            }
+            Slot::Wide => self.wide.remove(wk),
         }
     }
 
-    fn candidates<'a>(
-        &'a self,
-        ks: &Keyspace,
-        key: &[u8],
-    ) -> impl Iterator<Item = &'a WatchKey> + 'a {
-        let exact = self.keys.get(key).into_iter().flatten();
-        let res = ks.partition_of(key).and_then(|p| self.resources.get(p)).into_iter().flatten();
-        exact.chain(res).chain(self.wide.iter())
+    /// Calls `f` for every watch whose range contains `key` (each once).
+    fn matching(&self, ks: &Keyspace, key: &[u8], f: &mut impl FnMut(WatchKey)) {
+        for &wk in self.keys.get(key).into_iter().flatten() {
+            f(wk);
+        }
+        if let Some(set) = ks.partition_of(key).and_then(|p| self.resources.get(p)) {
+            set.stab(key, f);
+        }
+        self.wide.stab(key, f);
     }
 }
 
@@ -471,13 +476,16 @@ impl CommitObserver for WatchHub {
         // revision needs no lookup).
         let mut hits: Vec<(WatchKey, Picks)> = Vec::new();
         let mut at: HashMap<WatchKey, usize> = HashMap::new();
+        let mut matched: Vec<WatchKey> = Vec::new();
         for (rev, evs) in batch {
             let rev = *rev;
             hits.clear();
             at.clear();
             let several = evs.len() > 1;
             for (i, e) in evs.iter().enumerate() {
-                for &wk in index.candidates(&self.keyspace, &e.kv.key) {
+                matched.clear();
+                index.matching(&self.keyspace, &e.kv.key, &mut |wk| matched.push(wk));
+                for &wk in &matched {
                     let Some(w) = streams.get(&wk.0).and_then(|s| s.watchers.get(&wk.1)) else {
                         continue;
                     };
