@@ -30,6 +30,10 @@ pub enum Error {
     RequestTooLarge,
     /// A write names a lease that does not exist.
     LeaseNotFound,
+    /// LeaseGrant with the id of an existing lease.
+    LeaseExists,
+    /// LeaseGrant with a TTL above etcd's maximum (9e9 s).
+    LeaseTtlTooLarge,
     /// An auth call while auth is disabled (always, for now).
     AuthNotEnabled,
     /// Cluster membership cannot change on a single-member server.
@@ -51,6 +55,8 @@ impl Error {
             Error::FutureRev => "etcdserver: mvcc: required revision is a future revision",
             Error::RequestTooLarge => "etcdserver: request is too large",
             Error::LeaseNotFound => "etcdserver: requested lease not found",
+            Error::LeaseExists => "etcdserver: lease already exists",
+            Error::LeaseTtlTooLarge => "etcdserver: too large lease TTL",
             Error::AuthNotEnabled => "etcdserver: authentication is not enabled",
             Error::MemberChangeUnsupported => "etcdserver: not capable",
         }

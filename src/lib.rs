@@ -28,6 +28,7 @@
 pub mod config;
 pub mod error;
 pub mod keyspace;
+pub mod lease;
 pub mod mvcc;
 pub mod revision;
 pub mod server;

@@ -18,6 +18,7 @@ pub mod validate;
 
 pub use event_log::{CommitObserver, Event, EventKind, EventLog, RevisionEvents};
 pub use request::*;
+pub use store::LeaseIndex;
 pub use store::{Applied, Store, StoreConfig};
 
 #[cfg(test)]

@@ -126,6 +126,12 @@ pub enum RequestOp {
     Txn(TxnRequest),
     /// An op with no request set; etcd refuses it with "key not found".
     Empty,
+    /// Internal (lease revocation, never from the wire): delete `key` if it is still attached
+    /// to `lease`. Answered like a DeleteRange.
+    DeleteLeased {
+        key: Bytes,
+        lease: i64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

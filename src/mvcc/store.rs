@@ -54,6 +54,15 @@ impl Default for StoreConfig {
     }
 }
 
+/// What the store needs of the lessor: whether a lease exists, and which keys are attached to
+/// it (so an expiring lease knows what to delete). Called with partition locks held, so it must
+/// not call back into the store.
+pub trait LeaseIndex: Send + Sync + std::fmt::Debug {
+    fn exists(&self, id: i64) -> bool;
+    fn attach(&self, id: i64, key: &Bytes);
+    fn detach(&self, id: i64, key: &Bytes);
+}
+
 /// A write's response and the revision the client must not be answered before.
 #[derive(Debug)]
 pub struct Applied<T> {
@@ -85,6 +94,8 @@ pub struct Store {
     /// Told about each committed revision before readers see it (the watch hub). Set once at
     /// start-up.
     observer: std::sync::OnceLock<Arc<dyn CommitObserver>>,
+    /// The lessor, once set (without one no lease exists).
+    leases: std::sync::OnceLock<Arc<dyn LeaseIndex>>,
     /// Read-locked briefly to find partitions, and held across a txn that has range ops so that
     /// no partition can appear inside a range it has already locked; write-locked only to add
     /// a partition.
@@ -106,6 +117,7 @@ impl Store {
             clock: RevisionClock::new(1),
             events: Arc::new(EventLog::new(2)),
             observer: std::sync::OnceLock::new(),
+            leases: std::sync::OnceLock::new(),
             table: RwLock::new(Table {
                 by_prefix: HashMap::new(),
                 sorted: Vec::new(),
@@ -172,9 +184,40 @@ impl Store {
         data + crate::revision::FIXED_BYTES
     }
 
-    /// Whether lease `id` exists. Leases arrive with the lessor; until then none does.
-    fn lease_exists(&self, _id: i64) -> bool {
-        false
+    /// Registers the lessor (once, at start-up).
+    pub fn set_lease_index(&self, leases: Arc<dyn LeaseIndex>) {
+        self.leases.set(leases).expect("the lessor is set once");
+    }
+
+    /// Whether lease `id` exists.
+    fn lease_exists(&self, id: i64) -> bool {
+        self.leases.get().is_some_and(|l| l.exists(id))
+    }
+
+    /// Moves `key` from lease `old` to lease `new` in the lessor's bookkeeping.
+    fn relink(&self, key: &Bytes, old: i64, new: i64) {
+        if old == new {
+            return;
+        }
+        if let Some(l) = self.leases.get() {
+            if old != 0 {
+                l.detach(old, key);
+            }
+            if new != 0 {
+                l.attach(new, key);
+            }
+        }
+    }
+
+    /// Deletes, in one revision, every key of `keys` still attached to `lease` (lease revocation
+    /// and expiry). Returns the header revision and how many keys went.
+    pub fn revoke(&self, lease: i64, mut keys: Vec<Bytes>) -> Applied<i64> {
+        keys.sort();
+        keys.dedup();
+        let ops = keys.into_iter().map(|key| RequestOp::DeleteLeased { key, lease }).collect();
+        let t = TxnRequest { compare: vec![], success: ops, failure: vec![] };
+        let a = self.txn_unchecked(t).expect("an internal delete cannot fail its checks");
+        Applied { response: a.response.revision, visible_at: a.visible_at }
     }
 
     /// Live keys at the newest applied revision, across partitions.
@@ -493,6 +536,7 @@ fn visit_keys(t: &TxnRequest, f: &mut impl FnMut(&Bytes, &Bytes)) {
             RequestOp::Put(p) => f(&p.key, &Bytes::new()),
             RequestOp::DeleteRange(d) => f(&d.key, &d.range_end),
             RequestOp::Txn(t) => visit_keys(t, f),
+            RequestOp::DeleteLeased { key, .. } => f(key, &Bytes::new()),
             RequestOp::Empty => {}
         }
     }
@@ -597,6 +641,9 @@ impl TxnCtx<'_> {
                 }
                 RequestOp::Txn(t) => writes |= self.plan(t, path, current)?,
                 RequestOp::Empty => return Err(Error::KeyNotFound),
+                RequestOp::DeleteLeased { key, lease } => {
+                    writes |= self.latest(key).is_some_and(|kv| kv.lease == *lease);
+                }
             }
         }
         Ok(writes)
@@ -644,6 +691,7 @@ impl TxnCtx<'_> {
                     };
                     let prev = st.put(&p.key, Revision::new(rev, *sub), value.clone(), lease);
                     *sub += 1;
+                    self.store.relink(&p.key, prev.as_ref().map_or(0, |p| p.lease), lease);
                     let kv = KeyValue {
                         key: p.key.clone(),
                         create_revision: prev.as_ref().map_or(rev, |p| p.create_revision),
@@ -671,6 +719,7 @@ impl TxnCtx<'_> {
                     for (i, k) in &keys {
                         let prev = self.guards[*i].delete(k, Revision::new(rev, *sub));
                         *sub += 1;
+                        self.store.relink(k, prev.as_ref().map_or(0, |p| p.lease), 0);
                         let kv =
                             KeyValue { key: k.clone(), mod_revision: rev, ..Default::default() };
                         events.push(Event::new(EventKind::Delete, kv, prev.clone()));
@@ -691,6 +740,25 @@ impl TxnCtx<'_> {
                     ResponseOp::Txn(r)
                 }
                 RequestOp::Empty => unreachable!("refused in plan"),
+                RequestOp::DeleteLeased { key, lease } => {
+                    let i = self.part_of(key);
+                    let live = self.guards[i].get(key, i64::MAX);
+                    let mut deleted = 0;
+                    if live.is_some_and(|kv| kv.lease == *lease) {
+                        let prev = self.guards[i].delete(key, Revision::new(rev, *sub));
+                        *sub += 1;
+                        deleted = 1;
+                        self.store.relink(key, *lease, 0);
+                        let kv =
+                            KeyValue { key: key.clone(), mod_revision: rev, ..Default::default() };
+                        events.push(Event::new(EventKind::Delete, kv, prev));
+                    }
+                    ResponseOp::DeleteRange(DeleteRangeResponse {
+                        revision: if *sub > 0 { base + 1 } else { base },
+                        deleted,
+                        prev_kvs: vec![],
+                    })
+                }
             };
             responses.push(resp);
         }

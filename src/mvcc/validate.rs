@@ -47,6 +47,7 @@ fn check_txn_shape(t: &TxnRequest, max_ops: i64) -> Result<()> {
             RequestOp::DeleteRange(d) => check_range_key(&d.key)?,
             RequestOp::Txn(t) => check_txn_shape(t, max_ops - opc)?,
             RequestOp::Empty => return Err(Error::KeyNotFound),
+            RequestOp::DeleteLeased { .. } => {}
         }
     }
     Ok(())

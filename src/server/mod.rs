@@ -1,13 +1,13 @@
 //! The gRPC server: etcd's v3 services over tonic (etcd's `etcdserver/api/v3rpc`).
 //!
 //! Services are thin: convert the request, call the store, fill the header, translate errors
-//! through [`status`]. Lease is not served yet (clients get UNIMPLEMENTED, as for any method
-//! this server does not know).
+//! through [`status`]. Methods this server does not know answer UNIMPLEMENTED.
 
 pub mod auth;
 pub mod cluster;
 pub mod convert;
 pub mod kv;
+pub mod lease;
 pub mod maintenance;
 pub mod status;
 pub mod watch;
@@ -23,6 +23,7 @@ use tonic::transport::server::TcpIncoming;
 use tracing::info;
 
 use crate::config::Config;
+use crate::lease::Lessor;
 use crate::mvcc::{Store, StoreConfig};
 use crate::proto::etcdserverpb as pb;
 use crate::watch::WatchHub;
@@ -40,6 +41,8 @@ pub struct Shared {
     pub store: Store,
     /// Every watcher; the store publishes committed revisions to it.
     pub hub: Arc<WatchHub>,
+    /// Every lease; the store tells it which keys are attached.
+    pub lessor: Arc<Lessor>,
     pub cluster_id: u64,
     pub member_id: u64,
     pub config: Config,
@@ -59,7 +62,15 @@ impl Shared {
             store.current_revision(),
         ));
         store.set_observer(hub.clone());
-        Self { store, hub, cluster_id, member_id, config }
+        // Generated lease ids start from the member id and the start time, so ids from an
+        // earlier run of this member are not handed out again.
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let seed = (((member_id & 0xffff) as i64) << 46) | (now_ms & ((1 << 46) - 1));
+        let lessor = Lessor::new(seed);
+        store.set_lease_index(lessor.clone());
+        Self { store, hub, lessor, cluster_id, member_id, config }
     }
 
     /// The top-level response header: ids, term, and the revision (the current one if the
@@ -136,6 +147,7 @@ fn router(shared: &Arc<Shared>) -> tonic::transport::server::Router {
     let cluster =
         pb::cluster_server::ClusterServer::new(cluster::ClusterService::new(shared.clone()));
     let auth = pb::auth_server::AuthServer::new(auth::AuthService::new(shared.clone()));
+    let lease = pb::lease_server::LeaseServer::new(lease::LeaseService::new(shared.clone()));
     let watch = crate::proto::wire::watch_server::WatchServer::new(watch::WatchService::new(
         shared.clone(),
     ))
@@ -151,6 +163,7 @@ fn router(shared: &Arc<Shared>) -> tonic::transport::server::Router {
         .add_service(cluster)
         .add_service(auth)
         .add_service(watch)
+        .add_service(lease)
 }
 
 /// Serves every listener until `shutdown` resolves, then drains in-flight requests.
@@ -179,6 +192,7 @@ pub async fn serve(
             }
         };
     }
+    let expiry = tokio::spawn(lease::expiry_loop(shared.clone()));
     tokio::spawn(async move {
         shutdown.await;
         info!("shutting down");
@@ -187,5 +201,6 @@ pub async fn serve(
     while let Some(res) = tasks.join_next().await {
         res.expect("listener task panicked")?;
     }
+    expiry.abort();
     Ok(())
 }

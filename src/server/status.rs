@@ -17,9 +17,11 @@ pub fn code(e: &Error) -> Code {
         | Error::DuplicateKey
         | Error::InvalidSortOption
         | Error::RequestTooLarge => Code::InvalidArgument,
-        Error::Compacted | Error::FutureRev => Code::OutOfRange,
+        Error::Compacted | Error::FutureRev | Error::LeaseTtlTooLarge => Code::OutOfRange,
         Error::LeaseNotFound => Code::NotFound,
-        Error::AuthNotEnabled | Error::MemberChangeUnsupported => Code::FailedPrecondition,
+        Error::AuthNotEnabled | Error::MemberChangeUnsupported | Error::LeaseExists => {
+            Code::FailedPrecondition
+        }
     }
 }
 

@@ -1,0 +1,146 @@
+//! The Lease service, and the expiry loop that revokes leases whose TTL ran out.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::time::{Duration, Instant};
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::Shared;
+use crate::proto::etcdserverpb as pb;
+
+/// The longest the expiry loop sleeps (etcd checks every 500 ms).
+const EXPIRY_TICK: Duration = Duration::from_millis(500);
+/// Leases revoked per pass before the loop lets other work run.
+const EXPIRY_BATCH: usize = 1000;
+
+#[derive(Debug)]
+pub struct LeaseService {
+    shared: Arc<Shared>,
+}
+
+impl LeaseService {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+}
+
+/// Deletes a gone lease's keys in one revision and waits until readers see it; returns the
+/// header revision.
+async fn delete_keys(shared: &Shared, id: i64, keys: Vec<bytes::Bytes>) -> i64 {
+    if keys.is_empty() {
+        return shared.store.current_revision();
+    }
+    let applied = shared.store.revoke(id, keys);
+    shared.store.wait_visible(applied.visible_at).await;
+    applied.response
+}
+
+/// Revokes expired leases until the server stops: each lease's keys go in one revision, and
+/// watchers see DELETE events with prev_kv.
+pub async fn expiry_loop(shared: Arc<Shared>) {
+    loop {
+        let now = Instant::now();
+        let wake =
+            shared.lessor.next_deadline().map_or(now + EXPIRY_TICK, |d| d.min(now + EXPIRY_TICK));
+        tokio::time::sleep_until(wake.max(now + Duration::from_millis(10))).await;
+        loop {
+            let expired = shared.lessor.expire(Instant::now(), EXPIRY_BATCH);
+            let n = expired.len();
+            for (id, keys) in expired {
+                delete_keys(&shared, id, keys).await;
+            }
+            for (id, key) in shared.lessor.take_orphans() {
+                delete_keys(&shared, id, vec![key]).await;
+            }
+            if n < EXPIRY_BATCH {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+type KeepAliveStream =
+    Pin<Box<dyn Stream<Item = Result<pb::LeaseKeepAliveResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::lease_server::Lease for LeaseService {
+    async fn lease_grant(
+        &self,
+        req: Request<pb::LeaseGrantRequest>,
+    ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
+        let r = req.into_inner();
+        let (id, ttl) = self.shared.lessor.grant(r.id, r.ttl)?;
+        Ok(Response::new(pb::LeaseGrantResponse {
+            header: self.shared.header(0),
+            id,
+            ttl,
+            error: String::new(),
+        }))
+    }
+
+    async fn lease_revoke(
+        &self,
+        req: Request<pb::LeaseRevokeRequest>,
+    ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
+        let id = req.into_inner().id;
+        let keys = self.shared.lessor.revoke(id)?;
+        let rev = delete_keys(&self.shared, id, keys).await;
+        Ok(Response::new(pb::LeaseRevokeResponse { header: self.shared.header(rev) }))
+    }
+
+    type LeaseKeepAliveStream = KeepAliveStream;
+
+    async fn lease_keep_alive(
+        &self,
+        req: Request<Streaming<pb::LeaseKeepAliveRequest>>,
+    ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
+        let mut inbound = req.into_inner();
+        let (tx, rx) = mpsc::channel(16);
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(r)) = inbound.message().await {
+                // An unknown lease answers TTL 0, as in etcd.
+                let ttl = shared.lessor.renew(r.id).unwrap_or(0);
+                let resp = pb::LeaseKeepAliveResponse { header: shared.header(0), id: r.id, ttl };
+                if tx.send(Ok(resp)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn lease_time_to_live(
+        &self,
+        req: Request<pb::LeaseTimeToLiveRequest>,
+    ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
+        let r = req.into_inner();
+        let header = self.shared.header(0);
+        let resp = match self.shared.lessor.time_to_live(r.id, r.keys) {
+            Some(t) => pb::LeaseTimeToLiveResponse {
+                header,
+                id: r.id,
+                ttl: t.remaining,
+                granted_ttl: t.granted_ttl,
+                keys: t.keys,
+            },
+            // etcd answers an unknown lease with TTL -1 rather than an error.
+            None => pb::LeaseTimeToLiveResponse { header, id: r.id, ttl: -1, ..Default::default() },
+        };
+        Ok(Response::new(resp))
+    }
+
+    async fn lease_leases(
+        &self,
+        _req: Request<pb::LeaseLeasesRequest>,
+    ) -> Result<Response<pb::LeaseLeasesResponse>, Status> {
+        let leases =
+            self.shared.lessor.leases().into_iter().map(|id| pb::LeaseStatus { id }).collect();
+        Ok(Response::new(pb::LeaseLeasesResponse { header: self.shared.header(0), leases }))
+    }
+}
