@@ -3,26 +3,35 @@
 //! An in-memory, etcd v3 compatible storage server, built to be kube-apiserver's datastore.
 //!
 //! ## Architecture
-//! Dependencies point one way: `server` → `mvcc` → (`revision`, `keyspace`, `error`).
+//! Dependencies point one way: `server` → (`watch`, `lease`) → `mvcc` → (`revision`,
+//! `keyspace`, `error`). The storage layers never see gRPC types.
 //!
-//! - [`server`]: the gRPC services (KV, Maintenance, Cluster, Auth) over tonic. Each handler
-//!   converts the wire request into the store's types, calls the store, fills the response
-//!   header, and translates errors through the single table in `server::status`.
+//! - [`server`]: the gRPC services (KV, Watch, Lease, Maintenance, Cluster, Auth) over tonic.
+//!   Each handler converts the wire request into the store's types, calls the store, fills the
+//!   response header, and translates errors through the single table in `server::status`.
 //! - [`mvcc`]: the store. The key space is split into partitions, one per Kubernetes resource
 //!   (`/registry/[group/]resource/`, see [`keyspace`]) plus a default one; each partition has a
 //!   hash map for point lookups, an ordered index with live counts for ranges and exact counts,
-//!   and every key's versions since the last compaction.
+//!   and every key's versions since the last compaction. An event log keeps every committed
+//!   revision's events until compaction.
 //! - [`revision`]: the revision clock. Writers allocate revisions while holding their
-//!   partitions' locks and apply in parallel; readers read at the committed watermark, below
-//!   which every write is applied.
+//!   partitions' locks and apply in parallel; completed revisions are published in order, and
+//!   readers read at the committed watermark, below which every write is applied and published.
+//! - [`watch`]: the watch hub, told about each committed revision (through
+//!   `mvcc::CommitObserver`): live fan-out to synced watchers, catch-up from the event log for
+//!   the others, progress notifications.
+//! - [`lease`]: the lessor, told by the store which keys are attached to which lease (through
+//!   `mvcc::LeaseIndex`); expired leases' keys are deleted through the store's write path.
 //!
 //! ## The write path
-//! validate → lock partitions → evaluate compares → allocate revision → apply → complete
-//! (watermark) → reply once visible. See [`mvcc::store`] for why this is linearizable.
+//! validate → lock partitions → evaluate compares → allocate revision → apply → complete →
+//! publish in revision order (event log, then watchers) → move the read watermark → reply.
+//! See [`mvcc::store`] for why this is linearizable without a global lock.
 //!
 //! ## Invariants
 //! - Revisions start at 1, increase by one per write txn, and are never reused.
 //! - A reader never sees revision R before every write at or below R is applied.
+//! - A watch gets every matching event once, in revision order, a revision never split.
 //! - Every request gets etcd's answer: same codes, messages, revisions and counts.
 
 pub mod config;
