@@ -63,7 +63,7 @@ log "cargo test --release --no-fail-fast $*"
 cargo test --release --no-fail-fast "$@" || die "cargo test --release --no-fail-fast $*"
 
 # --- 4. benches, in test mode ---------------------------------------------------------------
-log "cargo bench --bench store -- --test"
-cargo bench --bench store -- --test || die "cargo bench --bench store -- --test"
+log "cargo bench -- --test"
+cargo bench -- --test || die "cargo bench -- --test"
 
 log "all tests passed"
