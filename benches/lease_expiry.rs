@@ -37,7 +37,6 @@ fn main() {
         // every leased key is gone.
         let writer = {
             let shared = shared.clone();
-            let deadline = deadline;
             tokio::spawn(async move {
                 let mut lat = Vec::new();
                 let key = Bytes::from_static(b"/registry/leases/kube-node-lease/node-1");
