@@ -63,7 +63,7 @@ log "cargo test --release --no-fail-fast $*"
 cargo test --release --no-fail-fast "$@" || die "cargo test --release --no-fail-fast $*"
 
 # --- 4. benches, in test mode ---------------------------------------------------------------
-log "cargo bench --benches -- --test"
-cargo bench --benches -- --test || die "cargo bench --benches -- --test"
+log "cargo bench --bench store --bench lease_expiry -- --test"
+cargo bench --bench store --bench lease_expiry -- --test || die "cargo bench --bench store --bench lease_expiry -- --test"
 
 log "all tests passed"
