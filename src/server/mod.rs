@@ -84,6 +84,17 @@ impl Shared {
         })
     }
 
+    /// A header with exactly this revision, 0 included (etcd's watch responses do not fill in
+    /// the current revision).
+    pub fn header_exact(&self, revision: i64) -> Option<pb::ResponseHeader> {
+        Some(pb::ResponseHeader {
+            cluster_id: self.cluster_id,
+            member_id: self.member_id,
+            revision,
+            raft_term: RAFT_TERM,
+        })
+    }
+
     /// A header with the ids and term but no revision, as etcd answers some cluster calls.
     pub fn header_without_revision(&self) -> Option<pb::ResponseHeader> {
         Some(pb::ResponseHeader {

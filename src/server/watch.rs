@@ -166,7 +166,7 @@ async fn catch_up(shared: &Shared, sid: u64, out: &Out, wake: &Notify) -> Result
             }
             CatchUp::Compacted { watch_id, revision, compact_revision } => {
                 let frame = WatchFrame {
-                    header: shared.header(revision),
+                    header: shared.header_exact(revision),
                     watch_id,
                     canceled: true,
                     compact_revision,
@@ -302,7 +302,7 @@ fn control_frame(shared: &Shared, msg: Message) -> WatchFrame {
             }
         }
         Message::Canceled { watch_id, revision, compact_revision } => WatchFrame {
-            header: shared.header(revision),
+            header: shared.header_exact(revision),
             watch_id,
             canceled: true,
             compact_revision,

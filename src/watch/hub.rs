@@ -105,6 +105,10 @@ struct Watcher {
     pending: Arc<AtomicUsize>,
     /// Whether events went out since the last progress tick (then no periodic progress).
     events_since_tick: bool,
+    /// The history this watch needs was compacted: it got the compacted cancel and delivers
+    /// nothing more, but its id stays taken until the client cancels it, as in etcd (until
+    /// then progress requests on the stream go unanswered, also as in etcd).
+    compacted: bool,
 }
 
 #[derive(Debug)]
@@ -227,7 +231,8 @@ pub enum CatchUp {
         events: Vec<(RevisionEvents, Picks)>,
         opts: WatchOptions,
     },
-    /// The history the watcher needs is compacted: it has been removed.
+    /// The history the watcher needs is compacted: it delivers nothing more (its id stays
+    /// taken until the client cancels it).
     Compacted { watch_id: i64, revision: i64, compact_revision: i64 },
 }
 
@@ -317,14 +322,7 @@ impl WatchHub {
         });
         let start = req.start_revision;
         let compacted = self.log.compacted();
-        if start > 0 && start < compacted {
-            let _ = s.tx.send(Message::Canceled {
-                watch_id: wid,
-                revision: published,
-                compact_revision: compacted,
-            });
-            return;
-        }
+        let too_old = start > 0 && start < compacted;
         let (synced, start_rev) = match start {
             0 => (true, published + 1),
             s if s > published => (true, s),
@@ -341,7 +339,18 @@ impl WatchHub {
             next_rev: start_rev,
             pending,
             events_since_tick: false,
+            compacted: too_old,
         };
+        if too_old {
+            // etcd's compacted cancel carries a header without a revision.
+            let _ = s.tx.send(Message::Canceled {
+                watch_id: wid,
+                revision: 0,
+                compact_revision: compacted,
+            });
+            s.watchers.insert(wid, w);
+            return;
+        }
         index.insert(&self.keyspace, &w.range, (sid, wid));
         s.watchers.insert(wid, w);
         if !synced {
@@ -400,31 +409,32 @@ impl WatchHub {
 
     /// One catch-up step for some unsynced watcher of the stream whose queue has drained.
     pub fn catch_up(&self, sid: u64) -> CatchUp {
-        let (wid, from, target, range, no_put, no_delete, opts) = {
-            let st = self.state.lock();
-            let Some(s) = st.streams.get(&sid) else { return CatchUp::Idle };
-            let Some((&wid, w)) =
-                s.watchers.iter().find(|(_, w)| !w.synced && w.pending.load(Ordering::SeqCst) == 0)
-            else {
-                return CatchUp::Idle;
+        let (wid, from, target, range, no_put, no_delete, opts) =
+            {
+                let st = self.state.lock();
+                let Some(s) = st.streams.get(&sid) else { return CatchUp::Idle };
+                let Some((&wid, w)) = s.watchers.iter().find(|(_, w)| {
+                    !w.synced && !w.compacted && w.pending.load(Ordering::SeqCst) == 0
+                }) else {
+                    return CatchUp::Idle;
+                };
+                (wid, w.next_rev, st.published, w.range.clone(), w.no_put, w.no_delete, w.opts)
             };
-            (wid, w.next_rev, st.published, w.range.clone(), w.no_put, w.no_delete, w.opts)
-        };
         let read = self.log.read(from.max(1), target, CATCH_UP_REVS, CATCH_UP_BYTES);
         let mut st = self.state.lock();
         let published = st.published;
         let State { streams, index, .. } = &mut *st;
         let Some(s) = streams.get_mut(&sid) else { return CatchUp::Idle };
         let Some(w) = s.watchers.get_mut(&wid) else { return CatchUp::Idle };
-        if w.synced || w.next_rev != from {
+        if w.synced || w.compacted || w.next_rev != from {
             return CatchUp::Idle;
         }
         let revs = match read {
             Ok(revs) => revs,
             Err(compact_revision) => {
                 index.remove(&self.keyspace, &w.range, (sid, wid));
-                s.watchers.remove(&wid);
-                return CatchUp::Compacted { watch_id: wid, revision: published, compact_revision };
+                w.compacted = true;
+                return CatchUp::Compacted { watch_id: wid, revision: 0, compact_revision };
             }
         };
         let last = revs.last().map_or(target, |(r, _)| *r);

@@ -12,3 +12,6 @@ mod limits;
 mod model;
 mod services;
 mod txn;
+mod watch;
+mod watch_stress;
+mod watch_diff;
