@@ -106,11 +106,17 @@ impl Lessor {
         Ok((id, ttl))
     }
 
-    /// Renews a lease to its full TTL; returns the TTL, or `LeaseNotFound`.
+    /// Renews a lease to its full TTL; returns the TTL, or `LeaseNotFound`. A lease past its
+    /// deadline cannot be renewed even if the expiry loop has not revoked it yet (etcd waits
+    /// for the revocation and answers "not found").
     pub fn renew(&self, id: i64) -> Result<i64> {
         let mut g = self.inner.lock();
+        let now = Instant::now();
         let l = g.leases.get_mut(&id).ok_or(Error::LeaseNotFound)?;
-        l.deadline = Instant::now() + Duration::from_secs(l.ttl as u64);
+        if l.deadline <= now {
+            return Err(Error::LeaseNotFound);
+        }
+        l.deadline = now + Duration::from_secs(l.ttl as u64);
         let (deadline, ttl) = (l.deadline, l.ttl);
         g.queue.push(Reverse((deadline, id)));
         Ok(ttl)
@@ -162,11 +168,12 @@ impl Lessor {
         Some(TimeToLive { granted_ttl: l.ttl, remaining: left.as_secs() as i64, keys })
     }
 
-    /// Every lease id, ascending.
+    /// Every lease id, soonest expiry first (the order etcd lists them in).
     pub fn leases(&self) -> Vec<i64> {
-        let mut ids: Vec<i64> = self.inner.lock().leases.keys().copied().collect();
+        let mut ids: Vec<(Instant, i64)> =
+            self.inner.lock().leases.iter().map(|(&id, l)| (l.deadline, id)).collect();
         ids.sort();
-        ids
+        ids.into_iter().map(|(_, id)| id).collect()
     }
 
     pub fn len(&self) -> usize {
