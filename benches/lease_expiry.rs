@@ -13,14 +13,30 @@ use mem_etcd::config::Config;
 use mem_etcd::mvcc::{PutRequest, RangeRequest};
 use mem_etcd::server::{Shared, lease};
 
+/// Resident memory of this process, from /proc (Linux).
+fn rss_bytes() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<usize>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
 fn main() {
     let smoke = std::env::args().any(|a| a == "--test");
-    let n: usize = if smoke { 1_000 } else { 100_000 };
+    // LEASES overrides the count (e.g. LEASES=1000000 for the memory figure).
+    let n: usize = std::env::var("LEASES").ok().and_then(|v| v.parse().ok()).unwrap_or(if smoke {
+        1_000
+    } else {
+        100_000
+    });
     let rt =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async move {
         let shared = Arc::new(Shared::new(Config::parse_from(["mem_etcd"])));
-        let ttl = 3;
+        let ttl = if n > 200_000 { 20 } else { 3 };
+        let rss0 = rss_bytes();
         let t0 = Instant::now();
         for i in 0..n {
             let (id, _) = shared.lessor.grant(0, ttl).unwrap();
@@ -30,7 +46,13 @@ fn main() {
             shared.store.wait_visible(a.visible_at).await;
         }
         let deadline = t0 + Duration::from_secs(ttl as u64);
-        println!("granted {n} leases with one key each in {:?}", t0.elapsed());
+        let rss1 = rss_bytes();
+        println!(
+            "granted {n} leases with one key each (300-byte values) in {:?}; RSS grew {} MiB, {} bytes per lease+key",
+            t0.elapsed(),
+            (rss1 - rss0) >> 20,
+            (rss1 - rss0) / n
+        );
         tokio::spawn(lease::expiry_loop(shared.clone()));
 
         // A writer on another resource measures put latency from just before the deadline until

@@ -13,5 +13,5 @@ mod model;
 mod services;
 mod txn;
 mod watch;
-mod watch_stress;
 mod watch_diff;
+mod watch_stress;
