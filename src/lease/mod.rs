@@ -33,6 +33,9 @@ struct Lease {
     deadline: Instant,
     /// Keys attached to the lease.
     keys: HashSet<Bytes>,
+    /// Expired or revoked, its keys being deleted: it still exists (so puts naming it are not
+    /// refused, as in etcd until the revocation is applied) but can no longer be renewed.
+    revoking: bool,
 }
 
 #[derive(Debug)]
@@ -55,6 +58,15 @@ pub struct Lessor {
     /// One lock for the books: grants, renewals and attach/detach are short and touch a single
     /// lease, and only writes that change a key's lease take it.
     inner: Mutex<Inner>,
+}
+
+/// The outcome of a renewal.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// Renewed to this TTL.
+    Renewed(i64),
+    /// Past its deadline or being revoked: gone once its keys are deleted.
+    Expiring,
 }
 
 /// What LeaseTimeToLive reports.
@@ -101,35 +113,50 @@ impl Lessor {
             g.next_id = g.next_id.wrapping_add(1).max(1);
         }
         let deadline = Instant::now() + Duration::from_secs(ttl as u64);
-        g.leases.insert(id, Lease { ttl, deadline, keys: HashSet::new() });
+        g.leases.insert(id, Lease { ttl, deadline, keys: HashSet::new(), revoking: false });
         g.queue.push(Reverse((deadline, id)));
         Ok((id, ttl))
     }
 
-    /// Renews a lease to its full TTL; returns the TTL, or `LeaseNotFound`. A lease past its
-    /// deadline cannot be renewed even if the expiry loop has not revoked it yet (etcd waits
-    /// for the revocation and answers "not found").
-    pub fn renew(&self, id: i64) -> Result<i64> {
+    /// Renews a lease to its full TTL and returns the TTL. `LeaseNotFound` if it does not exist,
+    /// `Renewal::Expiring` if it is past its deadline or being revoked: etcd then waits until
+    /// the revocation has deleted the keys and answers "not found" (see [`Self::exists`]).
+    pub fn renew(&self, id: i64) -> Result<Renewal> {
         let mut g = self.inner.lock();
         let now = Instant::now();
         let l = g.leases.get_mut(&id).ok_or(Error::LeaseNotFound)?;
-        if l.deadline <= now {
-            return Err(Error::LeaseNotFound);
+        if l.revoking || l.deadline <= now {
+            return Ok(Renewal::Expiring);
         }
         l.deadline = now + Duration::from_secs(l.ttl as u64);
         let (deadline, ttl) = (l.deadline, l.ttl);
         g.queue.push(Reverse((deadline, id)));
-        Ok(ttl)
+        // Renewals leave stale entries behind; rebuild before they outnumber the leases.
+        if g.queue.len() > 2 * g.leases.len() + 1024 {
+            let fresh = g.leases.iter().map(|(&id, l)| Reverse((l.deadline, id))).collect();
+            g.queue = fresh;
+        }
+        Ok(Renewal::Renewed(ttl))
     }
 
-    /// Removes a lease and returns the keys attached to it (to be deleted by the caller).
+    /// Starts revoking a lease: returns the keys attached to it, to be deleted by the caller,
+    /// who then calls [`finish`](Self::finish).
     pub fn revoke(&self, id: i64) -> Result<Vec<Bytes>> {
         let mut g = self.inner.lock();
-        let l = g.leases.remove(&id).ok_or(Error::LeaseNotFound)?;
-        Ok(l.keys.into_iter().collect())
+        let l = g.leases.get_mut(&id).ok_or(Error::LeaseNotFound)?;
+        l.revoking = true;
+        Ok(l.keys.iter().cloned().collect())
     }
 
-    /// Leases whose deadline passed by `now`, removed, with their keys (at most `max`).
+    /// Removes a revoked lease once its keys were deleted; returns keys attached to it since
+    /// (they must go too).
+    pub fn finish(&self, id: i64) -> Vec<Bytes> {
+        let mut g = self.inner.lock();
+        g.leases.remove(&id).map(|l| l.keys.into_iter().collect()).unwrap_or_default()
+    }
+
+    /// Leases whose deadline passed by `now`, marked revoking, with their keys (at most `max`).
+    /// The caller deletes the keys and calls [`finish`](Self::finish).
     pub fn expire(&self, now: Instant, max: usize) -> Vec<(i64, Vec<Bytes>)> {
         let mut g = self.inner.lock();
         let mut out = Vec::new();
@@ -140,9 +167,10 @@ impl Lessor {
             }
             g.queue.pop();
             // A renewed lease left this entry behind; its current deadline is elsewhere.
-            if g.leases.get(&id).is_some_and(|l| l.deadline == deadline) {
-                let l = g.leases.remove(&id).expect("checked above");
-                out.push((id, l.keys.into_iter().collect()));
+            if let Some(l) = g.leases.get_mut(&id).filter(|l| l.deadline == deadline && !l.revoking)
+            {
+                l.revoking = true;
+                out.push((id, l.keys.iter().cloned().collect()));
             }
         }
         out
@@ -156,6 +184,11 @@ impl Lessor {
     /// Keys attached to leases that were gone by the time they were attached, by lease.
     pub fn take_orphans(&self) -> Vec<(i64, Bytes)> {
         std::mem::take(&mut self.inner.lock().orphans)
+    }
+
+    /// Whether lease `id` still exists (revoking leases included).
+    pub fn contains(&self, id: i64) -> bool {
+        self.inner.lock().leases.contains_key(&id)
     }
 
     pub fn time_to_live(&self, id: i64, with_keys: bool) -> Option<TimeToLive> {
@@ -223,12 +256,16 @@ mod tests {
         tokio::time::advance(Duration::from_secs(3)).await;
         let now = Instant::now();
         assert_eq!(l.expire(now, 10), vec![(100, vec![])]);
-        assert_eq!(l.renew(7).unwrap(), 5);
+        assert_eq!(l.renew(100).unwrap(), Renewal::Expiring, "expired, keys being deleted");
+        assert!(l.finish(100).is_empty());
+        assert_eq!(l.renew(7).unwrap(), Renewal::Renewed(5));
         tokio::time::advance(Duration::from_secs(4)).await;
         assert!(l.expire(Instant::now(), 10).is_empty(), "renewed at 3 s, due at 8 s");
         assert_eq!(l.time_to_live(7, true).unwrap().keys, vec![Bytes::from_static(b"k")]);
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(l.expire(Instant::now(), 10), vec![(7, vec![Bytes::from_static(b"k")])]);
+        l.attach(7, &Bytes::from_static(b"late"));
+        assert_eq!(l.finish(7).len(), 2, "keys attached while revoking are handed back too");
         assert_eq!(l.leases(), vec![101]);
         assert_eq!(l.renew(7).unwrap_err(), Error::LeaseNotFound);
     }

@@ -10,6 +10,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::Shared;
+use crate::lease::Renewal;
 use crate::proto::etcdserverpb as pb;
 
 /// The longest the expiry loop sleeps (etcd checks every 500 ms).
@@ -28,16 +29,27 @@ impl LeaseService {
     }
 }
 
-/// Deletes a gone lease's keys in one revision and waits until readers see it; returns the
-/// header revision.
+/// Deletes a revoked lease's keys in one revision, waits until readers see it, and removes the
+/// lease (deleting, in a further revision, any key attached meanwhile); returns the header
+/// revision.
 async fn delete_keys(shared: &Shared, id: i64, keys: Vec<bytes::Bytes>) -> i64 {
-    if keys.is_empty() {
-        return shared.store.current_revision();
+    let mut rev = shared.store.current_revision();
+    if !keys.is_empty() {
+        let applied = shared.store.revoke(id, keys);
+        shared.store.wait_visible(applied.visible_at).await;
+        rev = applied.response;
     }
-    let applied = shared.store.revoke(id, keys);
-    shared.store.wait_visible(applied.visible_at).await;
-    applied.response
+    let late = shared.lessor.finish(id);
+    if !late.is_empty() {
+        let applied = shared.store.revoke(id, late);
+        shared.store.wait_visible(applied.visible_at).await;
+        rev = applied.response;
+    }
+    rev
 }
+
+/// How long a renewal of an expiring lease waits for its revocation to finish.
+const REVOCATION_WAIT: Duration = Duration::from_secs(10);
 
 /// Revokes expired leases until the server stops: each lease's keys go in one revision, and
 /// watchers see DELETE events with prev_kv.
@@ -46,7 +58,7 @@ pub async fn expiry_loop(shared: Arc<Shared>) {
         let now = Instant::now();
         let wake =
             shared.lessor.next_deadline().map_or(now + EXPIRY_TICK, |d| d.min(now + EXPIRY_TICK));
-        tokio::time::sleep_until(wake.max(now + Duration::from_millis(10))).await;
+        tokio::time::sleep_until(wake.max(now + Duration::from_millis(1))).await;
         loop {
             let expired = shared.lessor.expire(Instant::now(), EXPIRY_BATCH);
             let n = expired.len();
@@ -104,8 +116,19 @@ impl pb::lease_server::Lease for LeaseService {
         let shared = self.shared.clone();
         tokio::spawn(async move {
             while let Ok(Some(r)) = inbound.message().await {
-                // An unknown lease answers TTL 0, as in etcd.
-                let ttl = shared.lessor.renew(r.id).unwrap_or(0);
+                // An unknown lease answers TTL 0, as in etcd; so does an expiring one, but only
+                // once its keys are gone (etcd's renew waits for the revocation).
+                let ttl = match shared.lessor.renew(r.id) {
+                    Ok(Renewal::Renewed(ttl)) => ttl,
+                    Ok(Renewal::Expiring) => {
+                        let give_up = Instant::now() + REVOCATION_WAIT;
+                        while shared.lessor.contains(r.id) && Instant::now() < give_up {
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                        }
+                        0
+                    }
+                    Err(_) => 0,
+                };
                 let resp = pb::LeaseKeepAliveResponse { header: shared.header(0), id: r.id, ttl };
                 if tx.send(Ok(resp)).await.is_err() {
                     break;

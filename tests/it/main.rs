@@ -8,6 +8,7 @@ mod differential;
 mod etcdctl;
 mod k8s_shapes;
 mod kv;
+mod lease;
 mod limits;
 mod model;
 mod services;
