@@ -73,18 +73,20 @@ pub fn mask_numbers_after(text: &str, names: &[&str]) -> String {
     out
 }
 
+/// The fields of etcdctl's json and fields output that differ between any two servers.
+pub const ID_FIELDS: [&str; 6] = [
+    "\"cluster_id\"",
+    "\"member_id\"",
+    "\"raft_term\"",
+    "\"ClusterID\"",
+    "\"MemberID\"",
+    "\"RaftTerm\"",
+];
+
 fn masked(o: (Option<i32>, String, String)) -> CtlOutput {
-    let names = [
-        "\"cluster_id\"",
-        "\"member_id\"",
-        "\"raft_term\"",
-        "\"ClusterID\"",
-        "\"MemberID\"",
-        "\"RaftTerm\"",
-    ];
     CtlOutput {
         code: o.0,
-        stdout: mask_numbers_after(&o.1, &names),
+        stdout: mask_numbers_after(&o.1, &ID_FIELDS),
         errors: o.2.lines().filter(|l| l.starts_with("Error:")).map(str::to_string).collect(),
     }
 }

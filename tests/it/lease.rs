@@ -27,7 +27,7 @@ use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 use tonic::Code;
 use tonic::transport::Channel;
 
-use crate::etcdctl::mask_numbers_after;
+use crate::etcdctl::{ID_FIELDS, mask_numbers_after};
 use crate::support::*;
 
 /// etcd's largest lease TTL (`lease.MaxLeaseTTL`).
@@ -1221,17 +1221,7 @@ fn run_lease_script(bin: &Path, endpoint: &str) -> Vec<(String, CtlOut, Vec<i64>
         for (name, id) in &ids {
             text = text.replace(&format!("{id:016x}"), name).replace(&id.to_string(), name);
         }
-        text = mask_numbers_after(
-            &text,
-            &[
-                "\"cluster_id\"",
-                "\"member_id\"",
-                "\"raft_term\"",
-                "\"ClusterID\"",
-                "\"MemberID\"",
-                "\"RaftTerm\"",
-            ],
-        );
+        text = mask_numbers_after(&text, &ID_FIELDS);
         text = sort_list_after(&text, "attached keys([", ']', ' ');
         text = sort_list_after(&text, "\"keys\":[", ']', ',');
         let mut left = Vec::new();
