@@ -30,7 +30,7 @@ use crate::watch::WatchHub;
 
 /// gRPC's own framing on top of a request, allowed beyond `--max-request-bytes` so that an
 /// oversized request still reaches etcd's size check and gets etcd's error (etcd adds the same).
-const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
 /// The raft term reported in headers: a single member that never holds an election.
 pub const RAFT_TERM: u64 = 2;

@@ -203,7 +203,7 @@ impl Batch {
     }
 
     /// Sends the batch, split into fragments only if the watch asked for it and the response
-    /// would exceed `--max-request-bytes` (etcd's rule).
+    /// would exceed `--max-request-bytes` plus gRPC's overhead (etcd's rule).
     async fn send(self, shared: &Shared, out: &Out) -> Result<(), ()> {
         let frame = WatchFrame {
             header: shared.header(self.revision),
@@ -211,7 +211,8 @@ impl Batch {
             events: self.events,
             ..Default::default()
         };
-        let limit = shared.config.max_request_bytes as usize;
+        // etcd fragments at its gRPC receive limit: the request limit plus gRPC's overhead.
+        let limit = shared.config.max_request_bytes as usize + super::GRPC_OVERHEAD_BYTES;
         if !self.opts.fragment || frame.events.len() < 2 || frame.encoded_len() < limit {
             return send(out, frame).await;
         }

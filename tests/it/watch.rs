@@ -1224,3 +1224,43 @@ async fn disconnects_clean_up_and_leave_the_server_idle() {
     let used = cpu_time(pid) - before;
     assert!(used < Duration::from_millis(250), "the idle server used {used:?} of CPU in 1 s");
 }
+
+/// A watch that asked for `fragment` gets a response bigger than `--max-request-bytes` plus
+/// gRPC's 512 KiB overhead split into fragments (all but the last flagged), never split
+/// otherwise; the events are the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fragment_splits_big_responses_only_when_asked() {
+    let s = server!(["--max-request-bytes", "1024"]);
+    let mut raw = s.raw_clients().await;
+    let big = "v".repeat(900);
+    // 700 revisions of 900 bytes (each put under the 1 KiB limit); a watch from the first gets
+    // them in one replay of about 650 KB, over 1 KiB + 512 KiB.
+    const N: i64 = 700;
+    let rev = put(&mut raw, "fr/000", &big).await;
+    for i in 1..N {
+        put(&mut raw, &format!("fr/{i:03}"), &big).await;
+    }
+    let mut ws = Ws::open(&s).await;
+    let mut create = on_prefix("fr/").since(rev);
+    create.fragment = true;
+    let fragmented = ws.watch(create).await;
+    let mut parts = Vec::new();
+    let mut events = Vec::new();
+    loop {
+        let r = ws.next().await;
+        assert_eq!(r.watch_id, fragmented, "{}", show(&r));
+        events.extend(r.events.iter().map(Ev::from));
+        parts.push((r.fragment, r.events.len()));
+        if !r.fragment {
+            break;
+        }
+    }
+    assert!(parts.len() > 1, "a 650 KB response over a 513 KiB limit is fragmented: {parts:?}");
+    assert!(parts.iter().all(|&(_, n)| n >= 1), "{parts:?}");
+    let revs: Vec<i64> = events.iter().map(|e| e.kv.mod_revision).collect();
+    assert_eq!(revs, (rev..rev + N).collect::<Vec<_>>());
+    let whole = ws.watch(on_prefix("fr/").since(rev)).await;
+    let r = ws.next().await;
+    assert_eq!((r.watch_id, r.fragment, r.events.len() as i64), (whole, false, N), "{}", show(&r));
+    ws.quiet().await;
+}
