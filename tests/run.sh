@@ -60,10 +60,16 @@ fi
 
 # --- 3. tests -------------------------------------------------------------------------------
 log "cargo test --release --no-fail-fast $*"
-cargo test --release --no-fail-fast "$@" || die "cargo test --release --no-fail-fast $*"
+test_log=$(mktemp)
+trap 'rm -f "$test_log"' EXIT
+cargo test --release --no-fail-fast "$@" 2>&1 | tee "$test_log" || die "cargo test --release --no-fail-fast $*"
+# The totals over every test binary (unit, integration, doc), for a closing line.
+passed=$(sed -n 's/^test result: .* \([0-9][0-9]*\) passed; \([0-9][0-9]*\) failed.*/\1/p' "$test_log" | awk '{s+=$1} END {print s+0}')
+failed=$(sed -n 's/^test result: .* \([0-9][0-9]*\) passed; \([0-9][0-9]*\) failed.*/\2/p' "$test_log" | awk '{s+=$1} END {print s+0}')
 
 # --- 4. benches, in test mode ---------------------------------------------------------------
 log "cargo bench --bench store --bench lease_expiry -- --test"
 cargo bench --bench store --bench lease_expiry -- --test || die "cargo bench --bench store --bench lease_expiry -- --test"
 
 log "all tests passed"
+echo "$passed passed, $failed failed"
