@@ -649,6 +649,24 @@ impl TxnCtx<'_> {
         Ok(writes)
     }
 
+    /// Deletes one live key of locked partition `i` at the next sub-revision: the tombstone, the
+    /// lease detach and the DELETE event. Returns the key's last version.
+    fn delete_key(
+        &mut self,
+        i: usize,
+        key: &Bytes,
+        rev: i64,
+        sub: &mut i64,
+        events: &mut Vec<Event>,
+    ) -> Option<KeyValue> {
+        let prev = self.guards[i].delete(key, Revision::new(rev, *sub));
+        *sub += 1;
+        self.store.relink(key, prev.as_ref().map_or(0, |p| p.lease), 0);
+        let kv = KeyValue { key: key.clone(), mod_revision: rev, ..Default::default() };
+        events.push(Event::new(EventKind::Delete, kv, prev.clone()));
+        prev
+    }
+
     /// Applies the planned path. `rev` is the txn's main revision (0 if it writes nothing),
     /// `base` the revision before it, `sub` the next sub-revision.
     fn exec(
@@ -717,12 +735,7 @@ impl TxnCtx<'_> {
                     keys.sort_by(|a, b| a.1.cmp(&b.1));
                     let mut prev_kvs = Vec::new();
                     for (i, k) in &keys {
-                        let prev = self.guards[*i].delete(k, Revision::new(rev, *sub));
-                        *sub += 1;
-                        self.store.relink(k, prev.as_ref().map_or(0, |p| p.lease), 0);
-                        let kv =
-                            KeyValue { key: k.clone(), mod_revision: rev, ..Default::default() };
-                        events.push(Event::new(EventKind::Delete, kv, prev.clone()));
+                        let prev = self.delete_key(*i, k, rev, sub, events);
                         if d.prev_kv {
                             prev_kvs.extend(prev);
                         }
@@ -745,13 +758,8 @@ impl TxnCtx<'_> {
                     let live = self.guards[i].get(key, i64::MAX);
                     let mut deleted = 0;
                     if live.is_some_and(|kv| kv.lease == *lease) {
-                        let prev = self.guards[i].delete(key, Revision::new(rev, *sub));
-                        *sub += 1;
+                        self.delete_key(i, key, rev, sub, events);
                         deleted = 1;
-                        self.store.relink(key, *lease, 0);
-                        let kv =
-                            KeyValue { key: key.clone(), mod_revision: rev, ..Default::default() };
-                        events.push(Event::new(EventKind::Delete, kv, prev));
                     }
                     ResponseOp::DeleteRange(DeleteRangeResponse {
                         revision: if *sub > 0 { base + 1 } else { base },

@@ -95,16 +95,6 @@ impl Shared {
         })
     }
 
-    /// A header with the ids and term but no revision, as etcd answers some cluster calls.
-    pub fn header_without_revision(&self) -> Option<pb::ResponseHeader> {
-        Some(pb::ResponseHeader {
-            cluster_id: self.cluster_id,
-            member_id: self.member_id,
-            revision: 0,
-            raft_term: RAFT_TERM,
-        })
-    }
-
     /// Fills a header in place the way etcd's `header.fill` does.
     pub fn fill(&self, h: &mut Option<pb::ResponseHeader>) {
         let rev = h.as_ref().map_or(0, |h| h.revision);
