@@ -20,9 +20,49 @@ pub struct Config {
     #[arg(long, env = "ETCD_NAME", default_value = "default")]
     pub name: String,
 
-    /// Path to the data directory (accepted for etcd compatibility; the store is in memory).
+    /// Where the write-ahead log and snapshots live (default: `<name>.mem_etcd` in the working
+    /// directory; unused with --wal-mode none).
     #[arg(long, env = "ETCD_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+
+    /// none: nothing on disk, a restart starts empty; buffered: a write is acknowledged once
+    /// written to the OS and fdatasync'd within --wal-flush-interval; fsync: acknowledged once
+    /// fdatasync'd (group commit).
+    #[arg(long, env = "MEM_ETCD_WAL_MODE", value_enum, default_value = "buffered")]
+    pub wal_mode: WalMode,
+
+    /// Shorthand for --wal-mode fsync.
+    #[arg(long, env = "MEM_ETCD_FSYNC")]
+    pub fsync: bool,
+
+    /// Keys starting with this prefix are kept in memory only (repeatable), e.g.
+    /// /registry/events/. Their revisions are still logged, so revisions never go backwards.
+    #[arg(long, env = "MEM_ETCD_WAL_EXCLUDE_PREFIX", value_delimiter = ',')]
+    pub wal_exclude_prefix: Vec<String>,
+
+    /// Buffered mode: how often written log data is fdatasync'd; an OS crash or power loss
+    /// loses at most about this much.
+    #[arg(long, env = "MEM_ETCD_WAL_FLUSH_INTERVAL", default_value = "10ms", value_parser = parse_duration)]
+    pub wal_flush_interval: Duration,
+
+    /// WAL segment size: a segment is closed and a new one started past it.
+    #[arg(long, env = "MEM_ETCD_WAL_SEGMENT_BYTES", default_value_t = 64 << 20)]
+    pub wal_segment_bytes: u64,
+
+    /// A snapshot is written (and the log segments it covers deleted) once this many bytes,
+    /// or the store's size if larger, were logged since the last one.
+    #[arg(long, env = "MEM_ETCD_WAL_SNAPSHOT_BYTES", default_value_t = 256 << 20)]
+    pub wal_snapshot_bytes: u64,
+
+    /// On a corrupt log record, truncate the log there (dropping it and what follows in its
+    /// stream) instead of refusing to start.
+    #[arg(long, env = "MEM_ETCD_WAL_REPAIR")]
+    pub wal_repair: bool,
+
+    /// Fault injection for tests: a file whose content (`enospc`, `short`) makes WAL writes
+    /// fail.
+    #[arg(long, hide = true)]
+    pub wal_failpoint: Option<PathBuf>,
 
     /// URLs to serve clients on: http://host:port or unix://path, comma-separated.
     #[arg(
@@ -105,7 +145,43 @@ pub struct Config {
     pub quota_backend_bytes: Option<i64>,
 }
 
+/// `--wal-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum WalMode {
+    None,
+    Buffered,
+    Fsync,
+}
+
 impl Config {
+    /// The WAL settings these flags ask for.
+    pub fn wal_options(&self) -> crate::wal::Options {
+        let mode = match (self.fsync, self.wal_mode) {
+            (true, _) | (_, WalMode::Fsync) => crate::wal::Mode::Fsync,
+            (_, WalMode::Buffered) => crate::wal::Mode::Buffered,
+            (_, WalMode::None) => crate::wal::Mode::None,
+        };
+        let dir = self
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("{}.mem_etcd", self.name)));
+        crate::wal::Options {
+            dir,
+            mode,
+            exclude: self
+                .wal_exclude_prefix
+                .iter()
+                .filter(|p| !p.is_empty())
+                .map(|p| bytes::Bytes::copy_from_slice(p.as_bytes()))
+                .collect(),
+            flush_interval: self.wal_flush_interval.max(Duration::from_millis(1)),
+            segment_bytes: self.wal_segment_bytes.max(4096),
+            snapshot_bytes: self.wal_snapshot_bytes,
+            repair: self.wal_repair,
+            failpoint: self.wal_failpoint.clone(),
+        }
+    }
+
     /// The effective progress-notify interval.
     pub fn progress_notify_interval(&self) -> Duration {
         self.experimental_watch_progress_notify_interval

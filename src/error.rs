@@ -38,6 +38,8 @@ pub enum Error {
     AuthNotEnabled,
     /// Cluster membership cannot change on a single-member server.
     MemberChangeUnsupported,
+    /// The WAL cannot write (disk full, I/O error): writes are refused until it can.
+    WalUnavailable,
 }
 
 impl Error {
@@ -59,6 +61,11 @@ impl Error {
             Error::LeaseTtlTooLarge => "etcdserver: too large lease TTL",
             Error::AuthNotEnabled => "etcdserver: authentication is not enabled",
             Error::MemberChangeUnsupported => "etcdserver: not capable",
+            // Not an etcd error (etcd stops on a failed WAL write); worded in etcd's style.
+            Error::WalUnavailable => {
+                "etcdserver: WAL write failed (disk full or I/O error); writes are refused until \
+                 it succeeds"
+            }
         }
     }
 }

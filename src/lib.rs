@@ -41,6 +41,7 @@ pub mod lease;
 pub mod mvcc;
 pub mod revision;
 pub mod server;
+pub mod wal;
 pub mod watch;
 
 /// Generated etcd API types (from `proto/`, compiled by `build.rs`).

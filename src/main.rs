@@ -30,8 +30,18 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         "mem_etcd {} starting",
         env!("CARGO_PKG_VERSION")
     );
-    let shared = Arc::new(Shared::new(config));
-    server::serve(shared, listeners, shutdown_signal()).await?;
+    let shared = match Shared::new(config) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            tracing::error!("cannot start: {e}");
+            eprintln!("mem_etcd: cannot start: {e}");
+            std::process::exit(1);
+        }
+    };
+    let served = server::serve(shared.clone(), listeners, shutdown_signal()).await;
+    // Nothing is acknowledged that is not in the log; this writes out the rest and syncs it.
+    shared.close();
+    served?;
     Ok(())
 }
 

@@ -9,9 +9,11 @@
 //!
 //! Completed revisions are **published in order**: each completion parks its payload (the
 //! revision's events) in a ring slot, and whichever completing thread holds the publisher lock
-//! hands every contiguous completed revision to the publish callback (event log, watchers)
-//! before moving the watermark past it. Threads that find the lock taken just leave their slot
-//! filled: the holder picks it up (a combining lock, so no writer waits for another's publish).
+//! hands every contiguous completed revision to the publish callback before moving the watermark
+//! past it. Threads that find the lock taken just leave their slot filled: the holder picks it
+//! up (a combining lock, so no writer waits for another's publish). The callback may instead
+//! say the revisions are not visible yet (they went to the WAL, which calls
+//! [`RevisionClock::advance`] once they are written).
 
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 
@@ -48,6 +50,9 @@ pub struct RevisionClock<T> {
     allocated: AtomicI64,
     /// Every write at or below this revision is applied and published; reads are served here.
     committed: AtomicI64,
+    /// Every revision at or below this one was handed to the publish callback (its ring slot
+    /// is free). Equal to `committed` unless revisions wait for the WAL.
+    sequenced: AtomicI64,
     /// `done[r % WINDOW] == r` once write `r` completed (its payload is in `payload`).
     done: Box<[AtomicI64]>,
     /// Each revision's payload until it is published. One small lock per slot: a slot is only
@@ -69,6 +74,7 @@ impl<T> RevisionClock<T> {
         Self {
             allocated: AtomicI64::new(current),
             committed: AtomicI64::new(current),
+            sequenced: AtomicI64::new(current),
             done,
             payload: (0..WINDOW).map(|_| Mutex::new(None)).collect(),
             publisher: Mutex::new(()),
@@ -91,7 +97,7 @@ impl<T> RevisionClock<T> {
     pub fn allocate(&self) -> i64 {
         let rev = self.allocated.fetch_add(1, Ordering::SeqCst) + 1;
         // Keep the ring from wrapping onto a slot that is still pending.
-        while rev - self.committed() >= WINDOW as i64 {
+        while rev - self.sequenced.load(Ordering::SeqCst) >= WINDOW as i64 {
             std::thread::yield_now();
         }
         rev
@@ -99,20 +105,22 @@ impl<T> RevisionClock<T> {
 
     /// Marks `rev` complete with its payload; publishes every contiguous completed revision
     /// through `publish` (in revision order, in batches) if no other thread is doing so.
-    pub fn complete(&self, rev: i64, payload: T, publish: impl FnMut(&[(i64, T)])) {
+    /// `publish` returns whether the batch is visible now; if not, the caller moves the
+    /// watermark later with [`advance`](Self::advance).
+    pub fn complete(&self, rev: i64, payload: T, publish: impl FnMut(&mut [(i64, T)]) -> bool) {
         *self.payload[slot(rev)].lock() = Some(payload);
         self.done[slot(rev)].store(rev, Ordering::SeqCst);
         self.publish_ready(publish);
     }
 
-    fn publish_ready(&self, mut publish: impl FnMut(&[(i64, T)])) {
+    fn publish_ready(&self, mut publish: impl FnMut(&mut [(i64, T)]) -> bool) {
         let mut batch = Vec::new();
         loop {
             let Some(_guard) = self.publisher.try_lock() else {
                 // The holder re-checks after releasing, so our slot is not left behind.
                 return;
             };
-            let mut cur = self.committed();
+            let mut cur = self.sequenced.load(Ordering::SeqCst);
             while self.done[slot(cur + 1)].load(Ordering::SeqCst) == cur + 1 {
                 cur += 1;
                 let p = self.payload[slot(cur)]
@@ -127,19 +135,29 @@ impl<T> RevisionClock<T> {
             if batch.is_empty() {
                 drop(_guard);
             } else {
-                publish(&batch);
+                let visible = publish(&mut batch);
                 batch.clear();
-                self.committed.store(cur, Ordering::SeqCst);
+                self.sequenced.store(cur, Ordering::SeqCst);
                 drop(_guard);
-                if self.waiters.load(Ordering::SeqCst) > 0 {
-                    self.advanced.notify_waiters();
+                if visible {
+                    self.advance(cur);
                 }
             }
             // A revision completed while we held the lock may have found it taken.
-            let next = self.committed() + 1;
+            let next = self.sequenced.load(Ordering::SeqCst) + 1;
             if self.done[slot(next)].load(Ordering::SeqCst) != next {
                 return;
             }
+        }
+    }
+
+    /// Moves the watermark to `rev` (every revision up to it was published) and wakes waiters.
+    /// Called in revision order: by the publisher, or by the WAL writer once revisions it was
+    /// handed are written.
+    pub fn advance(&self, rev: i64) {
+        self.committed.store(rev, Ordering::SeqCst);
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            self.advanced.notify_waiters();
         }
     }
 
@@ -185,10 +203,16 @@ mod tests {
         let a = c.allocate();
         let b = c.allocate();
         assert_eq!((a, b), (2, 3));
-        c.complete(b, "b", |batch| seen.extend(batch.iter().map(|x| x.0)));
+        c.complete(b, "b", |batch| {
+            seen.extend(batch.iter().map(|x| x.0));
+            true
+        });
         assert_eq!(c.committed(), 1, "3 done but 2 in flight: readers stay at 1");
         assert!(seen.is_empty());
-        c.complete(a, "a", |batch| seen.extend(batch.iter().map(|x| x.0)));
+        c.complete(a, "a", |batch| {
+            seen.extend(batch.iter().map(|x| x.0));
+            true
+        });
         assert_eq!(c.committed(), 3);
         assert_eq!(seen, [2, 3]);
     }
@@ -207,7 +231,8 @@ mod tests {
                             log.lock().extend(batch.iter().map(|&(rev, p)| {
                                 assert_eq!(rev, p);
                                 rev
-                            }))
+                            }));
+                            true
                         });
                     }
                 })

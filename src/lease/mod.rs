@@ -4,9 +4,10 @@
 //! The lessor only keeps the books; deleting a revoked or expired lease's keys is a write like
 //! any other, done through the store in one revision (see `Store::revoke`), by the caller.
 //!
-//! **Restart.** Leases live in memory. When durability arrives (the WAL issue), a recovered
-//! lease gets its full TTL again from the moment of recovery, as etcd does: remaining TTLs are
-//! not persisted, so a restart can only extend a lease, never cut it short.
+//! **Restart.** Grants and revocations are logged (by the Lease service, in the WAL's `_meta`
+//! stream) and snapshots list every lease with its TTL. A recovered lease gets its full TTL
+//! again from the moment of recovery, as etcd does: remaining TTLs are not persisted, so a
+//! restart can only extend a lease, never cut it short.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -207,6 +208,14 @@ impl Lessor {
             self.inner.lock().leases.iter().map(|(&id, l)| (l.deadline, id)).collect();
         ids.sort();
         ids.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// Every lease with its granted TTL (for snapshots).
+    pub fn snapshot(&self) -> Vec<(i64, i64)> {
+        let mut v: Vec<(i64, i64)> =
+            self.inner.lock().leases.iter().map(|(&id, l)| (id, l.ttl)).collect();
+        v.sort_unstable();
+        v
     }
 
     pub fn len(&self) -> usize {

@@ -6,12 +6,14 @@
 //! - [`store`]: the partitions, the revision clock and the one write path;
 //! - [`request`]: the KV API's requests and responses, free of any wire format;
 //! - [`validate`]: etcd's request checks;
-//! - [`event_log`]: every committed revision's events, for watchers.
+//! - [`event_log`]: every committed revision's events, for watchers;
+//! - [`persist`]: recovery from the WAL into the store, and snapshots of the store.
 
 pub mod event_log;
 pub mod index;
 pub mod key_index;
 pub mod partition;
+pub mod persist;
 pub mod request;
 pub mod store;
 pub mod validate;
@@ -19,7 +21,7 @@ pub mod validate;
 pub use event_log::{CommitObserver, Event, EventKind, EventLog, RevisionEvents};
 pub use request::*;
 pub use store::LeaseIndex;
-pub use store::{Applied, Store, StoreConfig};
+pub use store::{Applied, Compacted, Store, StoreConfig};
 
 #[cfg(test)]
 mod tests;

@@ -89,47 +89,62 @@ impl PartitionState {
             Some(&s) => s,
             None => self.new_slot(key.clone()),
         };
-        let h = &mut self.slab[slot as usize];
+        let h = &self.slab[slot as usize];
         let prev = h.latest().map(|r| to_kv(&h.key, r));
         let (create_rev, version) = match &prev {
             Some(p) => (p.create_revision, p.version + 1),
             None => (rev.main, 1),
         };
-        let rec = KeyRecord { rev, create_rev, version, lease, value };
-        self.bytes += record_cost(&rec);
-        h.push(rec);
-        let queue = h.compactable() && !h.queued;
-        if queue {
-            h.queued = true;
-        }
-        if prev.is_none() {
-            self.index.set_live(key, true);
-            self.liveness.push_back((rev.main, slot));
-        }
-        if queue {
-            self.compact_queue.push(slot);
-        }
-        self.last_applied = rev.main;
+        self.push_record(slot, KeyRecord { rev, create_rev, version, lease, value });
         prev
     }
 
     /// Deletes a live key at `rev`; returns its last version.
     pub fn delete(&mut self, key: &[u8], rev: Revision) -> Option<KeyValue> {
         let slot = *self.map.get(key)?;
-        let h = &mut self.slab[slot as usize];
+        let h = &self.slab[slot as usize];
         let prev = h.latest().map(|r| to_kv(&h.key, r))?;
-        let rec = KeyRecord::tombstone(rev);
+        self.push_record(slot, KeyRecord::tombstone(rev));
+        Some(prev)
+    }
+
+    /// Appends a version exactly as given (recovery: from a snapshot or the WAL). Versions of
+    /// a key must come oldest first.
+    pub fn restore(&mut self, key: &Bytes, rec: KeyRecord) {
+        let slot = match self.map.get(&key[..]) {
+            Some(&s) => s,
+            None => self.new_slot(key.clone()),
+        };
+        self.push_record(slot, rec);
+    }
+
+    /// Puts the liveness log back in revision order after a snapshot was loaded key by key.
+    pub fn sort_liveness(&mut self) {
+        self.liveness.make_contiguous().sort_unstable();
+    }
+
+    /// Appends a record to a key's history and keeps the index, the liveness log, the
+    /// compaction queue and the byte count in step.
+    fn push_record(&mut self, slot: u32, rec: KeyRecord) {
+        let h = &mut self.slab[slot as usize];
+        let was_live = h.is_live();
+        let live = !rec.is_tombstone();
+        let main = rec.rev.main;
         self.bytes += record_cost(&rec);
         h.push(rec);
-        let queue = !h.queued;
-        h.queued = true;
-        self.index.set_live(key, false);
-        self.liveness.push_back((rev.main, slot));
+        let queue = h.compactable() && !h.queued;
+        if queue {
+            h.queued = true;
+        }
+        if was_live != live {
+            let key = h.key.clone();
+            self.index.set_live(&key, live);
+            self.liveness.push_back((main, slot));
+        }
         if queue {
             self.compact_queue.push(slot);
         }
-        self.last_applied = rev.main;
-        Some(prev)
+        self.last_applied = self.last_applied.max(main);
     }
 
     fn new_slot(&mut self, key: Bytes) -> u32 {
@@ -252,13 +267,43 @@ impl PartitionState {
         self.compacted = self.compacted.max(rev);
     }
 
+    /// Up to `limit` keys after `after` (from the first if `None`), in key order, with their
+    /// retained records at or below `rev`: a snapshot reads a partition in such chunks so that
+    /// writers wait for one chunk, never for the whole partition.
+    pub fn chunk_at(
+        &self,
+        after: Option<&Bytes>,
+        rev: i64,
+        limit: usize,
+    ) -> Vec<(Bytes, Vec<KeyRecord>)> {
+        let start: &[u8] = after.map_or(b"", |k| &k[..]);
+        let mut out = Vec::with_capacity(limit.min(4096));
+        for e in self.index.iter_from(start) {
+            if after.is_some_and(|a| e.key == *a) {
+                continue;
+            }
+            if out.len() >= limit {
+                break;
+            }
+            let h = &self.slab[e.slot as usize];
+            let recs: Vec<KeyRecord> =
+                h.records().iter().take_while(|r| r.rev.main <= rev).cloned().collect();
+            if !recs.is_empty() {
+                out.push((h.key.clone(), recs));
+            }
+        }
+        out
+    }
+
     /// Every retained record in key order (for Hash/HashKV).
     pub fn for_each_record(&self, mut f: impl FnMut(&[u8], &KeyRecord)) {
+        self.for_each_history(|h| h.records().iter().for_each(|r| f(&h.key, r)));
+    }
+
+    /// Every key's history, in key order.
+    pub fn for_each_history(&self, mut f: impl FnMut(&KeyHistory)) {
         for e in self.index.iter_from(b"") {
-            let h = &self.slab[e.slot as usize];
-            for r in h.records() {
-                f(&h.key, r);
-            }
+            f(&self.slab[e.slot as usize]);
         }
     }
 }

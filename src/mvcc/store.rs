@@ -8,9 +8,12 @@
 //!    partitions; errors stop here, before a revision is taken;
 //! 4. **allocate** the next main revision (only if the chosen branch writes) and **apply** the
 //!    ops with consecutive sub-revisions;
-//! 5. unlock, and **complete** the revision: the watermark advances once every lower revision
-//!    is complete too, and only then do readers see the write. (The WAL append and the watcher
-//!    fan-out slot in between apply and complete, in that order.)
+//! 5. unlock, encode the revision's **WAL** records (one per partition written), and
+//!    **complete** the revision: once every lower revision is complete too, the in-order
+//!    publisher hands it to the WAL, and once the WAL has written it (and synced it, in fsync
+//!    mode) it is **published** to the event log and the watchers and the read watermark moves
+//!    past it. Only then do readers see the write. Without a WAL, publication follows
+//!    completion directly.
 //!
 //! The caller acknowledges the client once the watermark reaches the returned revision.
 //!
@@ -36,6 +39,7 @@ use super::validate;
 use crate::error::{Error, Result};
 use crate::keyspace::{KeyRange, Keyspace};
 use crate::revision::{Revision, RevisionClock};
+use crate::wal::{self, Wal};
 
 /// Store settings.
 #[derive(Clone, Debug)]
@@ -71,52 +75,137 @@ pub struct Applied<T> {
     pub visible_at: i64,
 }
 
+/// A compaction done: the header revision, and the WAL batch that logs it.
+#[derive(Debug)]
+pub struct Compacted {
+    pub revision: i64,
+    log_gen: u64,
+}
+
 /// The partition table. Partitions are created on first use and never removed, so an
 /// `Arc<Partition>` handed out stays the partition of its prefix forever.
 #[derive(Debug)]
-struct Table {
+pub(super) struct Table {
     by_prefix: HashMap<Bytes, Arc<Partition>>,
     /// Resource partitions ordered by prefix: their key intervals are disjoint, so walking them
     /// in this order yields keys in order.
     sorted: Vec<Arc<Partition>>,
     /// Every partition, by id; id 0 is the default partition.
-    all: Vec<Arc<Partition>>,
+    pub(super) all: Vec<Arc<Partition>>,
+}
+
+/// A completed revision on its way out: its events, and its WAL records if there is a WAL.
+#[derive(Debug)]
+pub(super) struct Payload {
+    events: RevisionEvents,
+    entry: Option<wal::Entry>,
+}
+
+/// Where completed revisions go, in revision order: the WAL (if any), then the event log and
+/// the watchers, then the read watermark. Shared with the WAL writer, which publishes the
+/// revisions it made durable.
+#[derive(Debug)]
+pub(super) struct Commit {
+    /// Revision allocation, in-order hand-off and the read watermark.
+    pub(super) clock: RevisionClock<Payload>,
+    /// Every committed revision's events until compaction; shared with the watch hub.
+    pub(super) events: Arc<EventLog>,
+    /// Told about each committed revision before readers see it (the watch hub). Set once at
+    /// start-up.
+    observer: std::sync::OnceLock<Arc<dyn CommitObserver>>,
+    /// The log, when writes are logged. Set once, after recovery.
+    pub(super) wal: std::sync::OnceLock<Arc<Wal>>,
+    /// Revisions handed to the WAL and not yet durable, oldest first. Pushed by the in-order
+    /// publisher, popped by the WAL writer; both in revision order.
+    awaiting: Mutex<std::collections::VecDeque<(i64, RevisionEvents)>>,
+}
+
+impl Commit {
+    pub(super) fn new(current: i64, events: EventLog) -> Self {
+        Self {
+            clock: RevisionClock::new(current),
+            events: Arc::new(events),
+            observer: std::sync::OnceLock::new(),
+            wal: std::sync::OnceLock::new(),
+            awaiting: Mutex::new(Default::default()),
+        }
+    }
+
+    /// The in-order publisher's callback: hands the batch to the WAL (visible later), or
+    /// publishes it now when there is no WAL.
+    fn publish(&self, batch: &mut [(i64, Payload)]) -> bool {
+        if let Some(w) = self.wal.get() {
+            self.awaiting.lock().extend(batch.iter().map(|(r, p)| (*r, p.events.clone())));
+            w.append(batch.iter_mut().filter_map(|(_, p)| p.entry.take()));
+            return false;
+        }
+        let out: Vec<(i64, RevisionEvents)> =
+            batch.iter().map(|(r, p)| (*r, p.events.clone())).collect();
+        self.deliver(&out);
+        true
+    }
+
+    /// Event log first, then the observer.
+    fn deliver(&self, batch: &[(i64, RevisionEvents)]) {
+        for (rev, evs) in batch {
+            self.events.append(*rev, evs.clone());
+        }
+        if let Some(o) = self.observer.get() {
+            o.on_commit(batch);
+        }
+    }
+}
+
+impl wal::DurableSink for Commit {
+    fn durable(&self, rev: i64) {
+        let mut out = Vec::new();
+        {
+            let mut q = self.awaiting.lock();
+            while q.front().is_some_and(|(r, _)| *r <= rev) {
+                out.push(q.pop_front().expect("checked"));
+            }
+        }
+        if !out.is_empty() {
+            self.deliver(&out);
+        }
+        self.clock.advance(rev);
+    }
 }
 
 #[derive(Debug)]
 pub struct Store {
     keyspace: Keyspace,
-    /// Revision allocation, in-order publication and the read watermark; a revision's payload
-    /// is its events.
-    clock: RevisionClock<RevisionEvents>,
-    /// Every committed revision's events until compaction; shared with the watch hub.
-    events: Arc<EventLog>,
-    /// Told about each committed revision before readers see it (the watch hub). Set once at
-    /// start-up.
-    observer: std::sync::OnceLock<Arc<dyn CommitObserver>>,
+    /// Completed revisions' way out (WAL, event log, watchers, watermark).
+    pub(super) commit: Arc<Commit>,
+    /// The data directory's lock, held while the store lives.
+    pub(super) _dir_lock: Option<std::fs::File>,
     /// The lessor, once set (without one no lease exists).
-    leases: std::sync::OnceLock<Arc<dyn LeaseIndex>>,
+    pub(super) leases: std::sync::OnceLock<Arc<dyn LeaseIndex>>,
     /// Read-locked briefly to find partitions, and held across a txn that has range ops so that
     /// no partition can appear inside a range it has already locked; write-locked only to add
     /// a partition.
-    table: RwLock<Table>,
+    pub(super) table: RwLock<Table>,
     /// The logical compaction revision (etcd's `compactMainRev`, -1 before the first). Reads
     /// below it fail; each partition also records the revision it physically compacted at.
-    compact_rev: AtomicI64,
-    /// Serialises Compact calls (they are rare and each walks every partition).
-    compaction: Mutex<()>,
+    pub(super) compact_rev: AtomicI64,
+    /// Serialises Compact calls (they are rare and each walks every partition), and snapshots
+    /// with them (a snapshot reads histories that compaction would trim).
+    pub(super) compaction: Mutex<()>,
     max_txn_ops: usize,
     max_request_bytes: usize,
 }
 
 impl Store {
     pub fn new(config: StoreConfig) -> Self {
+        Self::with_commit(config, Commit::new(1, EventLog::new(2)))
+    }
+
+    pub(super) fn with_commit(config: StoreConfig, commit: Commit) -> Self {
         let default = Arc::new(Partition::new(0, Bytes::new()));
         Self {
             keyspace: Keyspace::new(&config.registry_prefix),
-            clock: RevisionClock::new(1),
-            events: Arc::new(EventLog::new(2)),
-            observer: std::sync::OnceLock::new(),
+            commit: Arc::new(commit),
+            _dir_lock: None,
             leases: std::sync::OnceLock::new(),
             table: RwLock::new(Table {
                 by_prefix: HashMap::new(),
@@ -132,7 +221,7 @@ impl Store {
 
     /// Registers the one observer of committed revisions (the watch hub).
     pub fn set_observer(&self, observer: Arc<dyn CommitObserver>) {
-        self.observer.set(observer).expect("the commit observer is set once");
+        self.commit.observer.set(observer).expect("the commit observer is set once");
     }
 
     /// How keys map to partitions.
@@ -142,23 +231,25 @@ impl Store {
 
     /// The event log (history by revision).
     pub fn event_log(&self) -> &Arc<EventLog> {
-        &self.events
+        &self.commit.events
     }
 
-    /// Publishes a batch of consecutive completed revisions: event log first, then the
-    /// observer; the clock moves the read watermark once this returns.
-    fn publish(&self, batch: &[(i64, RevisionEvents)]) {
-        for (rev, evs) in batch.iter() {
-            self.events.append(*rev, evs.clone());
-        }
-        if let Some(o) = self.observer.get() {
-            o.on_commit(batch);
+    /// The WAL, if writes are logged.
+    pub fn wal(&self) -> Option<&Arc<Wal>> {
+        self.commit.wal.get()
+    }
+
+    /// Refuses client writes while the WAL cannot write.
+    fn check_writable(&self) -> Result<()> {
+        match self.wal() {
+            Some(w) if !w.writable() => Err(Error::WalUnavailable),
+            _ => Ok(()),
         }
     }
 
     /// The revision readers see: every write at or below it is applied.
     pub fn current_revision(&self) -> i64 {
-        self.clock.committed()
+        self.commit.clock.committed()
     }
 
     /// The compaction revision (0 before the first compaction).
@@ -168,12 +259,12 @@ impl Store {
 
     /// Waits until a write's effects are visible to every reader.
     pub async fn wait_visible(&self, rev: i64) {
-        self.clock.wait_committed(rev).await
+        self.commit.clock.wait_committed(rev).await
     }
 
     /// Blocking [`wait_visible`](Self::wait_visible), for callers outside the runtime.
     pub fn wait_visible_blocking(&self, rev: i64) {
-        self.clock.wait_committed_blocking(rev)
+        self.commit.clock.wait_committed_blocking(rev)
     }
 
     /// An estimate of the memory the store holds: keys, values, their indexes, and the fixed
@@ -233,8 +324,19 @@ impl Store {
 
     // ----- partitions -----
 
+    /// The prefix of the partition `key` belongs to (empty for the default partition).
+    fn partition_prefix(&self, key: &[u8]) -> Bytes {
+        match self.keyspace.partition_of(key) {
+            None => Bytes::new(),
+            Some(prefix) => match self.table.read().by_prefix.get(prefix) {
+                Some(p) => p.prefix.clone(),
+                None => Bytes::copy_from_slice(prefix),
+            },
+        }
+    }
+
     /// The partition `key` belongs to, created if it does not exist yet.
-    fn partition_for_key(&self, key: &[u8]) -> Arc<Partition> {
+    pub(super) fn partition_for_key(&self, key: &[u8]) -> Arc<Partition> {
         let Some(prefix) = self.keyspace.partition_of(key) else {
             return self.table.read().all[0].clone();
         };
@@ -296,7 +398,7 @@ impl Store {
     /// A Range outside a txn: served at the watermark, so it sees every acknowledged write.
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse> {
         validate::check_range_key(&req.key)?;
-        let current = self.clock.committed();
+        let current = self.commit.clock.committed();
         self.check_read_revision(req.revision, current)?;
         let rev = if req.revision > 0 { req.revision } else { current };
         let range = KeyRange::from_request(&req.key, &req.range_end);
@@ -355,6 +457,7 @@ impl Store {
     pub fn put(&self, req: PutRequest, size: usize) -> Result<Applied<PutResponse>> {
         validate::check_put(&req)?;
         self.check_size(size)?;
+        self.check_writable()?;
         // A plain Put checks its lease before anything else (a Put inside a txn checks
         // `ignore_value` first, as etcd does).
         if req.lease != 0 && !self.lease_exists(req.lease) {
@@ -377,6 +480,7 @@ impl Store {
     ) -> Result<Applied<DeleteRangeResponse>> {
         validate::check_range_key(&req.key)?;
         self.check_size(size)?;
+        self.check_writable()?;
         let t = TxnRequest {
             compare: vec![],
             success: vec![RequestOp::DeleteRange(req)],
@@ -397,6 +501,9 @@ impl Store {
         if !req.is_read_only() {
             self.check_size(size)?;
         }
+        // A read-only txn waits for every write it could have seen to be durable: refused
+        // while the WAL is failing rather than left waiting.
+        self.check_writable()?;
         self.txn_unchecked(req)
     }
 
@@ -433,12 +540,12 @@ impl Store {
         ctx.default = parts.iter().position(|p| p.id == 0);
 
         // Evaluate: compares decide the path, per-op checks may fail the whole txn.
-        let current = self.clock.allocated();
+        let current = self.commit.clock.allocated();
         let mut path = Vec::new();
         let writes = ctx.plan(&req, &mut path, current)?;
 
         let (rev, base) = if writes {
-            let rev = self.clock.allocate();
+            let rev = self.commit.clock.allocate();
             (rev, rev - 1)
         } else {
             (0, current)
@@ -462,31 +569,42 @@ impl Store {
     }
 
     /// Compacts history at `rev` (etcd's `Compact`): reads below it fail from now on, and every
-    /// version superseded at or before it is freed. Returns the header revision.
-    pub fn compact(&self, rev: i64) -> Result<i64> {
+    /// version superseded at or before it is freed. The compaction is logged; wait for it with
+    /// [`wait_logged`](Self::wait_logged) before answering.
+    pub fn compact(&self, rev: i64) -> Result<Compacted> {
         let _serial = self.compaction.lock();
         if rev <= self.compact_rev.load(Ordering::SeqCst) {
             return Err(Error::Compacted);
         }
-        if rev > self.clock.committed() {
+        if rev > self.commit.clock.committed() {
             return Err(Error::FutureRev);
         }
+        let log_gen = self
+            .wal()
+            .map_or(0, |w| w.append_meta(|seq| wal::record::Record::Compact { seq, rev }));
         self.compact_rev.store(rev, Ordering::SeqCst);
-        self.events.compact(rev);
+        self.commit.events.compact(rev);
         let parts = self.table.read().all.clone();
         for p in parts {
             let mut st = p.state.write();
             st.compact(rev);
             p.sync_bytes(&st);
         }
-        Ok(self.clock.committed())
+        Ok(Compacted { revision: self.commit.clock.committed(), log_gen })
+    }
+
+    /// Waits until a logged change (a compaction) is durable.
+    pub async fn wait_logged(&self, c: &Compacted) {
+        if let Some(w) = self.wal() {
+            w.wait_durable(c.log_gen).await;
+        }
     }
 
     /// A hash of every key-value version at or below `rev` (0 = current) that compaction kept,
     /// in key order (etcd's HashKV; the value differs from etcd's, which hashes bbolt pages).
     /// Returns (hash, hash revision, compact revision).
     pub fn hash_kv(&self, rev: i64) -> Result<(u32, i64, i64)> {
-        let current = self.clock.committed();
+        let current = self.commit.clock.committed();
         self.check_read_revision(rev, current)?;
         let rev = if rev > 0 { rev } else { current };
         let t = self.table.read();
@@ -521,7 +639,33 @@ struct Completion<'a> {
 impl Drop for Completion<'_> {
     fn drop(&mut self) {
         let events: RevisionEvents = std::mem::take(&mut self.events).into();
-        self.store.clock.complete(self.rev, events, |batch| self.store.publish(batch));
+        // Encoded here, by the writer, so that encoding runs in parallel across writers and the
+        // in-order publisher only copies bytes.
+        let entry = self.store.commit.wal.get().map(|w| {
+            let mut b = w.entry(self.rev);
+            for (sub, e) in events.iter().enumerate() {
+                let prefix = self.store.partition_prefix(&e.kv.key);
+                b.op(&prefix, &to_wal_op(sub as i64, e));
+            }
+            b.finish()
+        });
+        let commit = &self.store.commit;
+        commit.clock.complete(self.rev, Payload { events, entry }, |batch| commit.publish(batch));
+    }
+}
+
+/// An event as the WAL logs it (`sub` is its position in the revision).
+fn to_wal_op(sub: i64, e: &Event) -> wal::record::Op {
+    match e.kind {
+        EventKind::Put => wal::record::Op::Put {
+            sub,
+            key: e.kv.key.clone(),
+            value: e.kv.value.clone(),
+            lease: e.kv.lease,
+            create_rev: e.kv.create_revision,
+            version: e.kv.version,
+        },
+        EventKind::Delete => wal::record::Op::Delete { sub, key: e.kv.key.clone() },
     }
 }
 

@@ -69,7 +69,8 @@ impl pb::kv_server::Kv for KvService {
         req: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
         let rev = req.into_inner().revision;
-        let header_rev = self.shared.store.compact(rev)?;
-        Ok(Response::new(pb::CompactionResponse { header: self.shared.header(header_rev) }))
+        let c = self.shared.store.compact(rev)?;
+        self.shared.store.wait_logged(&c).await;
+        Ok(Response::new(pb::CompactionResponse { header: self.shared.header(c.revision) }))
     }
 }

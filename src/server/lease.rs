@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::Shared;
 use crate::lease::Renewal;
 use crate::proto::etcdserverpb as pb;
+use crate::wal::record::Record;
 
 /// The longest the expiry loop sleeps (etcd checks every 500 ms).
 const EXPIRY_TICK: Duration = Duration::from_millis(500);
@@ -45,7 +46,18 @@ async fn delete_keys(shared: &Shared, id: i64, keys: Vec<bytes::Bytes>) -> i64 {
         shared.store.wait_visible(applied.visible_at).await;
         rev = applied.response;
     }
+    // Logged after the keys' deletion: a crash in between leaves a lease without keys, which
+    // expires again after restart, never keys without their lease.
+    log_lease(shared, |seq| Record::LeaseRevoke { seq, id }).await;
     rev
+}
+
+/// Logs a lease change and waits until it is durable (nothing to do without a WAL).
+async fn log_lease(shared: &Shared, record: impl FnOnce(u64) -> Record) {
+    if let Some(w) = shared.store.wal() {
+        let batch = w.append_meta(record);
+        w.wait_durable(batch).await;
+    }
 }
 
 /// How long a renewal of an expiring lease waits for its revocation to finish.
@@ -87,6 +99,7 @@ impl pb::lease_server::Lease for LeaseService {
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
         let r = req.into_inner();
         let (id, ttl) = self.shared.lessor.grant(r.id, r.ttl)?;
+        log_lease(&self.shared, |seq| Record::LeaseGrant { seq, id, ttl }).await;
         Ok(Response::new(pb::LeaseGrantResponse {
             header: self.shared.header(0),
             id,

@@ -49,13 +49,16 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(config: Config) -> Self {
+    /// Opens the store (recovering it from the data directory) and wires the services' shared
+    /// state around it.
+    pub fn new(config: Config) -> Result<Self, crate::mvcc::persist::OpenError> {
         let (cluster_id, member_id) = config.ids();
-        let store = Store::new(StoreConfig {
+        let store_config = StoreConfig {
             registry_prefix: config.registry_prefix.clone(),
             max_txn_ops: config.max_txn_ops as usize,
             max_request_bytes: config.max_request_bytes as usize,
-        });
+        };
+        let (store, recovered) = Store::open(store_config, config.wal_options())?;
         let hub = Arc::new(WatchHub::new(
             store.keyspace().clone(),
             store.event_log().clone(),
@@ -70,7 +73,19 @@ impl Shared {
         let seed = (((member_id & 0xffff) as i64) << 46) | (now_ms & ((1 << 46) - 1));
         let lessor = Lessor::new(seed);
         store.set_lease_index(lessor.clone());
-        Self { store, hub, lessor, cluster_id, member_id, config }
+        // Recovered leases get their full TTL again, as in etcd.
+        for (id, ttl) in recovered.leases {
+            let _ = lessor.grant(id, ttl);
+        }
+        store.attach_recovered_leases();
+        Ok(Self { store, hub, lessor, cluster_id, member_id, config })
+    }
+
+    /// Writes out the WAL and stops its writer (after the listeners stopped).
+    pub fn close(&self) {
+        if let Some(w) = self.store.wal() {
+            w.close();
+        }
     }
 
     /// The top-level response header: ids, term, and the revision (the current one if the
@@ -194,6 +209,7 @@ pub async fn serve(
         };
     }
     let expiry = tokio::spawn(lease::expiry_loop(shared.clone()));
+    let snapshots = tokio::spawn(snapshot_loop(shared.clone()));
     tokio::spawn(async move {
         shutdown.await;
         info!("shutting down");
@@ -203,5 +219,28 @@ pub async fn serve(
         res.expect("listener task panicked")?;
     }
     expiry.abort();
+    snapshots.abort();
     Ok(())
+}
+
+/// How often the snapshot loop checks whether a snapshot is due.
+const SNAPSHOT_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Writes a snapshot whenever enough was logged since the last one (see `wal::Options`).
+async fn snapshot_loop(shared: Arc<Shared>) {
+    loop {
+        tokio::time::sleep(SNAPSHOT_CHECK).await;
+        let Some(wal) = shared.store.wal() else { return };
+        if !wal.snapshot_due(shared.store.size_bytes() as u64) {
+            continue;
+        }
+        let s = shared.clone();
+        let result =
+            tokio::task::spawn_blocking(move || s.store.snapshot(|| s.lessor.snapshot())).await;
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "wal: snapshot failed; will retry"),
+            Err(e) => tracing::error!(error = %e, "wal: snapshot task failed"),
+        }
+    }
 }

@@ -22,6 +22,8 @@ pub fn code(e: &Error) -> Code {
         Error::AuthNotEnabled | Error::MemberChangeUnsupported | Error::LeaseExists => {
             Code::FailedPrecondition
         }
+        // Unavailable: clients retry elsewhere or later, as for a member that lost its disk.
+        Error::WalUnavailable => Code::Unavailable,
     }
 }
 

@@ -1,0 +1,212 @@
+//! The store and its WAL: opening a store from its data directory (recovery), and writing
+//! snapshots of it.
+//!
+//! Recovery applies versions exactly as logged (create revision, version, sub-revision and
+//! lease included) straight into the partitions, then rebuilds what is derived from them: the
+//! event log (every retained version since the compaction revision is an event, its predecessor
+//! the event's `prev_kv`), the compaction state and the read watermark.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
+use super::event_log::{Event, EventKind, EventLog, RevisionEvents};
+use super::key_index::KeyRecord;
+use super::partition::to_kv;
+use super::request::KeyValue;
+use super::store::{Commit, Store, StoreConfig};
+use crate::revision::Revision;
+use crate::wal::record::{Op, Version};
+use crate::wal::recover::{Recovered, Replay};
+use crate::wal::snapshot::SnapshotWriter;
+use crate::wal::{self, Mode, Wal};
+
+/// Why a store could not be opened.
+pub type OpenError = Box<dyn std::error::Error + Send + Sync>;
+
+impl Store {
+    /// Opens the store of `opts.dir`: recovers it and starts its WAL. Without a WAL (mode
+    /// none) the store starts empty. Returns what recovery found besides keys (leases).
+    pub fn open(config: StoreConfig, opts: wal::Options) -> Result<(Store, Recovered), OpenError> {
+        if opts.mode == Mode::None {
+            return Ok((
+                Store::new(config),
+                Recovered { rev: 1, compacted: -1, ..Default::default() },
+            ));
+        }
+        if opts.dir.join("member").join("wal").exists() {
+            return Err(format!(
+                "{} holds an etcd data directory; mem_etcd keeps its own format: give it a \
+                 directory of its own (restore etcd data with `etcdctl snapshot` tooling)",
+                opts.dir.display()
+            )
+            .into());
+        }
+        let lock = wal::lock_dir(&opts.dir)?;
+        let mut store = Store::new(config.clone());
+        let rec = {
+            let mut ctx = Restore { store: &store };
+            wal::recover::recover(&opts.dir, opts.repair, &mut ctx)?
+        };
+        store.finish_restore(rec.rev, rec.compacted);
+        let wal = Wal::new(opts, rec.meta_seq, rec.rev)?;
+        wal.stats.since_snapshot.store(rec.bytes, Ordering::Relaxed);
+        store.commit.wal.set(wal.clone()).expect("a new store has no WAL");
+        wal.start(store.commit.clone());
+        store._dir_lock = Some(lock);
+        Ok((store, rec))
+    }
+
+    /// Makes the recovered partitions a consistent store at revision `rev`: liveness logs in
+    /// order, the event log rebuilt, compaction applied, the clock at `rev`.
+    fn finish_restore(&mut self, rev: i64, compacted: i64) {
+        let parts = self.table.read().all.clone();
+        let start = compacted.max(2).min(rev + 1);
+        let mut events: Vec<(Revision, Event)> = Vec::new();
+        for p in &parts {
+            let mut st = p.state.write();
+            st.sort_liveness();
+            st.for_each_history(|h| {
+                let recs = h.records();
+                for (i, r) in recs.iter().enumerate() {
+                    if r.rev.main < start || r.rev.main > rev {
+                        continue;
+                    }
+                    let prev = i
+                        .checked_sub(1)
+                        .map(|j| &recs[j])
+                        .filter(|p| !p.is_tombstone())
+                        .map(|p| to_kv(&h.key, p));
+                    let e = if r.is_tombstone() {
+                        let kv = KeyValue {
+                            key: h.key.clone(),
+                            mod_revision: r.rev.main,
+                            ..Default::default()
+                        };
+                        Event::new(EventKind::Delete, kv, prev)
+                    } else {
+                        Event::new(EventKind::Put, to_kv(&h.key, r), prev)
+                    };
+                    events.push((r.rev, e));
+                }
+            });
+        }
+        events.sort_unstable_by_key(|(r, _)| *r);
+        let log = EventLog::new(start);
+        let mut it = events.into_iter().peekable();
+        for r in start..=rev {
+            let mut evs = Vec::new();
+            while it.peek().is_some_and(|(x, _)| x.main == r) {
+                evs.push(it.next().expect("peeked").1);
+            }
+            let evs: RevisionEvents = evs.into();
+            log.append(r, evs);
+        }
+        if compacted > 0 {
+            log.compact(compacted);
+        }
+        self.commit = Arc::new(Commit::new(rev, log));
+        self.compact_rev.store(compacted, Ordering::SeqCst);
+        for p in &parts {
+            let mut st = p.state.write();
+            if compacted > 0 {
+                st.compact(compacted);
+            }
+            p.sync_bytes(&st);
+        }
+    }
+
+    /// Tells the lessor which recovered keys are attached to which lease (call once the lessor
+    /// holds the recovered leases). Keys whose lease is gone become orphans the lessor deletes.
+    pub fn attach_recovered_leases(&self) {
+        let Some(l) = self.leases.get() else { return };
+        let parts = self.table.read().all.clone();
+        for p in parts {
+            p.state.read().for_each_history(|h| {
+                if let Some(r) = h.latest().filter(|r| r.lease != 0) {
+                    l.attach(r.lease, &h.key);
+                }
+            });
+        }
+    }
+
+    /// Writes a snapshot of the durable state and deletes the WAL segments it covers.
+    /// `leases` lists the leases (id, TTL); it is called after the snapshot's meta position is
+    /// fixed, so that every lease change after it is replayed from the log.
+    pub fn snapshot(&self, leases: impl FnOnce() -> Vec<(i64, i64)>) -> std::io::Result<()> {
+        let Some(wal) = self.wal() else { return Ok(()) };
+        let _serial = self.compaction.lock();
+        wal.stats.since_snapshot.store(0, Ordering::Relaxed);
+        let rev = self.commit.clock.committed();
+        let meta_seq = wal.meta_seq();
+        let leases = leases();
+        let compacted = self.compact_rev.load(Ordering::SeqCst);
+        let w = SnapshotWriter::new(&wal.options().dir, rev, compacted, meta_seq)?;
+        let parts = self.table.read().all.clone();
+        for p in parts {
+            let mut out = w.partition(&p.prefix)?;
+            let mut after: Option<Bytes> = None;
+            loop {
+                let chunk = p.state.read().chunk_at(after.as_ref(), rev, 1024);
+                let Some(last) = chunk.last() else { break };
+                after = Some(last.0.clone());
+                for (key, recs) in chunk {
+                    if wal.excluded(&key) {
+                        continue;
+                    }
+                    out.key(key, recs.into_iter().map(to_version).collect())?;
+                }
+            }
+            out.finish()?;
+        }
+        w.leases(&leases)?;
+        w.commit(wal)
+    }
+}
+
+fn to_version(r: KeyRecord) -> Version {
+    Version {
+        main: r.rev.main,
+        sub: r.rev.sub,
+        create_rev: r.create_rev,
+        version: r.version,
+        lease: r.lease,
+        value: r.value,
+    }
+}
+
+/// Recovery's view of the store being rebuilt.
+struct Restore<'a> {
+    store: &'a Store,
+}
+
+impl Replay for Restore<'_> {
+    fn snapshot_key(&mut self, _prefix: &Bytes, key: Bytes, versions: Vec<Version>) {
+        let p = self.store.partition_for_key(&key);
+        let mut st = p.state.write();
+        for v in versions {
+            let rec = KeyRecord {
+                rev: Revision::new(v.main, v.sub),
+                create_rev: v.create_rev,
+                version: v.version,
+                lease: v.lease,
+                value: v.value,
+            };
+            st.restore(&key, rec);
+        }
+    }
+
+    fn txn(&mut self, _prefix: &Bytes, rev: i64, ops: Vec<Op>) {
+        for op in ops {
+            let (key, rec) = match op {
+                Op::Put { sub, key, value, lease, create_rev, version } => {
+                    let rev = Revision::new(rev, sub);
+                    (key, KeyRecord { rev, create_rev, version, lease, value })
+                }
+                Op::Delete { sub, key } => (key, KeyRecord::tombstone(Revision::new(rev, sub))),
+            };
+            self.store.partition_for_key(&key).state.write().restore(&key, rec);
+        }
+    }
+}

@@ -1,0 +1,626 @@
+//! The write-ahead log (etcd's `wal` package, one log per resource kind).
+//!
+//! # Layout
+//! ```text
+//! <data-dir>/LOCK                      held while a server runs on the directory
+//! <data-dir>/wal/<stream>/<seq>-<first>.wal
+//! <data-dir>/snap/<revision>/<stream>.snap, leases.snap
+//! ```
+//! A stream is one partition's log (`+registry+pods+`, `_default`) or `_meta` (lease grants
+//! and revocations, compactions). Record format: [`record`]; files: [`segment`].
+//!
+//! # Where it sits in the write path
+//! The store applies a txn, encodes its changes as one record per partition touched (off any
+//! shared lock, in the writer's thread), and completes the revision. The store's in-order
+//! publisher then hands each revision's records to [`Wal::append`] in revision order, so every
+//! stream is in revision order. One writer thread takes everything appended since its last
+//! batch (group commit: no cap on batch size, so batches grow with load), writes each stream's
+//! bytes with one `write(2)`, and in fsync mode `fdatasync`s every file touched. Only then does
+//! it tell the store ([`DurableSink`]) that the batch's revisions are durable, and the store
+//! publishes them to watchers and moves the read watermark. So in buffered and fsync mode no
+//! reader or watcher sees a write before it reached the OS (buffered) or the disk (fsync).
+//!
+//! # Failure
+//! A failed write (ENOSPC, EIO, a short write) is cut back to the last record boundary and
+//! retried until it succeeds; meanwhile [`Wal::check_writable`] makes new client writes fail,
+//! reads keep being served at the last durable revision, and the writes caught in the failed
+//! batch are acknowledged once it goes through. Nothing acknowledged is lost.
+
+pub mod record;
+pub mod recover;
+pub mod segment;
+pub mod snapshot;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hashbrown::HashMap;
+use parking_lot::{Condvar, Mutex};
+use tokio::sync::Notify;
+
+use self::record::{Framer, Record};
+use self::segment::{META_STREAM, segment_file_name, stream_name, sync_dir};
+
+/// When a write counts as done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// No log: acknowledged once applied in memory; a restart starts empty.
+    None,
+    /// Acknowledged once written to the OS; fdatasync'd in the background every flush interval.
+    Buffered,
+    /// Acknowledged once the batch holding the write is fdatasync'd.
+    Fsync,
+}
+
+/// WAL settings (from the command line).
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub dir: PathBuf,
+    pub mode: Mode,
+    /// Keys starting with one of these are not logged (their revisions still are).
+    pub exclude: Vec<Bytes>,
+    /// Buffered mode: how often written data is fdatasync'd.
+    pub flush_interval: Duration,
+    /// A segment is closed and a new one started past this size.
+    pub segment_bytes: u64,
+    /// A snapshot is due once this many bytes (or the store's size, if larger) were logged
+    /// since the last one.
+    pub snapshot_bytes: u64,
+    /// Truncate at a corrupt record instead of refusing to start.
+    pub repair: bool,
+    /// Fault injection for tests: a file whose content (`enospc`, `short`) makes writes fail.
+    pub failpoint: Option<PathBuf>,
+}
+
+/// Told when revisions became durable (the store, which then publishes them).
+pub trait DurableSink: Send + Sync {
+    /// Every revision up to `rev` is written (and synced, in fsync mode).
+    fn durable(&self, rev: i64);
+}
+
+/// One revision's records, one per partition it wrote to, framed and ready to append.
+#[derive(Debug, Default)]
+pub struct Entry {
+    rev: i64,
+    records: Vec<(Bytes, Vec<u8>)>,
+}
+
+/// Builds an [`Entry`] from a revision's changes, in sub-revision order.
+#[derive(Debug)]
+pub struct EntryBuilder<'a> {
+    wal: &'a Wal,
+    rev: i64,
+    /// Per partition prefix: the op count and the encoded ops.
+    parts: Vec<(Bytes, usize, Vec<u8>)>,
+}
+
+impl EntryBuilder<'_> {
+    fn part(&mut self, prefix: &Bytes) -> &mut (Bytes, usize, Vec<u8>) {
+        let i = match self.parts.iter().position(|p| p.0 == *prefix) {
+            Some(i) => i,
+            None => {
+                self.parts.push((prefix.clone(), 0, Vec::new()));
+                self.parts.len() - 1
+            }
+        };
+        &mut self.parts[i]
+    }
+
+    /// Adds a change to `key` (in partition `prefix`). An excluded key still makes its
+    /// partition part of the revision, so recovery sees the revision even if nothing else
+    /// of it was logged.
+    pub fn op(&mut self, prefix: &Bytes, op: &record::Op) {
+        let key = match op {
+            record::Op::Put { key, .. } | record::Op::Delete { key, .. } => key,
+        };
+        let excluded = self.wal.excluded(key);
+        let p = self.part(prefix);
+        if !excluded {
+            p.1 += 1;
+            record::put_op(&mut p.2, op);
+        }
+    }
+
+    pub fn finish(self) -> Entry {
+        let n = self.parts.len() as u32;
+        let records = self
+            .parts
+            .into_iter()
+            .map(|(prefix, ops, body)| {
+                let mut out = Vec::with_capacity(body.len() + 32);
+                let mut f = Framer::new(&mut out);
+                record::begin_txn(f.body(), self.rev, n, ops);
+                f.body().extend_from_slice(&body);
+                f.finish();
+                (prefix, out)
+            })
+            .collect();
+        Entry { rev: self.rev, records }
+    }
+}
+
+/// Counters for logs and benchmarks.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub batches: AtomicU64,
+    pub revisions: AtomicU64,
+    pub fsyncs: AtomicU64,
+    pub bytes: AtomicU64,
+    /// Bytes logged since the last snapshot.
+    pub since_snapshot: AtomicU64,
+}
+
+/// What the writer has not taken yet.
+#[derive(Debug, Default)]
+struct Pending {
+    /// Per stream (index as in `streams`): bytes to append and the first revision (meta:
+    /// sequence number) in them.
+    bufs: Vec<(Vec<u8>, i64)>,
+    /// Streams with bytes, in first-touched order.
+    dirty: Vec<usize>,
+    /// The newest revision appended.
+    last_rev: i64,
+    revisions: u64,
+    /// Batch number the pending bytes will go out in; waiters compare it with `durable_gen`.
+    batch: u64,
+}
+
+/// The log. Shared by the store (revisions), the lessor and compaction (meta records), and
+/// its writer thread.
+#[derive(Debug)]
+pub struct Wal {
+    opts: Options,
+    /// Appenders fill it, the writer swaps it out. Appends come from the store's in-order
+    /// publisher (one thread at a time) and from rare meta writes, so the lock is uncontended
+    /// except against the writer's swap.
+    pending: Mutex<Pending>,
+    /// Wakes the writer when `pending` gets bytes.
+    wake: Condvar,
+    /// Stream index by partition prefix; stream 0 is `_meta`. Only grows; read on every append.
+    streams: Mutex<(HashMap<Bytes, usize>, Vec<Bytes>)>,
+    /// The last batch fully written (and synced in fsync mode).
+    durable_gen: AtomicU64,
+    durable_notify: Notify,
+    /// Sequence number of the last meta record (continues across restarts).
+    meta_seq: AtomicU64,
+    /// Set while the writer cannot write; new client writes are refused.
+    failed: AtomicBool,
+    /// The newest revision the writer made durable.
+    durable_rev: AtomicI64,
+    stop: AtomicBool,
+    sink: std::sync::OnceLock<Arc<dyn DurableSink>>,
+    pub stats: Stats,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for dyn DurableSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DurableSink")
+    }
+}
+
+impl Wal {
+    /// A log over `opts.dir` continuing after recovery: `meta_seq` is the last meta sequence
+    /// number recovered, `rev` the recovered revision. Call [`Wal::start`] to run the writer.
+    pub fn new(opts: Options, meta_seq: u64, rev: i64) -> io::Result<Arc<Self>> {
+        fs::create_dir_all(opts.dir.join("wal").join(META_STREAM))?;
+        let p = Pending { bufs: vec![(Vec::new(), 0)], batch: 1, ..Default::default() };
+        Ok(Arc::new(Self {
+            pending: Mutex::new(p),
+            wake: Condvar::new(),
+            streams: Mutex::new((HashMap::new(), vec![Bytes::new()])),
+            durable_gen: AtomicU64::new(0),
+            durable_notify: Notify::new(),
+            meta_seq: AtomicU64::new(meta_seq),
+            failed: AtomicBool::new(false),
+            durable_rev: AtomicI64::new(rev),
+            stop: AtomicBool::new(false),
+            sink: std::sync::OnceLock::new(),
+            stats: Stats::default(),
+            threads: Mutex::new(Vec::new()),
+            opts,
+        }))
+    }
+
+    /// Starts the writer (and, in buffered mode, the background syncer).
+    pub fn start(self: &Arc<Self>, sink: Arc<dyn DurableSink>) {
+        let _ = self.sink.set(sink);
+        let me = self.clone();
+        let syncer = Arc::new(Syncer::default());
+        let s2 = syncer.clone();
+        let mut threads = self.threads.lock();
+        threads.push(
+            std::thread::Builder::new()
+                .name("wal-writer".into())
+                .spawn(move || Writer::new(me, s2).run())
+                .expect("spawn the WAL writer"),
+        );
+        if self.opts.mode == Mode::Buffered {
+            let me = self.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("wal-syncer".into())
+                    .spawn(move || syncer.run(&me))
+                    .expect("spawn the WAL syncer"),
+            );
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.opts.mode
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    /// Whether `key` is not logged (`--wal-exclude-prefix`).
+    pub fn excluded(&self, key: &[u8]) -> bool {
+        self.opts.exclude.iter().any(|p| key.starts_with(p))
+    }
+
+    /// Starts an entry for revision `rev`.
+    pub fn entry(&self, rev: i64) -> EntryBuilder<'_> {
+        EntryBuilder { wal: self, rev, parts: Vec::new() }
+    }
+
+    /// Whether writes reach the disk; while they fail, client writes are refused.
+    pub fn writable(&self) -> bool {
+        !self.failed.load(Ordering::Relaxed)
+    }
+
+    fn stream_index(&self, prefix: &Bytes) -> usize {
+        let mut s = self.streams.lock();
+        if let Some(&i) = s.0.get(prefix) {
+            return i;
+        }
+        let i = s.1.len();
+        s.1.push(prefix.clone());
+        s.0.insert(prefix.clone(), i);
+        i
+    }
+
+    /// Appends consecutive revisions' entries, in revision order. The store calls it from its
+    /// in-order publisher; the revisions become visible through [`DurableSink::durable`].
+    pub fn append(&self, entries: impl IntoIterator<Item = Entry>) {
+        let mut g = self.pending.lock();
+        for e in entries {
+            for (prefix, bytes) in e.records {
+                let i = self.stream_index(&prefix);
+                if g.bufs.len() <= i {
+                    g.bufs.resize_with(i + 1, || (Vec::new(), 0));
+                }
+                if g.bufs[i].0.is_empty() {
+                    g.bufs[i].1 = e.rev;
+                    g.dirty.push(i);
+                }
+                g.bufs[i].0.extend_from_slice(&bytes);
+            }
+            g.last_rev = e.rev;
+            g.revisions += 1;
+        }
+        drop(g);
+        self.wake.notify_one();
+    }
+
+    /// Appends a meta record (lease grant or revoke, compaction); returns the batch to wait
+    /// for with [`Wal::wait_durable`]. `make` gets the record's sequence number.
+    pub fn append_meta(&self, make: impl FnOnce(u64) -> Record) -> u64 {
+        let mut g = self.pending.lock();
+        let seq = self.meta_seq.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut body = Vec::new();
+        make(seq).encode(&mut body);
+        if g.bufs[0].0.is_empty() {
+            g.bufs[0].1 = seq as i64;
+            g.dirty.push(0);
+        }
+        record::frame(&mut g.bufs[0].0, &body);
+        let batch = g.batch;
+        drop(g);
+        self.wake.notify_one();
+        batch
+    }
+
+    /// The last meta sequence number handed out.
+    pub fn meta_seq(&self) -> u64 {
+        self.meta_seq.load(Ordering::SeqCst)
+    }
+
+    /// The newest revision written (and synced, in fsync mode).
+    pub fn durable_rev(&self) -> i64 {
+        self.durable_rev.load(Ordering::SeqCst)
+    }
+
+    /// Waits until batch `batch` is written (and synced, in fsync mode).
+    pub async fn wait_durable(&self, batch: u64) {
+        loop {
+            let n = self.durable_notify.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            if self.durable_gen.load(Ordering::SeqCst) >= batch {
+                return;
+            }
+            n.await;
+        }
+    }
+
+    /// Whether enough was logged since the last snapshot that one is due (`live` is the
+    /// store's size: a snapshot costs about that much to write).
+    pub fn snapshot_due(&self, live: u64) -> bool {
+        self.stats.since_snapshot.load(Ordering::Relaxed) >= self.opts.snapshot_bytes.max(live)
+    }
+
+    /// Writes out everything appended and stops the writer (graceful shutdown).
+    pub fn close(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.wake.notify_all();
+        let threads = std::mem::take(&mut *self.threads.lock());
+        for t in threads {
+            let _ = t.join();
+        }
+        let s = &self.stats;
+        tracing::info!(
+            batches = s.batches.load(Ordering::Relaxed),
+            revisions = s.revisions.load(Ordering::Relaxed),
+            fsyncs = s.fsyncs.load(Ordering::Relaxed),
+            bytes = s.bytes.load(Ordering::Relaxed),
+            "wal: closed"
+        );
+    }
+
+    /// The fault to inject, if the failpoint file says so.
+    fn failpoint(&self) -> Option<&'static str> {
+        let path = self.opts.failpoint.as_ref()?;
+        match fs::read_to_string(path).ok()?.trim() {
+            "enospc" => Some("enospc"),
+            "short" => Some("short"),
+            _ => None,
+        }
+    }
+}
+
+/// Files written in buffered mode since the last background sync.
+#[derive(Debug, Default)]
+struct Syncer {
+    dirty: Mutex<Vec<Arc<File>>>,
+}
+
+impl Syncer {
+    fn mark(&self, f: &Arc<File>) {
+        let mut d = self.dirty.lock();
+        if !d.iter().any(|x| Arc::ptr_eq(x, f)) {
+            d.push(f.clone());
+        }
+    }
+
+    fn run(&self, wal: &Wal) {
+        loop {
+            let stop = wal.stop.load(Ordering::SeqCst);
+            let files = std::mem::take(&mut *self.dirty.lock());
+            for f in files {
+                if let Err(e) = f.sync_data() {
+                    tracing::warn!(error = %e, "wal: background fdatasync failed");
+                }
+            }
+            if stop {
+                return;
+            }
+            std::thread::sleep(wal.opts.flush_interval);
+        }
+    }
+}
+
+/// The open segment of a stream.
+#[derive(Debug)]
+struct Segment {
+    file: Arc<File>,
+    /// Bytes in the file that are whole records (a failed write is cut back to this).
+    len: u64,
+    seq: u64,
+}
+
+/// The writer thread's state: the open segment of each stream.
+struct Writer {
+    wal: Arc<Wal>,
+    syncer: Arc<Syncer>,
+    segments: Vec<Option<Segment>>,
+    /// Last time a failure was logged (so a full disk logs once a second, not per retry).
+    last_error_log: Option<Instant>,
+}
+
+impl Writer {
+    fn new(wal: Arc<Wal>, syncer: Arc<Syncer>) -> Self {
+        Self { wal, syncer, segments: Vec::new(), last_error_log: None }
+    }
+
+    fn run(mut self) {
+        loop {
+            let mut g = self.wal.pending.lock();
+            while g.dirty.is_empty() && !self.wal.stop.load(Ordering::SeqCst) {
+                self.wal.wake.wait(&mut g);
+            }
+            if g.dirty.is_empty() {
+                return;
+            }
+            let dirty = std::mem::take(&mut g.dirty);
+            let bufs: Vec<(usize, Vec<u8>, i64)> = dirty
+                .into_iter()
+                .map(|i| {
+                    let (buf, first) = &mut g.bufs[i];
+                    (i, std::mem::take(buf), *first)
+                })
+                .collect();
+            let (last_rev, revisions, batch) = (g.last_rev, g.revisions, g.batch);
+            g.revisions = 0;
+            g.batch += 1;
+            drop(g);
+            self.write_batch(bufs);
+            let w = &self.wal;
+            w.stats.batches.fetch_add(1, Ordering::Relaxed);
+            w.stats.revisions.fetch_add(revisions, Ordering::Relaxed);
+            w.durable_gen.store(batch, Ordering::SeqCst);
+            if revisions > 0 {
+                w.durable_rev.store(last_rev, Ordering::SeqCst);
+                if let Some(s) = w.sink.get() {
+                    s.durable(last_rev);
+                }
+            }
+            w.durable_notify.notify_waiters();
+        }
+    }
+
+    /// Writes (and in fsync mode syncs) a batch, retrying until it succeeds.
+    fn write_batch(&mut self, mut bufs: Vec<(usize, Vec<u8>, i64)>) {
+        let mut failed = false;
+        let mut written = Vec::new();
+        loop {
+            let result = self.try_write(&mut bufs, &mut written);
+            match result {
+                Ok(()) => break,
+                Err(e) => {
+                    failed = true;
+                    self.wal.failed.store(true, Ordering::SeqCst);
+                    if self.last_error_log.is_none_or(|t| t.elapsed() > Duration::from_secs(1)) {
+                        tracing::error!(
+                            error = %e,
+                            "wal: write failed; client writes are refused until it succeeds"
+                        );
+                        self.last_error_log = Some(Instant::now());
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+        if failed {
+            self.wal.failed.store(false, Ordering::SeqCst);
+            self.last_error_log = None;
+            tracing::warn!("wal: writes succeed again; client writes are accepted");
+        }
+    }
+
+    /// Writes the streams not yet written; `written` collects the files to sync.
+    fn try_write(
+        &mut self,
+        bufs: &mut Vec<(usize, Vec<u8>, i64)>,
+        written: &mut Vec<Arc<File>>,
+    ) -> io::Result<()> {
+        let fault = self.wal.failpoint();
+        if fault == Some("enospc") {
+            return Err(io::Error::from_raw_os_error(28));
+        }
+        while let Some((i, buf, first)) = bufs.last() {
+            let (i, first) = (*i, *first);
+            let seg = self.segment_for(i, first, buf.len() as u64)?;
+            let result = if fault == Some("short") {
+                (&*seg.file)
+                    .write_all(&buf[..buf.len() / 2])
+                    .and(Err(io::Error::from_raw_os_error(28)))
+            } else {
+                (&*seg.file).write_all(buf)
+            };
+            if let Err(e) = result {
+                // Cut the partial record off so the retry appends at a record boundary.
+                let _ = seg.file.set_len(seg.len);
+                return Err(e);
+            }
+            seg.len += buf.len() as u64;
+            let f = seg.file.clone();
+            self.wal.stats.bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
+            self.wal.stats.since_snapshot.fetch_add(buf.len() as u64, Ordering::Relaxed);
+            if !written.iter().any(|x| Arc::ptr_eq(x, &f)) {
+                written.push(f);
+            }
+            bufs.pop();
+        }
+        match self.wal.opts.mode {
+            Mode::Fsync => {
+                while let Some(f) = written.last() {
+                    f.sync_data()?;
+                    written.pop();
+                }
+                self.wal.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {
+                for f in written.drain(..) {
+                    self.syncer.mark(&f);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The segment stream `i` appends to, rotated first if `add` bytes would overflow it.
+    fn segment_for(&mut self, i: usize, first: i64, add: u64) -> io::Result<&mut Segment> {
+        if self.segments.len() <= i {
+            self.segments.resize_with(i + 1, || None);
+        }
+        let full = self.segments[i].as_ref().is_some_and(|s| {
+            s.len > record::FILE_HEADER_LEN && s.len + add > self.wal.opts.segment_bytes
+        });
+        if full {
+            let old = self.segments[i].take().expect("checked");
+            old.file.sync_data()?;
+            self.segments[i] = Some(self.create(i, old.seq + 1, first)?);
+        } else if self.segments[i].is_none() {
+            let seq = self.last_seq(i)?.map_or(0, |s| s + 1);
+            self.segments[i] = Some(self.create(i, seq, first)?);
+        }
+        Ok(self.segments[i].as_mut().expect("just set"))
+    }
+
+    fn stream_dir(&self, i: usize) -> PathBuf {
+        let name = if i == 0 {
+            META_STREAM.to_string()
+        } else {
+            stream_name(&self.wal.streams.lock().1[i])
+        };
+        self.wal.opts.dir.join("wal").join(name)
+    }
+
+    /// The newest existing segment's sequence number in stream `i` (after a restart, new
+    /// segments continue the numbering; old ones are never appended to).
+    fn last_seq(&self, i: usize) -> io::Result<Option<u64>> {
+        let dir = self.stream_dir(i);
+        if !dir.exists() {
+            return Ok(None);
+        }
+        Ok(segment::list_segments(&dir)?.last().map(|s| s.seq))
+    }
+
+    fn create(&self, i: usize, seq: u64, first: i64) -> io::Result<Segment> {
+        let dir = self.stream_dir(i);
+        if !dir.exists() {
+            fs::create_dir_all(&dir)?;
+            sync_dir(dir.parent().expect("wal dir"))?;
+        }
+        let path = dir.join(segment_file_name(seq, first));
+        let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
+        let header = record::file_header();
+        if let Err(e) = f.write_all(&header).and_then(|_| f.sync_data()) {
+            let _ = fs::remove_file(&path);
+            return Err(e);
+        }
+        sync_dir(&dir)?;
+        Ok(Segment { file: Arc::new(f), len: header.len() as u64, seq })
+    }
+}
+
+/// Takes the data directory's lock, so two servers never write the same log.
+pub fn lock_dir(dir: &Path) -> io::Result<File> {
+    fs::create_dir_all(dir)?;
+    let f = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("LOCK"))?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(fs::TryLockError::WouldBlock) => Err(io::Error::other(format!(
+            "data dir {} is in use by another process",
+            dir.display()
+        ))),
+        Err(fs::TryLockError::Error(e)) => Err(e),
+    }
+}

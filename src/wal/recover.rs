@@ -1,0 +1,332 @@
+//! Recovery: the newest complete snapshot, then every logged revision after it, merged across
+//! streams in revision order and cut at the first revision that is not complete.
+//!
+//! A revision is complete when its records from every partition it wrote to are present (each
+//! record says how many there are). Revisions are contiguous (every revision logs at least one
+//! record, even if all its keys are excluded), so the recovered state is the state of exactly
+//! one revision R: nothing after a missing or partial revision is applied, and the records
+//! beyond R are truncated away so that the revisions written next cannot meet them.
+
+use std::collections::VecDeque;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::record::{self, FILE_HEADER_LEN, Op, Record, Version};
+use super::segment::{self, End, META_STREAM, SegmentFile};
+use super::snapshot;
+
+/// Where recovered state goes (the store). Calls come in this order: snapshot keys, then
+/// revisions in order.
+pub trait Replay {
+    /// A key's retained versions from the snapshot, oldest first.
+    fn snapshot_key(&mut self, prefix: &Bytes, key: Bytes, versions: Vec<Version>);
+    /// One partition's changes in revision `rev` (all partitions of a revision come before
+    /// the next revision).
+    fn txn(&mut self, prefix: &Bytes, rev: i64, ops: Vec<Op>);
+}
+
+/// What recovery found besides the keys.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// The recovered revision (1 for an empty log, as etcd starts).
+    pub rev: i64,
+    /// The compaction revision (-1 if none).
+    pub compacted: i64,
+    /// Live leases: (id, granted TTL).
+    pub leases: Vec<(i64, i64)>,
+    /// The last meta sequence number seen.
+    pub meta_seq: u64,
+    /// Revision records replayed, and bytes of log read.
+    pub records: u64,
+    pub bytes: u64,
+}
+
+/// A recovery that cannot go on.
+#[derive(Debug)]
+pub enum RecoverError {
+    Io(PathBuf, io::Error),
+    /// A bad record before the end of a stream.
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for RecoverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecoverError::Io(p, e) => write!(f, "{}: {e}", p.display()),
+            RecoverError::Corrupt { path, offset, reason } => write!(
+                f,
+                "corrupt WAL record in {} at offset {offset}: {reason}; start with --wal-repair \
+                 to truncate the log there (dropping that record and everything after it in \
+                 this stream)",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RecoverError {}
+
+fn io_err(p: &Path) -> impl FnOnce(io::Error) -> RecoverError + '_ {
+    move |e| RecoverError::Io(p.to_path_buf(), e)
+}
+
+/// One stream's records in order, a segment at a time.
+struct Cursor {
+    prefix: Bytes,
+    segments: VecDeque<SegmentFile>,
+    /// Records of the current segment not yet consumed, with their offsets.
+    records: VecDeque<(u64, i64, u32, Vec<Op>)>,
+    /// The segment the records come from.
+    current: Option<SegmentFile>,
+}
+
+/// Reads a data directory into `replay`.
+pub fn recover(
+    dir: &Path,
+    repair: bool,
+    replay: &mut dyn Replay,
+) -> Result<Recovered, RecoverError> {
+    let started = Instant::now();
+    let mut out = Recovered { rev: 1, compacted: -1, ..Default::default() };
+    let mut leases = std::collections::BTreeMap::new();
+
+    // 1. The newest complete snapshot.
+    let snap = snapshot::newest(dir).map_err(io_err(dir))?;
+    let mut base = 1;
+    if let Some(s) = &snap {
+        let h = snapshot::load(s, &mut |prefix, key, versions| {
+            replay.snapshot_key(prefix, key, versions)
+        })?;
+        base = h.rev;
+        out.rev = h.rev;
+        out.compacted = h.compacted;
+        out.meta_seq = h.meta_seq;
+        leases.extend(h.leases);
+        tracing::info!(revision = h.rev, path = %s.display(), "wal: loaded snapshot");
+    }
+    let snap_meta_seq = out.meta_seq;
+
+    // 2. Meta records after the snapshot: leases and compactions.
+    let wal = dir.join("wal");
+    let meta_dir = wal.join(META_STREAM);
+    if meta_dir.exists() {
+        let mut segs: VecDeque<_> =
+            segment::list_segments(&meta_dir).map_err(io_err(&meta_dir))?.into();
+        while let Some(s) = segs.pop_front() {
+            let (records, stop) = read_segment(&s, segs.is_empty(), repair, &mut out)?;
+            for (_, r) in records {
+                match r {
+                    Record::LeaseGrant { seq, id, ttl } if seq > snap_meta_seq => {
+                        leases.insert(id, ttl);
+                    }
+                    Record::LeaseRevoke { seq, id } if seq > snap_meta_seq => {
+                        leases.remove(&id);
+                    }
+                    Record::Compact { seq, rev } if seq > snap_meta_seq => {
+                        out.compacted = out.compacted.max(rev);
+                    }
+                    _ => {}
+                }
+                if let Some(seq) = meta_seq_of(&r) {
+                    out.meta_seq = out.meta_seq.max(seq);
+                }
+            }
+            if stop {
+                drop_segments(&mut segs)?;
+            }
+        }
+    }
+
+    // 3. Partition streams, merged by revision.
+    let mut cursors = Vec::new();
+    if wal.exists() {
+        for e in fs::read_dir(&wal).map_err(io_err(&wal))? {
+            let e = e.map_err(io_err(&wal))?;
+            let name = e.file_name().to_string_lossy().to_string();
+            let Some(prefix) = segment::stream_prefix(&name) else { continue };
+            let segs = segment::list_segments(&e.path()).map_err(io_err(&e.path()))?;
+            cursors.push(Cursor {
+                prefix,
+                segments: segs.into(),
+                records: VecDeque::new(),
+                current: None,
+            });
+        }
+    }
+    let total_bytes: u64 = cursors
+        .iter()
+        .flat_map(|c| c.segments.iter())
+        .map(|s| fs::metadata(&s.path).map_or(0, |m| m.len()))
+        .sum();
+    let mut last_log = Instant::now();
+    let mut expected = base + 1;
+    loop {
+        // Fill every cursor's head, skipping what the snapshot covers.
+        for c in cursors.iter_mut() {
+            loop {
+                while c.records.front().is_some_and(|r| r.1 <= base) {
+                    c.records.pop_front();
+                }
+                if !c.records.is_empty() {
+                    break;
+                }
+                let Some(seg) = c.segments.pop_front() else { break };
+                let last = c.segments.is_empty();
+                let (read, stop) = read_segment(&seg, last, repair, &mut out)?;
+                for (off, r) in read {
+                    if let Record::Txn { rev, parts, ops } = r {
+                        c.records.push_back((off, rev, parts, ops));
+                    }
+                }
+                c.current = Some(seg);
+                if stop {
+                    // Repaired: the rest of this stream is gone.
+                    drop_segments(&mut c.segments)?;
+                    break;
+                }
+            }
+        }
+        let Some(min) = cursors.iter().filter_map(|c| c.records.front().map(|r| r.1)).min() else {
+            break;
+        };
+        let have: Vec<usize> = (0..cursors.len())
+            .filter(|&i| cursors[i].records.front().is_some_and(|r| r.1 == min))
+            .collect();
+        let parts = cursors[have[0]].records.front().expect("has a head").2 as usize;
+        if min != expected || have.len() != parts {
+            break;
+        }
+        for i in have {
+            let (_, rev, _, ops) = cursors[i].records.pop_front().expect("has a head");
+            replay.txn(&cursors[i].prefix, rev, ops);
+            out.records += 1;
+        }
+        out.rev = min;
+        expected += 1;
+        if last_log.elapsed().as_secs() >= 2 {
+            let secs = started.elapsed().as_secs_f64();
+            tracing::info!(
+                revision = min,
+                records = out.records,
+                records_per_sec = (out.records as f64 / secs) as u64,
+                percent = (100 * out.bytes / total_bytes.max(1)).min(100),
+                "wal: replaying"
+            );
+            last_log = Instant::now();
+        }
+    }
+
+    // 4. Cut: whatever is left is beyond the recovered revision (an incomplete revision and
+    // everything after it): truncate it away.
+    let mut dropped = 0;
+    for c in cursors.iter_mut() {
+        if let (Some((off, rev, _, _)), Some(seg)) = (c.records.front(), &c.current) {
+            dropped += c.records.len() as u64;
+            tracing::warn!(
+                path = %seg.path.display(),
+                offset = off,
+                first_dropped_revision = rev,
+                "wal: dropping records of revisions after the recovered revision {}",
+                out.rev
+            );
+            segment::truncate(&seg.path, *off).map_err(io_err(&seg.path))?;
+            c.records.clear();
+            drop_segments(&mut c.segments)?;
+        }
+    }
+    if dropped > 0 {
+        tracing::warn!(dropped, revision = out.rev, "wal: incomplete revisions dropped");
+    }
+    if out.compacted > out.rev {
+        out.compacted = out.rev;
+    }
+    out.leases = leases.into_iter().collect();
+    let secs = started.elapsed().as_secs_f64();
+    tracing::info!(
+        revision = out.rev,
+        records = out.records,
+        bytes = out.bytes,
+        leases = out.leases.len(),
+        compacted = out.compacted,
+        seconds = format!("{secs:.3}"),
+        "wal: recovered"
+    );
+    Ok(out)
+}
+
+fn meta_seq_of(r: &Record) -> Option<u64> {
+    match r {
+        Record::LeaseGrant { seq, .. }
+        | Record::LeaseRevoke { seq, .. }
+        | Record::Compact { seq, .. } => Some(*seq),
+        _ => None,
+    }
+}
+
+/// Removes later segments of a stream that was cut short.
+fn drop_segments(rest: &mut VecDeque<SegmentFile>) -> Result<(), RecoverError> {
+    for s in rest.drain(..) {
+        tracing::warn!(path = %s.path.display(), "wal: removing segment after the cut");
+        fs::remove_file(&s.path).map_err(io_err(&s.path))?;
+    }
+    Ok(())
+}
+
+/// Reads one segment, handling its end. A torn tail of a stream's last segment is truncated
+/// (with a warning). A corrupt record, or a torn one in an older segment, stops recovery unless
+/// `repair`: then the segment is cut there and the flag returned says the stream ends here (the
+/// caller removes its later segments). Returns the good records and that flag.
+fn read_segment(
+    seg: &SegmentFile,
+    last: bool,
+    repair: bool,
+    out: &mut Recovered,
+) -> Result<(Vec<(u64, Record)>, bool), RecoverError> {
+    let read = segment::read_file(&seg.path).map_err(io_err(&seg.path))?;
+    out.bytes += fs::metadata(&seg.path).map_or(0, |m| m.len());
+    let (offset, reason, after) = match read.end {
+        End::Clean => return Ok((read.records, false)),
+        End::Torn { offset, reason } if last => {
+            tracing::warn!(
+                path = %seg.path.display(),
+                offset,
+                reason,
+                "wal: torn tail truncated (a write cut short by a crash)"
+            );
+            if offset < FILE_HEADER_LEN {
+                // Not even a whole header: rewrite it so the file stays a valid empty segment.
+                fs::write(&seg.path, record::file_header()).map_err(io_err(&seg.path))?;
+            } else {
+                segment::truncate(&seg.path, offset).map_err(io_err(&seg.path))?;
+            }
+            return Ok((read.records, false));
+        }
+        End::Torn { offset, reason } => (offset, reason, 0),
+        End::Corrupt { offset, reason, records_after } => (offset, reason, records_after),
+    };
+    if !repair {
+        return Err(RecoverError::Corrupt { path: seg.path.clone(), offset, reason });
+    }
+    tracing::warn!(
+        path = %seg.path.display(),
+        offset,
+        reason,
+        "wal: repair: truncated at a corrupt record; dropped {} records of this segment (and \
+         every later segment of the stream)",
+        after + 1
+    );
+    if offset < FILE_HEADER_LEN {
+        fs::write(&seg.path, record::file_header()).map_err(io_err(&seg.path))?;
+    } else {
+        segment::truncate(&seg.path, offset).map_err(io_err(&seg.path))?;
+    }
+    Ok((read.records, true))
+}

@@ -1,0 +1,292 @@
+//! Segment files: naming, listing, and reading them back with torn-tail and corruption
+//! detection.
+//!
+//! A WAL *stream* is a directory of segments: one stream per partition (resource kind) plus
+//! `_meta` for leases and compactions. Segments are named `<seq>-<first>.wal` (16 hex digits
+//! each): `seq` orders them, `first` is the first revision (or meta sequence number) they hold,
+//! which is what lets a snapshot delete the segments it covers without opening them.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+use super::record::{self, FILE_HEADER_LEN, FRAME_LEN, MAX_BODY, Record};
+
+/// The stream of lease grants, revocations and compactions.
+pub const META_STREAM: &str = "_meta";
+/// The stream of the default partition (keys outside any resource prefix).
+pub const DEFAULT_STREAM: &str = "_default";
+
+/// A stream's directory name for a partition prefix: readable (`/registry/pods/` becomes
+/// `+registry+pods+`) and reversible, so recovery knows the prefix without opening a file.
+pub fn stream_name(prefix: &[u8]) -> String {
+    if prefix.is_empty() {
+        return DEFAULT_STREAM.to_string();
+    }
+    let mut s = String::with_capacity(prefix.len() + 8);
+    for &b in prefix {
+        match b {
+            b'/' => s.push('+'),
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'_' => s.push(b as char),
+            _ => s.push_str(&format!("%{b:02X}")),
+        }
+    }
+    s
+}
+
+/// The prefix a stream directory holds, `None` for names that are not partition streams.
+pub fn stream_prefix(name: &str) -> Option<Bytes> {
+    if name == DEFAULT_STREAM {
+        return Some(Bytes::new());
+    }
+    if !name.starts_with('+') {
+        return None;
+    }
+    let mut out = Vec::with_capacity(name.len());
+    let b = name.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b'/'),
+            b'%' => {
+                let hex = name.get(i + 1..i + 3)?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    Some(out.into())
+}
+
+/// A segment's place in its stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentFile {
+    pub seq: u64,
+    /// First revision (meta: first sequence number) it may hold.
+    pub first: i64,
+    pub path: PathBuf,
+}
+
+pub fn segment_file_name(seq: u64, first: i64) -> String {
+    format!("{seq:016x}-{:016x}.wal", first as u64)
+}
+
+/// The segments of a stream directory, oldest first.
+pub fn list_segments(dir: &Path) -> io::Result<Vec<SegmentFile>> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(stem) = name.strip_suffix(".wal") else { continue };
+        let Some((seq, first)) = stem.split_once('-') else { continue };
+        let (Ok(seq), Ok(first)) = (u64::from_str_radix(seq, 16), u64::from_str_radix(first, 16))
+        else {
+            continue;
+        };
+        out.push(SegmentFile { seq, first: first as i64, path: e.path() });
+    }
+    out.sort_by_key(|s| s.seq);
+    Ok(out)
+}
+
+/// How reading a file ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum End {
+    /// Every byte belonged to a good record.
+    Clean,
+    /// The file ends inside a record, or its last record is bad (a write cut short by a
+    /// crash). Everything from `offset` on is to be truncated.
+    Torn { offset: u64, reason: String },
+    /// A bad record with more data after it: not something a crash produces.
+    Corrupt { offset: u64, reason: String, records_after: u64 },
+}
+
+/// A file's records (with their offsets) and how it ended.
+#[derive(Debug)]
+pub struct FileRecords {
+    pub records: Vec<(u64, Record)>,
+    pub end: End,
+}
+
+/// Reads every record of a segment or snapshot file.
+pub fn read_file(path: &Path) -> io::Result<FileRecords> {
+    let data = fs::read(path)?;
+    Ok(parse(&data))
+}
+
+fn parse(data: &[u8]) -> FileRecords {
+    let mut records = Vec::new();
+    let hl = FILE_HEADER_LEN as usize;
+    if data.len() < hl {
+        // A file is created and its header written in one go; a short one is a crash during
+        // creation (empty or partial header).
+        let end = if record::file_header().starts_with(data) {
+            End::Torn { offset: 0, reason: "incomplete file header".into() }
+        } else {
+            End::Corrupt { offset: 0, reason: "not a mem_etcd WAL file".into(), records_after: 0 }
+        };
+        return FileRecords { records, end };
+    }
+    if &data[..8] != record::MAGIC {
+        let end =
+            End::Corrupt { offset: 0, reason: "not a mem_etcd WAL file".into(), records_after: 0 };
+        return FileRecords { records, end };
+    }
+    let version = u32::from_le_bytes(data[8..12].try_into().expect("4 bytes"));
+    if version != record::VERSION {
+        let reason = format!("format version {version}, this build reads {}", record::VERSION);
+        return FileRecords { records, end: End::Corrupt { offset: 0, reason, records_after: 0 } };
+    }
+    let mut pos = hl;
+    let end = loop {
+        match frame_at(data, pos) {
+            Frame::End => break End::Clean,
+            Frame::Good(next, rec) => {
+                records.push((pos as u64, rec));
+                pos = next;
+            }
+            Frame::Short => {
+                break End::Torn { offset: pos as u64, reason: "record cut short".into() };
+            }
+            Frame::Bad(next, reason) => {
+                // A bad last record, or zeroes to the end (a filesystem that extended the file
+                // before the data reached it), is a torn write; anything else is corruption.
+                let last = next.is_some_and(|n| n == data.len());
+                if last || data[pos..].iter().all(|&b| b == 0) {
+                    break End::Torn { offset: pos as u64, reason };
+                }
+                let records_after = next.map_or(0, |n| count_after(data, n));
+                break End::Corrupt { offset: pos as u64, reason, records_after };
+            }
+        }
+    };
+    FileRecords { records, end }
+}
+
+enum Frame {
+    End,
+    Short,
+    Good(usize, Record),
+    /// A bad record: where the next one would start (if its length is believable), and why.
+    Bad(Option<usize>, String),
+}
+
+fn frame_at(data: &[u8], pos: usize) -> Frame {
+    if pos == data.len() {
+        return Frame::End;
+    }
+    if data.len() - pos < FRAME_LEN {
+        return Frame::Short;
+    }
+    let len = u32::from_le_bytes(data[pos..pos + 4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(data[pos + 4..pos + 8].try_into().expect("4 bytes"));
+    if len == 0 || len > MAX_BODY {
+        return Frame::Bad(None, format!("impossible record length {len}"));
+    }
+    let end = pos + FRAME_LEN + len;
+    if end > data.len() {
+        return Frame::Short;
+    }
+    let body = &data[pos + FRAME_LEN..end];
+    if crc32c::crc32c(body) != crc {
+        return Frame::Bad(Some(end), "checksum mismatch".into());
+    }
+    match Record::decode(&Bytes::copy_from_slice(body)) {
+        Some(r) => Frame::Good(end, r),
+        None => Frame::Bad(Some(end), "record does not decode".into()),
+    }
+}
+
+/// How many good records follow `pos` (to say what a repair drops).
+fn count_after(data: &[u8], mut pos: usize) -> u64 {
+    let mut n = 0;
+    while let Frame::Good(next, _) = frame_at(data, pos) {
+        n += 1;
+        pos = next;
+    }
+    n
+}
+
+/// Cuts a file at `offset` and makes the cut durable.
+pub fn truncate(path: &Path, offset: u64) -> io::Result<()> {
+    let f = fs::OpenOptions::new().write(true).open(path)?;
+    f.set_len(offset)?;
+    f.sync_all()
+}
+
+/// Makes a directory's entries (created, renamed or removed files) durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_with(records: &[Record]) -> Vec<u8> {
+        let mut data = record::file_header().to_vec();
+        for r in records {
+            let mut body = Vec::new();
+            r.encode(&mut body);
+            record::frame(&mut data, &body);
+        }
+        data
+    }
+
+    fn grants(n: u64) -> Vec<Record> {
+        (0..n).map(|i| Record::LeaseGrant { seq: i, id: i as i64 + 1, ttl: 10 }).collect()
+    }
+
+    #[test]
+    fn stream_names_round_trip() {
+        for p in [&b""[..], b"/registry/pods/", b"/registry/apps/deployments/", b"/a+b%c\xff/"] {
+            let name = stream_name(p);
+            assert!(!name.contains('/'));
+            assert_eq!(stream_prefix(&name).as_deref(), Some(p), "{name}");
+        }
+        assert_eq!(stream_name(b"/registry/pods/"), "+registry+pods+");
+        assert_eq!(stream_prefix(META_STREAM), None);
+    }
+
+    #[test]
+    fn torn_tails_and_corruption_are_told_apart() {
+        let data = file_with(&grants(5));
+        let clean = parse(&data);
+        assert_eq!((clean.records.len(), clean.end), (5, End::Clean));
+
+        // Cut inside the last record: torn at its start.
+        let last_at = clean.records[4].0;
+        let torn = parse(&data[..data.len() - 3]);
+        assert_eq!(torn.records.len(), 4);
+        assert!(matches!(torn.end, End::Torn { offset, .. } if offset == last_at));
+
+        // A flipped byte in the last record: torn too (it ends the file).
+        let mut bad_last = data.clone();
+        *bad_last.last_mut().unwrap() ^= 0xff;
+        assert!(matches!(parse(&bad_last).end, End::Torn { offset, .. } if offset == last_at));
+
+        // A flipped byte in the second record: corruption, with three good records after.
+        let mut bad_mid = data.clone();
+        let second = clean.records[1].0 as usize;
+        bad_mid[second + FRAME_LEN + 1] ^= 0xff;
+        let r = parse(&bad_mid);
+        assert_eq!(r.records.len(), 1);
+        assert!(
+            matches!(r.end, End::Corrupt { offset, records_after: 3, .. } if offset == second as u64)
+        );
+
+        // Zeroes after the records: torn.
+        let mut zeroed = data.clone();
+        zeroed.extend_from_slice(&[0; 100]);
+        assert!(matches!(parse(&zeroed).end, End::Torn { .. }));
+
+        // A partial header is a torn creation; a wrong magic is not ours.
+        assert!(matches!(parse(&data[..5]).end, End::Torn { offset: 0, .. }));
+        assert!(matches!(parse(b"NOTAWALFILE_____x").end, End::Corrupt { .. }));
+    }
+}

@@ -1,0 +1,267 @@
+//! Snapshots: the whole retained state at one revision, so that restart time and disk use
+//! follow the live data instead of every write ever made.
+//!
+//! A snapshot is a directory `snap/<revision>/` with one file per partition (`<stream>.snap`:
+//! a header, every key's retained versions at or below the revision, an end record with the
+//! record count) and `leases.snap`. It is written as `<revision>.tmp` and renamed when every
+//! file is synced, so a directory without `.tmp` is complete. After the rename, older
+//! snapshots and the WAL segments that hold only revisions (meta records) it covers are
+//! deleted.
+
+use std::fs::{self, File};
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+use super::Wal;
+use super::record::{self, FILE_HEADER_LEN, FRAME_LEN, MAX_BODY, Record, Version};
+use super::recover::RecoverError;
+use super::segment::{self, META_STREAM, stream_name, sync_dir};
+
+const LEASES_FILE: &str = "leases.snap";
+
+/// The newest complete snapshot directory.
+pub fn newest(dir: &Path) -> io::Result<Option<PathBuf>> {
+    Ok(list(dir)?.pop().map(|(_, p)| p))
+}
+
+/// Complete snapshot directories, oldest first.
+fn list(dir: &Path) -> io::Result<Vec<(i64, PathBuf)>> {
+    let snap = dir.join("snap");
+    let mut out = Vec::new();
+    if !snap.exists() {
+        return Ok(out);
+    }
+    for e in fs::read_dir(&snap)? {
+        let e = e?;
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Ok(rev) = u64::from_str_radix(name, 16) {
+            out.push((rev as i64, e.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// What a snapshot says besides its keys.
+#[derive(Debug, Default)]
+pub struct Header {
+    pub rev: i64,
+    pub compacted: i64,
+    pub meta_seq: u64,
+    pub leases: Vec<(i64, i64)>,
+}
+
+/// Loads a snapshot directory, handing every key to `key` (prefix, key, versions).
+pub fn load(
+    dir: &Path,
+    key: &mut dyn FnMut(&Bytes, Bytes, Vec<Version>),
+) -> Result<Header, RecoverError> {
+    let mut header = Header { rev: -1, ..Default::default() };
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .map_err(|e| RecoverError::Io(dir.into(), e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "snap"))
+        .collect();
+    files.sort();
+    for path in files {
+        let is_leases = path.file_name().is_some_and(|n| n == LEASES_FILE);
+        let mut prefix = Bytes::new();
+        read_snapshot_file(&path, &mut |r| {
+            match r {
+                Record::SnapHeader { rev, compacted, meta_seq, prefix: p } => {
+                    if header.rev >= 0 && header.rev != rev {
+                        return Err(format!("header says revision {rev}, others {}", header.rev));
+                    }
+                    header.rev = rev;
+                    header.compacted = compacted;
+                    header.meta_seq = meta_seq;
+                    prefix = p;
+                }
+                Record::SnapKey { key: k, versions } if !is_leases => key(&prefix, k, versions),
+                Record::SnapLease { id, ttl } if is_leases => header.leases.push((id, ttl)),
+                other => return Err(format!("unexpected record {other:?}")),
+            }
+            Ok(())
+        })?;
+    }
+    if header.rev < 0 {
+        return Err(RecoverError::Corrupt {
+            path: dir.into(),
+            offset: 0,
+            reason: "snapshot without files".into(),
+        });
+    }
+    Ok(header)
+}
+
+/// Streams a snapshot file's records (between its header and end record) to `f`.
+fn read_snapshot_file(
+    path: &Path,
+    f: &mut dyn FnMut(Record) -> Result<(), String>,
+) -> Result<(), RecoverError> {
+    let corrupt = |offset: u64, reason: String| RecoverError::Corrupt {
+        path: path.to_path_buf(),
+        offset,
+        reason,
+    };
+    let file = File::open(path).map_err(|e| RecoverError::Io(path.into(), e))?;
+    let mut r = BufReader::with_capacity(1 << 20, file);
+    let mut head = [0u8; FILE_HEADER_LEN as usize];
+    r.read_exact(&mut head).map_err(|e| corrupt(0, e.to_string()))?;
+    if head != record::file_header() {
+        return Err(corrupt(0, "not a mem_etcd snapshot of this format version".into()));
+    }
+    let mut offset = FILE_HEADER_LEN;
+    let mut count = 0u64;
+    loop {
+        let mut frame = [0u8; FRAME_LEN];
+        r.read_exact(&mut frame).map_err(|_| corrupt(offset, "snapshot ends early".into()))?;
+        let len = u32::from_le_bytes(frame[..4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_le_bytes(frame[4..].try_into().expect("4 bytes"));
+        if len == 0 || len > MAX_BODY {
+            return Err(corrupt(offset, format!("impossible record length {len}")));
+        }
+        let mut body = vec![0u8; len];
+        r.read_exact(&mut body).map_err(|_| corrupt(offset, "snapshot ends early".into()))?;
+        if crc32c::crc32c(&body) != crc {
+            return Err(corrupt(offset, "checksum mismatch".into()));
+        }
+        let rec = Record::decode(&Bytes::from(body))
+            .ok_or_else(|| corrupt(offset, "record does not decode".into()))?;
+        if let Record::SnapEnd { records } = rec {
+            if records != count {
+                return Err(corrupt(offset, format!("{count} records, end says {records}")));
+            }
+            return Ok(());
+        }
+        f(rec).map_err(|e| corrupt(offset, e))?;
+        count += 1;
+        offset += (FRAME_LEN + len) as u64;
+    }
+}
+
+/// Writes one snapshot: [`partition`](Self::partition) per partition, [`leases`](Self::leases),
+/// then [`commit`](Self::commit).
+#[derive(Debug)]
+pub struct SnapshotWriter {
+    tmp: PathBuf,
+    done: PathBuf,
+    rev: i64,
+    compacted: i64,
+    meta_seq: u64,
+}
+
+/// One partition's snapshot file being written.
+#[derive(Debug)]
+pub struct PartitionWriter {
+    out: BufWriter<File>,
+    records: u64,
+    scratch: Vec<u8>,
+}
+
+impl SnapshotWriter {
+    /// Starts a snapshot of the state at `rev` covering meta records up to `meta_seq`.
+    pub fn new(data_dir: &Path, rev: i64, compacted: i64, meta_seq: u64) -> io::Result<Self> {
+        let snap = data_dir.join("snap");
+        fs::create_dir_all(&snap)?;
+        let name = format!("{:016x}", rev as u64);
+        let tmp = snap.join(format!("{name}.tmp"));
+        if tmp.exists() {
+            fs::remove_dir_all(&tmp)?;
+        }
+        fs::create_dir(&tmp)?;
+        Ok(Self { tmp, done: snap.join(name), rev, compacted, meta_seq })
+    }
+
+    fn file(&self, name: &str, prefix: &Bytes) -> io::Result<PartitionWriter> {
+        let f = File::create(self.tmp.join(name))?;
+        let mut w = PartitionWriter {
+            out: BufWriter::with_capacity(1 << 20, f),
+            records: 0,
+            scratch: Vec::new(),
+        };
+        w.out.write_all(&record::file_header())?;
+        let h = Record::SnapHeader {
+            rev: self.rev,
+            compacted: self.compacted,
+            meta_seq: self.meta_seq,
+            prefix: prefix.clone(),
+        };
+        w.write(&h)?;
+        w.records = 0;
+        Ok(w)
+    }
+
+    /// The file for partition `prefix`.
+    pub fn partition(&self, prefix: &Bytes) -> io::Result<PartitionWriter> {
+        self.file(&format!("{}.snap", stream_name(prefix)), prefix)
+    }
+
+    /// Writes the leases: (id, granted TTL).
+    pub fn leases(&self, leases: &[(i64, i64)]) -> io::Result<()> {
+        let mut w = self.file(LEASES_FILE, &Bytes::new())?;
+        for &(id, ttl) in leases {
+            w.write(&Record::SnapLease { id, ttl })?;
+        }
+        w.finish()
+    }
+
+    /// Makes the snapshot the one recovery uses, then deletes what it makes redundant: older
+    /// snapshots and WAL segments holding only revisions (meta records) it covers.
+    pub fn commit(self, wal: &Wal) -> io::Result<()> {
+        sync_dir(&self.tmp)?;
+        fs::rename(&self.tmp, &self.done)?;
+        let snap = self.done.parent().expect("snap dir");
+        sync_dir(snap)?;
+        for (rev, path) in list(wal.options().dir.as_path())? {
+            if rev < self.rev {
+                fs::remove_dir_all(path)?;
+            }
+        }
+        let waldir = wal.options().dir.join("wal");
+        let mut removed = 0;
+        for e in fs::read_dir(&waldir)? {
+            let dir = e?.path();
+            let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+            let covered = if name == META_STREAM { self.meta_seq as i64 } else { self.rev };
+            let segs = segment::list_segments(&dir)?;
+            for pair in segs.windows(2) {
+                // Every record of a segment comes before the next segment's first one.
+                if pair[1].first <= covered + 1 {
+                    fs::remove_file(&pair[0].path)?;
+                    removed += 1;
+                }
+            }
+        }
+        tracing::info!(revision = self.rev, removed_segments = removed, "wal: snapshot written");
+        Ok(())
+    }
+}
+
+impl PartitionWriter {
+    fn write(&mut self, r: &Record) -> io::Result<()> {
+        self.scratch.clear();
+        r.encode(&mut self.scratch);
+        let mut framed = Vec::with_capacity(self.scratch.len() + FRAME_LEN);
+        record::frame(&mut framed, &self.scratch);
+        self.out.write_all(&framed)?;
+        self.records += 1;
+        Ok(())
+    }
+
+    /// One key and its retained versions at or below the snapshot revision, oldest first.
+    pub fn key(&mut self, key: Bytes, versions: Vec<Version>) -> io::Result<()> {
+        self.write(&Record::SnapKey { key, versions })
+    }
+
+    /// Ends and syncs the file.
+    pub fn finish(mut self) -> io::Result<()> {
+        let end = Record::SnapEnd { records: self.records };
+        self.write(&end)?;
+        let f = self.out.into_inner().map_err(|e| e.into_error())?;
+        f.sync_all()
+    }
+}
