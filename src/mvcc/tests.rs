@@ -263,3 +263,112 @@ fn compaction_keeps_live_keys_and_frees_superseded_versions() {
     assert_eq!(s.compact(rev).unwrap_err(), Error::Compacted);
     assert_eq!(s.compact(rev + 1).unwrap_err(), Error::FutureRev);
 }
+
+fn wal_options(dir: &std::path::Path, snapshot_bytes: u64) -> crate::wal::Options {
+    crate::wal::Options {
+        dir: dir.to_path_buf(),
+        mode: crate::wal::Mode::Buffered,
+        exclude: vec![b("/registry/events/")],
+        flush_interval: std::time::Duration::from_millis(5),
+        segment_bytes: 4096,
+        snapshot_bytes,
+        repair: false,
+        failpoint: None,
+    }
+}
+
+/// Everything a client can observe of a store: every key's versions at every revision since
+/// the compaction (via ranges), the hash, and the event log.
+fn observe(s: &Store) -> (i64, Vec<RangeResponse>, u32, Vec<(i64, Vec<(EventKind, KeyValue)>)>) {
+    let cur = s.current_revision();
+    let from = s.compact_revision().max(1);
+    let ranges = (from..=cur).map(|r| range(s, "\0", "", r, 0)).collect();
+    let events = s
+        .event_log()
+        .read(from.max(2), cur, usize::MAX, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|(r, evs)| (r, evs.iter().map(|e| (e.kind, e.kv.clone())).collect()))
+        .collect();
+    (cur, ranges, s.hash_kv(0).unwrap().0, events)
+}
+
+#[test]
+fn a_reopened_store_is_exactly_the_store_that_was_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, _) = Store::open(StoreConfig::default(), wal_options(dir.path(), u64::MAX)).unwrap();
+    for i in 0..50 {
+        put(&s, &format!("/registry/pods/p{}", i % 7), &format!("v{i}"));
+        put(&s, &format!("/registry/configmaps/c{}", i % 5), "x");
+        if i % 9 == 0 {
+            del(&s, "/registry/pods/", "/registry/pods0");
+        }
+        let t = TxnRequest {
+            compare: vec![],
+            success: vec![
+                RequestOp::Put(PutRequest {
+                    key: b("/registry/secrets/s"),
+                    value: b(&format!("{i}")),
+                    ..Default::default()
+                }),
+                RequestOp::Put(PutRequest { key: b("other"), value: b("o"), ..Default::default() }),
+            ],
+            failure: vec![],
+        };
+        let a = s.txn(t, 0).unwrap();
+        s.wait_visible_blocking(a.visible_at);
+    }
+    s.compact(40).unwrap();
+    // The newest write is to an excluded prefix: its revision must survive all the same.
+    let last = put(&s, "/registry/events/e", "gone after restart");
+    let before = observe(&s);
+    drop(s);
+
+    let (s, rec) = Store::open(StoreConfig::default(), wal_options(dir.path(), u64::MAX)).unwrap();
+    assert_eq!(rec.rev, last);
+    assert_eq!(s.compact_revision(), 40);
+    assert!(range(&s, "/registry/events/", "/registry/events0", 0, 0).kvs.is_empty());
+    let after = observe(&s);
+    assert_eq!(after.0, before.0);
+    // The excluded key is the only difference.
+    let strip = |o: &(i64, Vec<RangeResponse>, u32, Vec<(i64, Vec<(EventKind, KeyValue)>)>)| {
+        o.1.iter()
+            .map(|r| {
+                r.kvs
+                    .iter()
+                    .filter(|kv| !kv.key.starts_with(b"/registry/events/"))
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(strip(&after), strip(&before), "every version at every revision since compaction");
+    let strip_events =
+        |o: &(i64, Vec<RangeResponse>, u32, Vec<(i64, Vec<(EventKind, KeyValue)>)>)| {
+            o.3.iter()
+                .map(|(r, evs)| {
+                    (
+                        *r,
+                        evs.iter()
+                            .filter(|e| !e.1.key.starts_with(b"/registry/events/"))
+                            .cloned()
+                            .collect::<Vec<_>>(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+    assert_eq!(strip_events(&after), strip_events(&before), "the event log is rebuilt");
+
+    // A snapshot, more writes, and a third opening: the snapshot plus the log's tail.
+    s.snapshot(|| vec![(7, 60)]).unwrap();
+    put(&s, "/registry/pods/after-snapshot", "1");
+    let before = observe(&s);
+    drop(s);
+    let (s, rec) = Store::open(StoreConfig::default(), wal_options(dir.path(), u64::MAX)).unwrap();
+    assert_eq!(rec.leases, vec![(7, 60)]);
+    let after = observe(&s);
+    assert_eq!(strip(&after), strip(&before));
+    assert_eq!(after.0, before.0);
+    // Revisions go on from there.
+    assert_eq!(put(&s, "k", "v"), before.0 + 1);
+}

@@ -98,6 +98,9 @@ impl pb::lease_server::Lease for LeaseService {
         req: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
         let r = req.into_inner();
+        if self.shared.store.wal().is_some_and(|w| !w.writable()) {
+            return Err(crate::error::Error::WalUnavailable.into());
+        }
         let (id, ttl) = self.shared.lessor.grant(r.id, r.ttl)?;
         log_lease(&self.shared, |seq| Record::LeaseGrant { seq, id, ttl }).await;
         Ok(Response::new(pb::LeaseGrantResponse {

@@ -446,6 +446,12 @@ impl Writer {
                 self.wal.wake.wait(&mut g);
             }
             if g.dirty.is_empty() {
+                // Stopping: make everything written durable before the process exits.
+                for s in self.segments.iter().flatten() {
+                    if let Err(e) = s.file.sync_data() {
+                        tracing::error!(error = %e, "wal: final fdatasync failed");
+                    }
+                }
                 return;
             }
             let dirty = std::mem::take(&mut g.dirty);

@@ -191,7 +191,6 @@ impl SnapshotWriter {
             prefix: prefix.clone(),
         };
         w.write(&h)?;
-        w.records = 0;
         Ok(w)
     }
 
