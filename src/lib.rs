@@ -3,8 +3,8 @@
 //! An in-memory, etcd v3 compatible storage server, built to be kube-apiserver's datastore.
 //!
 //! ## Architecture
-//! Dependencies point one way: `server` → (`watch`, `lease`) → `mvcc` → (`revision`,
-//! `keyspace`, `error`). The storage layers never see gRPC types.
+//! Dependencies point one way: `server` → (`watch`, `lease`) → `mvcc` → `wal`, and everything
+//! → (`revision`, `keyspace`, `error`). The storage layers never see gRPC types.
 //!
 //! - [`server`]: the gRPC services (KV, Watch, Lease, Maintenance, Cluster, Auth) over tonic.
 //!   Each handler converts the wire request into the store's types, calls the store, fills the
@@ -22,14 +22,23 @@
 //!   the others, progress notifications.
 //! - [`lease`]: the lessor, told by the store which keys are attached to which lease (through
 //!   `mvcc::LeaseIndex`); expired leases' keys are deleted through the store's write path.
+//! - [`wal`]: the write-ahead log under `--data-dir`: one stream of segment files per
+//!   partition plus `_meta` (leases, compactions), written by one thread with group commit
+//!   (buffered: acknowledged once written to the OS; fsync: once fdatasync'd), snapshots that
+//!   bound restart time and disk use, and recovery that rebuilds the store at exactly one
+//!   revision.
 //!
 //! ## The write path
-//! validate → lock partitions → evaluate compares → allocate revision → apply → complete →
-//! publish in revision order (event log, then watchers) → move the read watermark → reply.
+//! validate → lock partitions → evaluate compares → allocate revision → apply → encode WAL
+//! records → complete → hand to the WAL in revision order → written (and synced) → publish
+//! (event log, then watchers) → move the read watermark → reply.
 //! See [`mvcc::store`] for why this is linearizable without a global lock.
 //!
 //! ## Invariants
-//! - Revisions start at 1, increase by one per write txn, and are never reused.
+//! - Revisions start at 1, increase by one per write txn, and are never reused, also across
+//!   restarts (recovery yields the state of one revision R; writing resumes at R + 1).
+//! - No reader or watcher sees a write before the WAL wrote it; in fsync mode, before it is
+//!   on disk.
 //! - A reader never sees revision R before every write at or below R is applied.
 //! - A watch gets every matching event once, in revision order, a revision never split.
 //! - Every request gets etcd's answer: same codes, messages, revisions and counts.
