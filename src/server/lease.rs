@@ -30,32 +30,46 @@ impl LeaseService {
     }
 }
 
-/// Deletes a revoked lease's keys in one revision, waits until readers see it, and removes the
-/// lease (deleting, in a further revision, any key attached meanwhile); returns the header
-/// revision.
-async fn delete_keys(shared: &Shared, id: i64, keys: Vec<bytes::Bytes>) -> i64 {
+/// Deletes revoked leases' keys (each lease's in one revision), waits until readers see them,
+/// removes the leases (deleting, in a further revision, any key attached meanwhile) and logs the
+/// revocations; returns the newest header revision. Leases are handled together so that
+/// expiring thousands costs a few WAL batches, not one per lease.
+async fn delete_keys(shared: &Shared, leases: Vec<(i64, Vec<bytes::Bytes>)>) -> i64 {
     let mut rev = shared.store.current_revision();
-    if !keys.is_empty() {
-        let applied = shared.store.revoke(id, keys);
-        shared.store.wait_visible(applied.visible_at).await;
-        rev = applied.response;
+    let mut visible = 0;
+    for (id, keys) in &leases {
+        if !keys.is_empty() {
+            let applied = shared.store.revoke(*id, keys.clone());
+            visible = visible.max(applied.visible_at);
+            rev = rev.max(applied.response);
+        }
     }
-    let late = shared.lessor.finish(id);
-    if !late.is_empty() {
-        let applied = shared.store.revoke(id, late);
-        shared.store.wait_visible(applied.visible_at).await;
-        rev = applied.response;
+    shared.store.wait_visible(visible).await;
+    let mut logged = None;
+    for (id, _) in &leases {
+        let late = shared.lessor.finish(*id);
+        if !late.is_empty() {
+            let applied = shared.store.revoke(*id, late);
+            shared.store.wait_visible(applied.visible_at).await;
+            rev = rev.max(applied.response);
+        }
+        // Logged after the keys' deletion: a crash in between leaves a lease without keys,
+        // which expires again after restart, never keys without their lease.
+        if let Some(w) = shared.store.wal() {
+            let id = *id;
+            logged = Some(w.append_meta(|seq| Record::LeaseRevoke { seq, id }));
+        }
     }
-    // Logged after the keys' deletion: a crash in between leaves a lease without keys, which
-    // expires again after restart, never keys without their lease.
-    log_lease(shared, |seq| Record::LeaseRevoke { seq, id }).await;
+    if let (Some(w), Some(batch)) = (shared.store.wal(), logged) {
+        w.wait_durable(batch).await;
+    }
     rev
 }
 
-/// Logs a lease change and waits until it is durable (nothing to do without a WAL).
-async fn log_lease(shared: &Shared, record: impl FnOnce(u64) -> Record) {
+/// Logs a lease grant and waits until it is durable (nothing to do without a WAL).
+async fn log_grant(shared: &Shared, id: i64, ttl: i64) {
     if let Some(w) = shared.store.wal() {
-        let batch = w.append_meta(record);
+        let batch = w.append_meta(|seq| Record::LeaseGrant { seq, id, ttl });
         w.wait_durable(batch).await;
     }
 }
@@ -74,11 +88,12 @@ pub async fn expiry_loop(shared: Arc<Shared>) {
         loop {
             let expired = shared.lessor.expire(Instant::now(), EXPIRY_BATCH);
             let n = expired.len();
-            for (id, keys) in expired {
-                delete_keys(&shared, id, keys).await;
+            if n > 0 {
+                delete_keys(&shared, expired).await;
             }
             for (id, key) in shared.lessor.take_orphans() {
-                delete_keys(&shared, id, vec![key]).await;
+                let rev = shared.store.revoke(id, vec![key]).visible_at;
+                shared.store.wait_visible(rev).await;
             }
             if n < EXPIRY_BATCH {
                 break;
@@ -102,7 +117,7 @@ impl pb::lease_server::Lease for LeaseService {
             return Err(crate::error::Error::WalUnavailable.into());
         }
         let (id, ttl) = self.shared.lessor.grant(r.id, r.ttl)?;
-        log_lease(&self.shared, |seq| Record::LeaseGrant { seq, id, ttl }).await;
+        log_grant(&self.shared, id, ttl).await;
         Ok(Response::new(pb::LeaseGrantResponse {
             header: self.shared.header(0),
             id,
@@ -117,7 +132,7 @@ impl pb::lease_server::Lease for LeaseService {
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
         let id = req.into_inner().id;
         let keys = self.shared.lessor.revoke(id)?;
-        let rev = delete_keys(&self.shared, id, keys).await;
+        let rev = delete_keys(&self.shared, vec![(id, keys)]).await;
         Ok(Response::new(pb::LeaseRevokeResponse { header: self.shared.header(rev) }))
     }
 
