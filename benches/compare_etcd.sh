@@ -24,7 +24,7 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 start() { # KIND
   case $1 in
-    mem_etcd) "$MEM" --listen-client-urls "http://127.0.0.1:$PORT" --log-level warn 2>"$TMP/mem.log" & ;;
+    mem_etcd) "$MEM" --data-dir "$TMP/mem" --listen-client-urls "http://127.0.0.1:$PORT" --log-level warn 2>"$TMP/mem.log" & ;;
     etcd) "$ETCD_BIN" --name b --data-dir "$TMP/etcd" --listen-client-urls "http://127.0.0.1:$PORT" \
             --advertise-client-urls "http://127.0.0.1:$PORT" --listen-peer-urls "http://127.0.0.1:$((PORT + 1))" \
             --initial-advertise-peer-urls "http://127.0.0.1:$((PORT + 1))" --initial-cluster "b=http://127.0.0.1:$((PORT + 1))" \
@@ -35,7 +35,7 @@ start() { # KIND
   echo "server $1 did not start" >&2; exit 1
 }
 
-stop() { kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; rm -rf "$TMP/etcd"; }
+stop() { kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; rm -rf "$TMP/etcd" "$TMP/mem"; }
 
 # Prints "requests/s cpu_us_per_request" for one workload against a fresh server.
 run() { # KIND WORKLOAD
