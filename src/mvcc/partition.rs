@@ -85,9 +85,9 @@ impl PartitionState {
         value: Bytes,
         lease: i64,
     ) -> Option<KeyValue> {
-        let slot = match self.map.get(&key[..]) {
-            Some(&s) => s,
-            None => self.new_slot(key.clone()),
+        let (slot, fresh) = match self.map.get(&key[..]) {
+            Some(&s) => (s, false),
+            None => (self.new_slot(key.clone(), true), true),
         };
         let h = &self.slab[slot as usize];
         let prev = h.latest().map(|r| to_kv(&h.key, r));
@@ -95,7 +95,7 @@ impl PartitionState {
             Some(p) => (p.create_revision, p.version + 1),
             None => (rev.main, 1),
         };
-        self.push_record(slot, KeyRecord { rev, create_rev, version, lease, value });
+        self.push_record(slot, KeyRecord { rev, create_rev, version, lease, value }, fresh);
         prev
     }
 
@@ -104,18 +104,18 @@ impl PartitionState {
         let slot = *self.map.get(key)?;
         let h = &self.slab[slot as usize];
         let prev = h.latest().map(|r| to_kv(&h.key, r))?;
-        self.push_record(slot, KeyRecord::tombstone(rev));
+        self.push_record(slot, KeyRecord::tombstone(rev), false);
         Some(prev)
     }
 
     /// Appends a version exactly as given (recovery: from a snapshot or the WAL). Versions of
     /// a key must come oldest first.
     pub fn restore(&mut self, key: &Bytes, rec: KeyRecord) {
-        let slot = match self.map.get(&key[..]) {
-            Some(&s) => s,
-            None => self.new_slot(key.clone()),
+        let (slot, fresh) = match self.map.get(&key[..]) {
+            Some(&s) => (s, false),
+            None => (self.new_slot(key.clone(), !rec.is_tombstone()), true),
         };
-        self.push_record(slot, rec);
+        self.push_record(slot, rec, fresh);
     }
 
     /// Puts the liveness log back in revision order after a snapshot was loaded key by key.
@@ -124,8 +124,9 @@ impl PartitionState {
     }
 
     /// Appends a record to a key's history and keeps the index, the liveness log, the
-    /// compaction queue and the byte count in step.
-    fn push_record(&mut self, slot: u32, rec: KeyRecord) {
+    /// compaction queue and the byte count in step. `fresh`: the key was just indexed with the
+    /// record's liveness (one index search per new key instead of two).
+    fn push_record(&mut self, slot: u32, rec: KeyRecord, fresh: bool) {
         let h = &mut self.slab[slot as usize];
         let was_live = h.is_live();
         let live = !rec.is_tombstone();
@@ -137,8 +138,10 @@ impl PartitionState {
             h.queued = true;
         }
         if was_live != live {
-            let key = h.key.clone();
-            self.index.set_live(&key, live);
+            if !fresh {
+                let key = h.key.clone();
+                self.index.set_live(&key, live);
+            }
             self.liveness.push_back((main, slot));
         }
         if queue {
@@ -147,7 +150,8 @@ impl PartitionState {
         self.last_applied = self.last_applied.max(main);
     }
 
-    fn new_slot(&mut self, key: Bytes) -> u32 {
+    /// A slot for a new key, indexed with the liveness its first record will give it.
+    fn new_slot(&mut self, key: Bytes, live: bool) -> u32 {
         let h = KeyHistory::new(key.clone());
         let slot = match self.free.pop() {
             Some(s) => {
@@ -161,8 +165,7 @@ impl PartitionState {
         };
         self.bytes += key_cost(&key);
         self.map.insert(key.clone(), slot);
-        // Indexed as dead until the caller's put makes it live, so both paths count the same way.
-        self.index.insert(key, slot, false);
+        self.index.insert(key, slot, live);
         slot
     }
 

@@ -44,12 +44,19 @@ impl Store {
             .into());
         }
         let lock = wal::lock_dir(&opts.dir)?;
+        let started = std::time::Instant::now();
         let mut store = Store::new(config.clone());
         let rec = {
             let mut ctx = Restore { store: &store };
             wal::recover::recover(&opts.dir, opts.repair, &mut ctx)?
         };
         store.finish_restore(rec.rev, rec.compacted);
+        tracing::info!(
+            revision = rec.rev,
+            keys = store.live_keys(),
+            seconds = format!("{:.3}", started.elapsed().as_secs_f64()),
+            "store: opened (log replayed, event history rebuilt)"
+        );
         let wal = Wal::new(opts, rec.meta_seq, rec.rev)?;
         wal.stats.since_snapshot.store(rec.bytes, Ordering::Relaxed);
         store.commit.wal.set(wal.clone()).expect("a new store has no WAL");
