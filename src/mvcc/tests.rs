@@ -277,9 +277,11 @@ fn wal_options(dir: &std::path::Path, snapshot_bytes: u64) -> crate::wal::Option
     }
 }
 
-/// Everything a client can observe of a store: every key's versions at every revision since
-/// the compaction (via ranges), the hash, and the event log.
-fn observe(s: &Store) -> (i64, Vec<RangeResponse>, u32, Vec<(i64, Vec<(EventKind, KeyValue)>)>) {
+/// Everything a client can observe of a store: the revision, every key's versions at every
+/// revision since the compaction (via ranges), the hash, and the event log.
+type Observed = (i64, Vec<RangeResponse>, u32, Vec<(i64, Vec<(EventKind, KeyValue)>)>);
+
+fn observe(s: &Store) -> Observed {
     let cur = s.current_revision();
     let from = s.compact_revision().max(1);
     let ranges = (from..=cur).map(|r| range(s, "\0", "", r, 0)).collect();
@@ -331,7 +333,7 @@ fn a_reopened_store_is_exactly_the_store_that_was_closed() {
     let after = observe(&s);
     assert_eq!(after.0, before.0);
     // The excluded key is the only difference.
-    let strip = |o: &(i64, Vec<RangeResponse>, u32, Vec<(i64, Vec<(EventKind, KeyValue)>)>)| {
+    let strip = |o: &Observed| {
         o.1.iter()
             .map(|r| {
                 r.kvs
@@ -343,20 +345,19 @@ fn a_reopened_store_is_exactly_the_store_that_was_closed() {
             .collect::<Vec<_>>()
     };
     assert_eq!(strip(&after), strip(&before), "every version at every revision since compaction");
-    let strip_events =
-        |o: &(i64, Vec<RangeResponse>, u32, Vec<(i64, Vec<(EventKind, KeyValue)>)>)| {
-            o.3.iter()
-                .map(|(r, evs)| {
-                    (
-                        *r,
-                        evs.iter()
-                            .filter(|e| !e.1.key.starts_with(b"/registry/events/"))
-                            .cloned()
-                            .collect::<Vec<_>>(),
-                    )
-                })
-                .collect::<Vec<_>>()
-        };
+    let strip_events = |o: &Observed| {
+        o.3.iter()
+            .map(|(r, evs)| {
+                (
+                    *r,
+                    evs.iter()
+                        .filter(|e| !e.1.key.starts_with(b"/registry/events/"))
+                        .cloned()
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
     assert_eq!(strip_events(&after), strip_events(&before), "the event log is rebuilt");
 
     // A snapshot, more writes, and a third opening: the snapshot plus the log's tail.

@@ -362,6 +362,7 @@ impl Wal {
         self.wake.notify_all();
         let threads = std::mem::take(&mut *self.threads.lock());
         for t in threads {
+            t.thread().unpark();
             let _ = t.join();
         }
         let s = &self.stats;
@@ -411,7 +412,8 @@ impl Syncer {
             if stop {
                 return;
             }
-            std::thread::sleep(wal.opts.flush_interval);
+            // Parked rather than asleep: `Wal::close` unparks it for the final sync.
+            std::thread::park_timeout(wal.opts.flush_interval);
         }
     }
 }

@@ -5,6 +5,7 @@ mod support;
 
 mod consistency;
 mod differential;
+mod durability;
 mod etcdctl;
 mod k8s_shapes;
 mod kv;

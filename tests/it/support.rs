@@ -1,7 +1,11 @@
 //! The test harness: starting servers, connecting clients, and small assertion helpers.
 //!
-//! Every test starts its own server process (a fresh, empty store) and the process is killed when
-//! the [`Server`] value is dropped. Which server the ordinary tests run against is chosen by
+//! Every test starts its own server process (a fresh, empty store, with a temporary data dir of
+//! its own unless the test passes `--data-dir`) and the process is killed when the [`Server`]
+//! value is dropped. Crash and restart tests start mem_etcd on a [`DataDir`] that outlives its
+//! servers, kill them with SIGKILL ([`Server::kill9`]) or SIGTERM ([`Server::stop`]), read what
+//! they logged, and start servers that must refuse to start
+//! ([`DataDir::start_expecting_failure`]). Which server the ordinary tests run against is chosen by
 //! `MEM_ETCD_TEST_TARGET`:
 //!
 //! * unset, `mem_etcd` or `mem`: our binary (`CARGO_BIN_EXE_mem_etcd`);
@@ -142,19 +146,23 @@ pub fn peer_binary(name: &str) -> Option<PathBuf> {
     );
 }
 
-/// The last lines a server wrote, kept to explain failures.
+/// What a server wrote: the last lines (to explain failures) and, for assertions on what it
+/// logged, every line of each stream.
 #[derive(Debug, Default)]
 struct LogTail {
     lines: VecDeque<String>,
+    stdout: Vec<String>,
+    stderr: Vec<String>,
 }
 
 impl LogTail {
     const KEEP: usize = 80;
-    fn push(&mut self, line: String) {
+    fn push(&mut self, line: String, from_stderr: bool) {
         if self.lines.len() == Self::KEEP {
             self.lines.pop_front();
         }
-        self.lines.push_back(line);
+        self.lines.push_back(line.clone());
+        if from_stderr { self.stderr.push(line) } else { self.stdout.push(line) }
     }
 }
 
@@ -182,6 +190,72 @@ fn is_ready_line(line: &str) -> bool {
     line.contains("ready to serve client requests") || line.contains("serving client traffic")
 }
 
+fn mem_etcd_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_mem_etcd"))
+}
+
+/// A new temporary directory, on tmpfs when there is one.
+fn temp_dir(prefix: &str) -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        tempfile::Builder::new().prefix(prefix).tempdir_in(shm)
+    } else {
+        tempfile::Builder::new().prefix(prefix).tempdir()
+    }
+    .expect("create a temporary directory")
+}
+
+/// A spawned server process whose output is being drained into a [`LogTail`].
+struct Spawned {
+    child: Child,
+    log: Arc<Mutex<LogTail>>,
+    /// The address of each ready line, as it is logged.
+    ready: tokio::sync::mpsc::UnboundedReceiver<SocketAddr>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// Starts `bin` with exactly `args` in `cwd`, its output drained by two threads.
+fn spawn(bin: &Path, args: &[String], cwd: &Path) -> Spawned {
+    let mut cmd = Command::new(bin);
+    // Anything a server writes relative to its working directory lands in a temp dir.
+    cmd.current_dir(cwd);
+    cmd.args(args);
+    // etcd reads ETCD_* variables as flags; never let the test environment leak in.
+    for (k, _) in std::env::vars_os() {
+        if k.to_str().is_some_and(|k| k.starts_with("ETCD")) {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {} {args:?}: {e}", bin.display()));
+
+    let log = Arc::new(Mutex::new(LogTail::default()));
+    let (tx, ready) = tokio::sync::mpsc::unbounded_channel::<SocketAddr>();
+    let pipes: [(Box<dyn Read + Send>, bool); 2] = [
+        (Box::new(child.stdout.take().expect("stdout")), false),
+        (Box::new(child.stderr.take().expect("stderr")), true),
+    ];
+    let mut readers = Vec::new();
+    for (pipe, from_stderr) in pipes {
+        let log = log.clone();
+        let tx = tx.clone();
+        // Keeps draining after startup so the server never blocks on a full pipe.
+        readers.push(std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                // Logged before the address is announced, so that a test that has the address
+                // also sees every line logged before the ready line.
+                let ready = is_ready_line(&line).then(|| parse_address(&line)).flatten();
+                log.lock().unwrap().push(line, from_stderr);
+                if let Some(addr) = ready {
+                    let _ = tx.send(addr);
+                }
+            }
+        }));
+    }
+    Spawned { child, log, ready, readers }
+}
+
 /// A running server process, killed on drop.
 #[derive(Debug)]
 pub struct Server {
@@ -189,40 +263,69 @@ pub struct Server {
     child: Child,
     addr: SocketAddr,
     log: Arc<Mutex<LogTail>>,
-    _data_dir: tempfile::TempDir,
+    readers: Vec<std::thread::JoinHandle<()>>,
+    /// The per-server temporary directory (its working directory and, unless the test gave
+    /// `--data-dir`, its data dir); `None` for servers on a [`DataDir`].
+    _temp: Option<tempfile::TempDir>,
+    /// Set once the test stopped or killed the process on purpose.
+    ended_on_purpose: bool,
+}
+
+/// How a server process ended, with everything it wrote.
+#[derive(Debug)]
+pub struct Exited {
+    pub status: std::process::ExitStatus,
+    pub stdout: Vec<String>,
+    pub stderr: Vec<String>,
+}
+
+impl Exited {
+    /// stdout and stderr lines, stdout first.
+    pub fn lines(&self) -> impl Iterator<Item = &String> {
+        self.stdout.iter().chain(&self.stderr)
+    }
+
+    /// The lines that contain `needle` (ASCII case-insensitive).
+    pub fn grep(&self, needle: &str) -> Vec<String> {
+        grep(self.lines(), needle)
+    }
+
+    /// Everything it wrote, for failure messages.
+    pub fn output(&self) -> String {
+        self.lines().cloned().collect::<Vec<_>>().join("\n")
+    }
+}
+
+fn grep<'a>(lines: impl Iterator<Item = &'a String>, needle: &str) -> Vec<String> {
+    let needle = needle.to_ascii_lowercase();
+    lines.filter(|l| l.to_ascii_lowercase().contains(&needle)).cloned().collect()
 }
 
 impl Server {
     /// Starts a fresh server with `extra` flags appended to the defaults (a default flag is
     /// dropped when `extra` sets it). `None` means a missing peer with permission to skip.
+    ///
+    /// Each server gets its own temporary data dir (removed with the [`Server`]) unless `extra`
+    /// names one with `--data-dir`.
     pub async fn start(kind: Kind, extra: &[&str]) -> Option<Server> {
         let bin = match kind {
-            Kind::MemEtcd => PathBuf::from(env!("CARGO_BIN_EXE_mem_etcd")),
+            Kind::MemEtcd => mem_etcd_bin(),
             Kind::Etcd => peer_binary("etcd")?,
         };
-        Some(Self::start_bin(kind, &bin, extra, true).await)
+        Some(Self::start_bin(kind, &bin, extra, true, None).await)
     }
 
     /// Starts mem_etcd (or a present peer) with exactly `args`, none of the harness's defaults.
     pub async fn start_without_defaults(kind: Kind, args: &[&str]) -> Server {
         let bin = match kind {
-            Kind::MemEtcd => PathBuf::from(env!("CARGO_BIN_EXE_mem_etcd")),
+            Kind::MemEtcd => mem_etcd_bin(),
             Kind::Etcd => peer_binary("etcd").expect("etcd peer"),
         };
-        Self::start_bin(kind, &bin, args, false).await
+        Self::start_bin(kind, &bin, args, false, None).await
     }
 
-    async fn start_bin(kind: Kind, bin: &Path, extra: &[&str], with_defaults: bool) -> Server {
-        let shm = Path::new("/dev/shm");
-        let data_dir = if shm.is_dir() {
-            tempfile::Builder::new().prefix("mem_etcd-it-").tempdir_in(shm)
-        } else {
-            tempfile::Builder::new().prefix("mem_etcd-it-").tempdir()
-        }
-        .expect("create a temporary data dir");
-        let data = data_dir.path().join("data");
-        let data = data.to_str().expect("utf-8 temp path").to_string();
-
+    /// The command line: the defaults (each dropped when `extra` sets it) then `extra`.
+    fn command_line(kind: Kind, extra: &[&str], with_defaults: bool, data: &str) -> Vec<String> {
         // The member name: the caller's `--name`, else "it".
         let name = extra
             .iter()
@@ -232,7 +335,7 @@ impl Server {
             .unwrap_or_else(|| "it".to_string());
         let mut defaults: Vec<(&str, String)> = vec![
             ("--name", name.clone()),
-            ("--data-dir", data),
+            ("--data-dir", data.to_string()),
             ("--listen-client-urls", "http://127.0.0.1:0".into()),
             ("--log-level", "info".into()),
         ];
@@ -254,71 +357,62 @@ impl Server {
         if !with_defaults {
             defaults.clear();
         }
-        let mut cmd = Command::new(bin);
-        // Anything a server writes relative to its working directory lands in the temp dir.
-        cmd.current_dir(data_dir.path());
+        let mut args = Vec::new();
         for (flag, value) in &defaults {
             let overridden = extra.iter().any(|a| a == flag || a.starts_with(&format!("{flag}=")));
             if !overridden {
-                cmd.arg(format!("{flag}={value}"));
+                args.push(format!("{flag}={value}"));
             }
         }
-        cmd.args(extra);
-        // etcd reads ETCD_* variables as flags; never let the test environment leak in.
-        for (k, _) in std::env::vars_os() {
-            if k.to_str().is_some_and(|k| k.starts_with("ETCD")) {
-                cmd.env_remove(k);
-            }
-        }
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child =
-            cmd.spawn().unwrap_or_else(|e| panic!("spawn {} {extra:?}: {e}", bin.display()));
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    }
 
-        let log = Arc::new(Mutex::new(LogTail::default()));
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<SocketAddr>();
-        let pipes: [Box<dyn Read + Send>; 2] = [
-            Box::new(child.stdout.take().expect("stdout")),
-            Box::new(child.stderr.take().expect("stderr")),
-        ];
-        for pipe in pipes {
-            let log = log.clone();
-            let tx = tx.clone();
-            // Keeps draining after startup so the server never blocks on a full pipe.
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines() {
-                    let Ok(line) = line else { break };
-                    if is_ready_line(&line)
-                        && let Some(addr) = parse_address(&line)
-                    {
-                        let _ = tx.send(addr);
-                    }
-                    log.lock().unwrap().push(line);
-                }
-            });
-        }
-        drop(tx);
+    /// Starts a server and waits until it answers. `on` is the [`DataDir`] to run on; without
+    /// one the server gets a temporary directory of its own.
+    async fn start_bin(
+        kind: Kind,
+        bin: &Path,
+        extra: &[&str],
+        with_defaults: bool,
+        on: Option<&DataDir>,
+    ) -> Server {
+        let (temp, cwd, data) = match on {
+            Some(dir) => (None, dir.root.path().to_path_buf(), dir.data.clone()),
+            None => {
+                let temp = temp_dir("mem_etcd-it-");
+                let (cwd, data) = (temp.path().to_path_buf(), temp.path().join("data"));
+                (Some(temp), cwd, data)
+            }
+        };
+        let data = data.to_str().expect("utf-8 temp path").to_string();
+        let args = Self::command_line(kind, extra, with_defaults, &data);
+        let Spawned { mut child, log, mut ready, readers } = spawn(bin, &args, &cwd);
 
         let deadline = Duration::from_secs(match kind {
             Kind::MemEtcd => 20,
             Kind::Etcd => 60,
         });
-        let addr = match tokio::time::timeout(deadline, rx.recv()).await {
+        let addr = match tokio::time::timeout(deadline, ready.recv()).await {
             Ok(Some(addr)) => addr,
             outcome => {
                 let _ = child.kill();
                 let status = child.wait();
-                std::thread::sleep(Duration::from_millis(100));
+                for r in readers {
+                    let _ = r.join();
+                }
                 let tail = log.lock().unwrap().lines.iter().cloned().collect::<Vec<_>>();
                 panic!(
-                    "{kind:?} ({}) did not log a ready line with its address ({}); exit: \
-                     {status:?}; output:\n{}",
+                    "{kind:?} ({} {args:?}) did not log a ready line with its address ({}); \
+                     exit: {status:?}; output:\n{}",
                     bin.display(),
                     if outcome.is_err() { "timed out" } else { "output ended" },
                     tail.join("\n")
                 );
             }
         };
-        let server = Server { kind, child, addr, log, _data_dir: data_dir };
+        let server =
+            Server { kind, child, addr, log, readers, _temp: temp, ended_on_purpose: false };
         server.wait_until_answering(deadline).await;
         server
     }
@@ -359,6 +453,13 @@ impl Server {
         self.log.lock().unwrap().lines.iter().cloned().collect::<Vec<_>>().join("\n")
     }
 
+    /// The lines logged so far (stdout and stderr) that contain `needle` (ASCII
+    /// case-insensitive).
+    pub fn grep_log(&self, needle: &str) -> Vec<String> {
+        let log = self.log.lock().unwrap();
+        grep(log.stdout.iter().chain(&log.stderr), needle)
+    }
+
     /// An etcd-client connected to this server.
     pub async fn client(&self) -> etcd_client::Client {
         etcd_client::Client::connect([self.endpoint()], None)
@@ -385,10 +486,67 @@ impl Server {
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()
     }
+
+    /// Kills the process with SIGKILL (a crash: nothing runs in the server afterwards) and
+    /// returns everything it wrote. Panics if it had already exited by itself.
+    pub fn kill9(mut self) -> Exited {
+        if let Some(status) = self.exited() {
+            panic!(
+                "{:?} at {} had exited by itself ({status}) before the test killed it\n{}",
+                self.kind,
+                self.addr,
+                self.log_tail()
+            );
+        }
+        self.child.kill().expect("SIGKILL the server");
+        self.collect()
+    }
+
+    /// Stops the process with SIGTERM (a clean shutdown) and waits up to `within` for it to
+    /// exit; returns how it exited and everything it wrote. Panics if it does not exit in time.
+    pub async fn stop(mut self, within: Duration) -> Exited {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill -TERM");
+        assert!(status.success(), "kill -TERM {} failed: {status}", self.child.id());
+        let start = Instant::now();
+        while self.exited().is_none() {
+            if start.elapsed() > within {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                self.ended_on_purpose = true;
+                panic!(
+                    "{:?} at {} did not exit within {within:?} of SIGTERM\n{}",
+                    self.kind,
+                    self.addr,
+                    self.log_tail()
+                );
+            }
+            // Not a blocking sleep: this runtime drives the test's client connections, which
+            // must be able to see the server's GOAWAY.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.collect()
+    }
+
+    /// Reaps the process (already killed or exiting) and returns everything it wrote.
+    fn collect(&mut self) -> Exited {
+        let status = self.child.wait().expect("wait for the server");
+        self.ended_on_purpose = true;
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        let log = self.log.lock().unwrap();
+        Exited { status, stdout: log.stdout.clone(), stderr: log.stderr.clone() }
+    }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if self.ended_on_purpose {
+            return;
+        }
         let crashed = self.exited();
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -409,6 +567,85 @@ impl Drop for Server {
         if crashed.is_some() && !std::thread::panicking() {
             panic!("{:?} exited by itself during the test", self.kind);
         }
+    }
+}
+
+/// A data directory that outlives the mem_etcd processes started on it: for crash, restart and
+/// recovery tests. Removed when dropped.
+#[derive(Debug)]
+pub struct DataDir {
+    /// The temporary directory: the servers' working directory, holding `data/` and anything
+    /// else a test puts next to it (a failpoint file).
+    root: tempfile::TempDir,
+    data: PathBuf,
+}
+
+impl Default for DataDir {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl DataDir {
+    pub fn new() -> DataDir {
+        let root = temp_dir("mem_etcd-durability-");
+        let data = root.path().join("data");
+        DataDir { root, data }
+    }
+
+    /// The `--data-dir` the servers get (created by the server).
+    pub fn path(&self) -> &Path {
+        &self.data
+    }
+
+    /// A path next to the data dir, for files the test owns (e.g. a failpoint file).
+    pub fn aside(&self, name: &str) -> PathBuf {
+        self.root.path().join(name)
+    }
+
+    /// Starts mem_etcd on this data dir with the harness's defaults plus `extra` and waits
+    /// until it answers. Panics if it does not start.
+    pub async fn start(&self, extra: &[&str]) -> Server {
+        Server::start_bin(Kind::MemEtcd, &mem_etcd_bin(), extra, true, Some(self)).await
+    }
+
+    /// Starts mem_etcd on this data dir expecting it to refuse: waits for the process to exit
+    /// and returns how it exited and what it wrote. Panics if it logs that it is ready to serve
+    /// or is still running after 20 s.
+    pub async fn start_expecting_failure(&self, extra: &[&str]) -> Exited {
+        let data = self.data.to_str().expect("utf-8 temp path");
+        let args = Server::command_line(Kind::MemEtcd, extra, true, data);
+        let Spawned { mut child, log, mut ready, readers } =
+            spawn(&mem_etcd_bin(), &args, self.root.path());
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                break status;
+            }
+            let served = ready.try_recv().ok();
+            if served.is_some() || start.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                let _ = child.wait();
+                for r in readers {
+                    let _ = r.join();
+                }
+                let tail = log.lock().unwrap().lines.iter().cloned().collect::<Vec<_>>();
+                panic!(
+                    "mem_etcd {args:?} was expected to refuse to start, but {}; output:\n{}",
+                    match served {
+                        Some(addr) => format!("it is serving on {addr}"),
+                        None => "it was still running after 20 s".to_string(),
+                    },
+                    tail.join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        for r in readers {
+            let _ = r.join();
+        }
+        let log = log.lock().unwrap();
+        Exited { status, stdout: log.stdout.clone(), stderr: log.stderr.clone() }
     }
 }
 
