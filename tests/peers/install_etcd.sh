@@ -23,7 +23,9 @@ command -v go >/dev/null || { log "go is required to build the etcd peer"; exit 
 
 build() { # BIN MODULE VERSION_CMD
   local bin=$1 mod=$2 dst=$OUT/$1 wdir=$PEERS_DIR/build/v$VER/$1
-  if [ -x "$dst" ] && "$dst" $3 2>/dev/null | head -1 | grep -q "$VER"; then return 0; fi
+  # Captured first: `| head -1 | grep -q` under pipefail fails at random when grep exits early
+  # and the binary gets SIGPIPE, which rebuilt a cached peer for nothing.
+  if [ -x "$dst" ] && [[ "$("$dst" $3 2>/dev/null || true)" == *"$VER"* ]]; then return 0; fi
   mkdir -p "$wdir" "$OUT"
   printf 'module mem_etcd.local/peer/%s\n\ngo 1.24\n\nrequire %s v%s\n' "$bin" "$mod" "$VER" >"$wdir/go.mod"
   rm -f "$wdir/go.sum"
