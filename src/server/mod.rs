@@ -210,18 +210,41 @@ pub async fn serve(
     }
     let expiry = tokio::spawn(lease::expiry_loop(shared.clone()));
     let snapshots = tokio::spawn(snapshot_loop(shared.clone()));
+    let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
         info!("shutting down");
         let _ = tx.send(());
+        let _ = stopping_tx.send(true);
     });
-    while let Some(res) = tasks.join_next().await {
-        res.expect("listener task panicked")?;
+    // Listeners stop accepting at once and let requests in flight finish; watch and keep-alive
+    // streams never finish on their own, so connections still open after the grace period
+    // are closed (etcd does the same).
+    let grace = async move {
+        let _ = stopping.wait_for(|s| *s).await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::pin!(grace);
+    loop {
+        tokio::select! {
+            res = tasks.join_next() => match res {
+                Some(res) => res.expect("listener task panicked")?,
+                None => break,
+            },
+            _ = &mut grace => {
+                info!("closing the connections still open (watch and keep-alive streams)");
+                tasks.abort_all();
+                break;
+            }
+        }
     }
     expiry.abort();
     snapshots.abort();
     Ok(())
 }
+
+/// How long a graceful shutdown waits for open connections before closing them.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How often the snapshot loop checks whether a snapshot is due.
 const SNAPSHOT_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
