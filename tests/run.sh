@@ -6,6 +6,8 @@
 # 1. installs `protoc` if missing (etcd-client's build script needs it; the server does not),
 # 2. builds the reference etcd + etcdctl 3.6 from the Go module proxy (cached in ~/.cache; needs
 #    Go >= 1.26 on PATH or in /usr/local/go), unless ETCD_BIN and ETCDCTL_BIN already point at them,
+#    and kube-apiserver + kubectl 1.36 for the end-to-end test the same way (about 10 minutes the
+#    first time), unless KUBE_APISERVER_BIN and KUBECTL_BIN already point at them,
 # 3. runs `cargo test --release` (unit tests in src/, the integration suite tests/it, doc tests),
 # 4. runs the benches once in test mode, so they never rot.
 #
@@ -14,7 +16,8 @@
 # MEM_ETCD_SKIP_PEERS=1 (and CI not "true") may go on without them, and the peer tests then
 # print loud SKIPPED lines.
 #
-# Environment: ETCD_BIN, ETCDCTL_BIN (use these peers), MEM_ETCD_SKIP_PEERS=1 (local only),
+# Environment: ETCD_BIN, ETCDCTL_BIN, KUBE_APISERVER_BIN, KUBECTL_BIN (use these peers),
+# MEM_ETCD_SKIP_PEERS=1 (local only),
 # MEM_ETCD_TEST_TARGET=etcd (run the suite against real etcd to check the expectations).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -56,6 +59,25 @@ fi
 if [ -n "${ETCD_BIN:-}" ]; then
   [ -x "$ETCD_BIN" ] && [ -x "$ETCDCTL_BIN" ] || die "peer binaries not executable: $ETCD_BIN $ETCDCTL_BIN"
   log "peers: $("$ETCD_BIN" --version | head -n 1); etcdctl $("$ETCDCTL_BIN" version | head -n 1)"
+fi
+if [ -n "${KUBE_APISERVER_BIN:-}" ] && [ -x "${KUBE_APISERVER_BIN}" ] && [ -n "${KUBECTL_BIN:-}" ] && [ -x "${KUBECTL_BIN}" ]; then
+  log "kubernetes peers from the environment: KUBE_APISERVER_BIN=$KUBE_APISERVER_BIN KUBECTL_BIN=$KUBECTL_BIN"
+else
+  log "building/locating kube-apiserver and kubectl (tests/peers/install_k8s.sh; about 10 minutes the first time)"
+  if k8s_out=$(tests/peers/install_k8s.sh); then
+    k8s_dir=$(printf '%s\n' "$k8s_out" | tail -n 1)
+    export KUBE_APISERVER_BIN="$k8s_dir/kube-apiserver" KUBECTL_BIN="$k8s_dir/kubectl"
+  elif [ "$skip_ok" = 1 ]; then
+    log "!!!!!!!! WARNING: could not build kube-apiserver/kubectl; MEM_ETCD_SKIP_PEERS=1, so the Kubernetes end-to-end tests will be SKIPPED !!!!!!!!"
+  else
+    die "could not build kube-apiserver and kubectl (install Go >= 1.26, or set KUBE_APISERVER_BIN \
+and KUBECTL_BIN; MEM_ETCD_SKIP_PEERS=1 skips peer tests on a local run, never in CI)"
+  fi
+fi
+if [ -n "${KUBE_APISERVER_BIN:-}" ]; then
+  [ -x "$KUBE_APISERVER_BIN" ] && [ -x "$KUBECTL_BIN" ] || die "kubernetes peer binaries not executable: $KUBE_APISERVER_BIN $KUBECTL_BIN"
+  kubectl_version=$("$KUBECTL_BIN" version --client 2>&1) || die "$KUBECTL_BIN version --client failed: $kubectl_version"
+  log "kubernetes peers: $("$KUBE_APISERVER_BIN" --version 2>&1); kubectl ${kubectl_version%%$'\n'*}"
 fi
 
 # --- 3. tests -------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ mod consistency;
 mod differential;
 mod durability;
 mod etcdctl;
+mod k8s_e2e;
 mod k8s_shapes;
 mod kv;
 mod lease;

@@ -12,9 +12,11 @@
 //! * `etcd`: a real etcd 3.6, so the expectations themselves can be proven right.
 //!
 //! Real etcd and etcdctl ("peers") come from `ETCD_BIN` / `ETCDCTL_BIN`, or else from the cache
-//! that `tests/peers/install_etcd.sh` fills. A test that needs a peer that is missing FAILS, unless
-//! `MEM_ETCD_SKIP_PEERS=1` is set and `CI` is not `true`; then it prints a loud SKIPPED line (on
-//! the real stderr, past the test harness's output capture) and returns.
+//! that `tests/peers/install_etcd.sh` fills; kube-apiserver and kubectl (the end-to-end test's
+//! peers) from `KUBE_APISERVER_BIN` / `KUBECTL_BIN`, or else from `tests/peers/install_k8s.sh`'s.
+//! A test that needs a peer that is missing FAILS, unless `MEM_ETCD_SKIP_PEERS=1` is set and `CI`
+//! is not `true`; then it prints a loud SKIPPED line (on the real stderr, past the test harness's
+//! output capture) and returns.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -34,6 +36,8 @@ pub const MAX_REQUEST_BYTES: usize = 1_572_864;
 pub const MAX_TXN_OPS: usize = 128;
 /// The version of the reference etcd the suite is written against.
 pub const PEER_VERSION: &str = "3.6.16";
+/// The version of kube-apiserver and kubectl the end-to-end test runs (tests/peers/install_k8s.sh).
+pub const K8S_PEER_VERSION: &str = "1.36.3";
 
 /// Which implementation a [`Server`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,9 +95,21 @@ fn test_name() -> String {
     std::thread::current().name().unwrap_or("<unnamed test>").to_string()
 }
 
-fn peer_dir() -> PathBuf {
+fn peers_cache() -> PathBuf {
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| "/root".into());
-    home.join(".cache/mem_etcd/peers").join(format!("etcd-v{PEER_VERSION}"))
+    home.join(".cache/mem_etcd/peers")
+}
+
+fn peer_dir() -> PathBuf {
+    peers_cache().join(format!("etcd-v{PEER_VERSION}"))
+}
+
+/// A Kubernetes peer (`kube-apiserver`, `kubectl`): `$env` if set, else the install_k8s.sh cache.
+fn k8s_peer_path(env: &str, name: &str) -> PathBuf {
+    match std::env::var_os(env) {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => peers_cache().join(format!("k8s-v{K8S_PEER_VERSION}")).join(name),
+    }
 }
 
 fn etcd_path() -> PathBuf {
@@ -115,13 +131,23 @@ fn etcdctl_path() -> PathBuf {
     }
 }
 
-/// The path of a peer binary (`etcd` or `etcdctl`), applying the peer policy described in the
-/// module docs: `None` means "skip this test" (already announced loudly); a missing binary
-/// without permission to skip panics.
+/// The path of a peer binary (`etcd`, `etcdctl`, `kube-apiserver` or `kubectl`), applying the
+/// peer policy described in the module docs: `None` means "skip this test" (already announced
+/// loudly); a missing binary without permission to skip panics.
 pub fn peer_binary(name: &str) -> Option<PathBuf> {
-    let path = match name {
-        "etcd" => etcd_path(),
-        "etcdctl" => etcdctl_path(),
+    let (path, how) = match name {
+        "etcd" => (etcd_path(), "tests/peers/install_etcd.sh (or set ETCD_BIN / ETCDCTL_BIN)"),
+        "etcdctl" => {
+            (etcdctl_path(), "tests/peers/install_etcd.sh (or set ETCD_BIN / ETCDCTL_BIN)")
+        }
+        "kube-apiserver" => (
+            k8s_peer_path("KUBE_APISERVER_BIN", name),
+            "tests/peers/install_k8s.sh (or set KUBE_APISERVER_BIN / KUBECTL_BIN)",
+        ),
+        "kubectl" => (
+            k8s_peer_path("KUBECTL_BIN", name),
+            "tests/peers/install_k8s.sh (or set KUBE_APISERVER_BIN / KUBECTL_BIN)",
+        ),
         other => panic!("unknown peer {other}"),
     };
     if path.is_file() {
@@ -139,9 +165,8 @@ pub fn peer_binary(name: &str) -> Option<PathBuf> {
         return None;
     }
     panic!(
-        "peer `{name}` not found at {}. Build it with tests/peers/install_etcd.sh (or set \
-         ETCD_BIN / ETCDCTL_BIN). To skip peer tests locally set MEM_ETCD_SKIP_PEERS=1 \
-         (refused when CI=true).",
+        "peer `{name}` not found at {}. Build it with {how}. To skip peer tests locally set \
+         MEM_ETCD_SKIP_PEERS=1 (refused when CI=true).",
         path.display()
     );
 }
@@ -528,6 +553,26 @@ impl Server {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         self.collect()
+    }
+
+    /// Like [`Server::stop`], but a server still running `within` after SIGTERM is killed with
+    /// SIGKILL instead of failing the test right away. Returns everything it wrote and whether it
+    /// exited by itself.
+    pub async fn stop_or_kill(mut self, within: Duration) -> (Exited, bool) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill -TERM");
+        assert!(status.success(), "kill -TERM {} failed: {status}", self.child.id());
+        let start = Instant::now();
+        while self.exited().is_none() {
+            if start.elapsed() > within {
+                self.child.kill().expect("SIGKILL the server");
+                return (self.collect(), false);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        (self.collect(), true)
     }
 
     /// Reaps the process (already killed or exiting) and returns everything it wrote.
