@@ -158,7 +158,7 @@ async fn catch_up(shared: &Shared, sid: u64, out: &Out, wake: &Notify) -> Result
             CatchUp::Events { watch_id, revision, events, opts } => {
                 let mut batch = Batch::new(watch_id, revision, opts);
                 for (evs, picks) in &events {
-                    batch.add(evs, picks);
+                    batch.add(evs, picks, shared.store.compact_revision());
                 }
                 if !batch.events.is_empty() {
                     batch.send(shared, out).await?;
@@ -194,9 +194,10 @@ impl Batch {
         Self { watch_id, revision, opts, events: Vec::new(), bytes: 0 }
     }
 
-    fn add(&mut self, events: &RevisionEvents, picks: &Picks) {
+    /// Adds the picked events; `compacted` is the store's compaction revision now.
+    fn add(&mut self, events: &RevisionEvents, picks: &Picks, compacted: i64) {
         for e in picks.iter(events) {
-            let b = encoded(e, self.opts.prev_kv);
+            let b = encoded(e, self.opts.prev_kv, compacted);
             self.bytes += b.len();
             self.events.push(b);
         }
@@ -247,6 +248,7 @@ async fn drain(
 ) -> Result<(), ()> {
     // Per watch, in order of first appearance.
     let mut acc: Vec<Batch> = Vec::new();
+    let compacted = shared.store.compact_revision();
     let mut next = Some(first);
     for _ in 0..MAX_DRAIN {
         let msg = match next.take() {
@@ -267,7 +269,7 @@ async fn drain(
                     }
                 };
                 acc[i].revision = revision;
-                acc[i].add(&events, &picks);
+                acc[i].add(&events, &picks, compacted);
                 if acc[i].bytes >= MAX_BATCH_BYTES {
                     acc.remove(i).send(shared, out).await?;
                 }
@@ -318,9 +320,11 @@ fn control_frame(shared: &Shared, msg: Message) -> WatchFrame {
 
 /// An event's encoding with or without its previous version, made once and then shared by
 /// every watcher (etcd sends prev_kv only for events that are not creates; ours are `None`
-/// for creates).
-fn encoded(e: &Event, want_prev: bool) -> Bytes {
-    let with_prev = want_prev && e.prev_kv.is_some();
+/// for creates). etcd reads the previous version when it sends, at the event's revision - 1,
+/// and leaves it out once that revision is compacted; kube-apiserver turns such an event into
+/// an error, which its storage tests expect after a compaction.
+fn encoded(e: &Event, want_prev: bool, compacted: i64) -> Bytes {
+    let with_prev = want_prev && e.prev_kv.is_some() && e.kv.mod_revision - 1 >= compacted;
     let cell = if with_prev { &e.wire.with_prev } else { &e.wire.plain };
     cell.get_or_init(|| {
         let ev = mvccpb::Event {
