@@ -9,6 +9,7 @@
 #    and kube-apiserver + kubectl 1.36 for the end-to-end test the same way (about 10 minutes the
 #    first time), unless KUBE_APISERVER_BIN and KUBECTL_BIN already point at them,
 # 3. runs `cargo test --release` (unit tests in src/, the integration suite tests/it, doc tests),
+#    then (on a full run) Kubernetes' own storage suites against mem_etcd (tests/k8s_storage),
 # 4. runs the benches once in test mode, so they never rot.
 #
 # Works from any directory, as root on a fresh Debian machine or as a user with sudo.
@@ -88,6 +89,25 @@ cargo test --release --no-fail-fast "$@" 2>&1 | tee "$test_log" || die "cargo te
 # The totals over every test binary (unit, integration, doc), for a closing line.
 passed=$(sed -n 's/^test result: .* \([0-9][0-9]*\) passed; \([0-9][0-9]*\) failed.*/\1/p' "$test_log" | awk '{s+=$1} END {print s+0}')
 failed=$(sed -n 's/^test result: .* \([0-9][0-9]*\) passed; \([0-9][0-9]*\) failed.*/\2/p' "$test_log" | awk '{s+=$1} END {print s+0}')
+
+# --- 3b. Kubernetes' own storage suites (k8s.io/apiserver etcd3 and cacher) against mem_etcd ----
+# Only on a full run: extra arguments select a subset of the cargo tests above.
+if [ "$#" -eq 0 ]; then
+  log "tests/k8s_storage/run.sh (Kubernetes' etcd3 and cacher storage suites)"
+  storage_log=$(mktemp)
+  trap 'rm -f "$test_log" "$storage_log"' EXIT
+  if MEM_ETCD_BIN="$PWD/target/release/mem_etcd" MEM_ETCD_STORAGE_TARGET=${MEM_ETCD_TEST_TARGET:-mem_etcd} \
+      tests/k8s_storage/run.sh 2>&1 | tee "$storage_log"; then
+    # "<suite>: N passed, M failed, K skipped" lines count into the closing line.
+    passed=$((passed + $(sed -n 's/^[a-z0-9]*: \([0-9][0-9]*\) passed, .*/\1/p' "$storage_log" | awk '{s+=$1} END {print s+0}')))
+  elif [ "$skip_ok" = 1 ] && ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
+    log "!!!!!!!! WARNING: no Go toolchain; MEM_ETCD_SKIP_PEERS=1, so the Kubernetes storage suites were SKIPPED !!!!!!!!"
+  else
+    die "tests/k8s_storage/run.sh (Kubernetes' etcd3 and cacher storage suites)"
+  fi
+else
+  log "arguments given: the Kubernetes storage suites are left out of this run"
+fi
 
 # --- 4. benches, in test mode ---------------------------------------------------------------
 log "cargo bench --bench store --bench lease_expiry -- --test"
