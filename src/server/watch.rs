@@ -324,7 +324,7 @@ fn control_frame(shared: &Shared, msg: Message) -> WatchFrame {
 /// and leaves it out once that revision is compacted; kube-apiserver turns such an event into
 /// an error, which its storage tests expect after a compaction.
 fn encoded(e: &Event, want_prev: bool, compacted: i64) -> Bytes {
-    let with_prev = want_prev && e.prev_kv.is_some() && e.kv.mod_revision - 1 >= compacted;
+    let with_prev = want_prev && e.prev_kv.is_some() && e.kv.mod_revision > compacted;
     let cell = if with_prev { &e.wire.with_prev } else { &e.wire.plain };
     cell.get_or_init(|| {
         let ev = mvccpb::Event {

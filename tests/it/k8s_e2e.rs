@@ -10,11 +10,20 @@
 //!   consistent reads served from the watch cache; no "RequestWatchProgress is not supported" in
 //!   the apiserver's log) against mem_etcd (buffered WAL), then the same flow against a real
 //!   etcd 3.6, and prints how long each took on both.
+//! * [`kube_apiserver_shards_leases_and_events`]: two mem_etcd instances, kube-apiserver with
+//!   `--etcd-servers-overrides` sending `coordination.k8s.io/leases` and core `/events` (which
+//!   events.k8s.io shares) to the second: node Leases created, renewed, watched, replayed and
+//!   deleted, Events of both API groups created, watched, listed (`kubectl events`) and deleted,
+//!   a ConfigMap; then, read straight from each mem_etcd, the lease and event keys (exact names,
+//!   versions, mod revisions equal to the resourceVersions kubectl saw, events' etcd leases) are
+//!   on the second and not on the first, the ConfigMap and namespace on the first and nothing
+//!   but leases and events on the second; both health checks (`etcd`, `etcd-override-0`) pass,
+//!   and the override's fails once the second is killed.
 //! * [`kube_apiserver_survives_mem_etcd_restart`]: mem_etcd stopped and started again (same data
 //!   dir, same port) under a running kube-apiserver, which recovers on its own: ready again,
 //!   objects intact, a watch opened before the restart goes on, new writes work.
 //!
-//! Both need the peers kube-apiserver and kubectl (`KUBE_APISERVER_BIN`, `KUBECTL_BIN`), and the
+//! All need the peers kube-apiserver and kubectl (`KUBE_APISERVER_BIN`, `KUBECTL_BIN`), and the
 //! comparison needs etcd; see support.rs for the peer policy. They always run mem_etcd, whatever
 //! `MEM_ETCD_TEST_TARGET` says, and never run at the same time as each other (one kube-apiserver
 //! at a time keeps the timings meaningful on a small machine).
@@ -40,7 +49,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::support::{DataDir, Kind, Server, loud, peer_binary};
+use crate::support::{DataDir, Kind, Kv, Server, kvs, loud, peer_binary};
 
 /// One kube-apiserver at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -312,6 +321,11 @@ struct Apiserver {
 impl Apiserver {
     /// Starts kube-apiserver on the etcd at `etcd` (`http://127.0.0.1:PORT`); does not wait.
     fn start(peers: &Peers, etcd: &str) -> Apiserver {
+        Self::start_with(peers, etcd, &[])
+    }
+
+    /// [`Apiserver::start`] with `extra` flags after the usual ones (a later flag wins).
+    fn start_with(peers: &Peers, etcd: &str, extra: &[String]) -> Apiserver {
         let dir = tempfile::Builder::new().prefix("mem_etcd-k8s-").tempdir().expect("temp dir");
         let p = |name: &str| dir.path().join(name).to_str().expect("utf-8 path").to_string();
         std::fs::write(p("sa.key"), ec_p256_key_pem()).expect("write sa.key");
@@ -352,7 +366,7 @@ impl Apiserver {
             "--watch-cache-sizes=podtemplates#0".into(),
         ];
         let mut cmd = Command::new(&peers.apiserver);
-        cmd.args(&args).current_dir(dir.path()).stdin(Stdio::null());
+        cmd.args(&args).args(extra).current_dir(dir.path()).stdin(Stdio::null());
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let spawned = Instant::now();
         let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn kube-apiserver: {e}"));
@@ -1110,6 +1124,268 @@ async fn kube_apiserver_survives_mem_etcd_restart() {
     drop(w);
     drop(api);
     drop(mem);
+}
+
+/// Every key under `prefix` on `c` (keys only), checking that the reported count agrees.
+async fn keys_under(c: &mut etcd_client::Client, prefix: &str) -> Vec<Kv> {
+    let opts = etcd_client::GetOptions::new().with_prefix().with_keys_only();
+    let r = c.get(prefix, Some(opts)).await.unwrap_or_else(|e| panic!("range {prefix}: {e}"));
+    assert_eq!(r.count(), r.kvs().len() as i64, "range {prefix}: count vs kvs");
+    kvs(r.kvs())
+}
+
+/// The keys of `list`, as strings.
+fn key_names(list: &[Kv]) -> Vec<String> {
+    list.iter().map(|k| String::from_utf8_lossy(&k.key).into_owned()).collect()
+}
+
+#[tokio::test]
+async fn kube_apiserver_shards_leases_and_events() {
+    const NODES: usize = 3;
+    const RENEWALS: usize = 3;
+    let _serial = SERIAL.lock().await;
+    let Some(peers) = peers() else { return };
+    let started = Instant::now();
+    let main = Server::start(Kind::MemEtcd, &["--wal-mode=buffered", "--name=main"]).await;
+    let main = main.expect("mem_etcd main");
+    let side = Server::start(Kind::MemEtcd, &["--wal-mode=buffered", "--name=side"]).await;
+    let side = side.expect("mem_etcd side");
+    let overrides = format!(
+        "--etcd-servers-overrides=coordination.k8s.io/leases#{0},/events#{0}",
+        side.endpoint()
+    );
+    // A long event TTL: the events must still be there when the keys are counted.
+    let extra = [overrides, "--event-ttl=1h".to_string()];
+    let mut api = Apiserver::start_with(&peers, &main.endpoint(), &extra);
+    let ready = api.wait_ready();
+    let (mut mc, mut sc) = (main.client().await, side.client().await);
+
+    // kube-apiserver health-checks both: the main etcd and the override.
+    let healthz = api.check("/healthz?verbose", api.raw("/healthz?verbose"));
+    for check in ["[+]etcd ok", "[+]etcd-override-0 ok"] {
+        assert!(healthz.contains(check), "no {check:?} in /healthz?verbose:\n{healthz}");
+    }
+    let readyz = api.check("/readyz?verbose", api.raw("/readyz?verbose"));
+    assert!(readyz.contains("[+]etcd-readiness ok"), "{readyz}");
+    for path in ["/healthz/etcd", "/healthz/etcd-override-0", "/livez/etcd-override-0"] {
+        let out = api.raw(path);
+        assert!(out.ok() && out.stdout.trim() == "ok", "{path}: {out:?}");
+    }
+
+    api.ok("create namespace shard");
+    // Watches through kube-apiserver, opened before the writes: node leases (kubectl's table)
+    // and events (JSON lines; the events table shows no names).
+    let mut lease_w = api.stream("get leases -n kube-node-lease -w --output-watch-events", &[]);
+    let mut event_w = api.stream("get --raw", &["/api/v1/namespaces/shard/events?watch=1"]);
+
+    // Node leases, created and renewed as a kubelet does (an update at the RV it last saw).
+    let mut leases: Vec<Value> = (0..NODES)
+        .map(|i| {
+            let name = format!("node-{i}");
+            api.with_object(
+                "create",
+                &json!({
+                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": name, "namespace": "kube-node-lease"},
+                    "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
+                             "renewTime": now_rfc3339()}}),
+            )
+        })
+        .collect();
+    let created_rv: Vec<u64> = leases.iter().map(rv).collect();
+    // ADDED comes from the watch or, had kubectl listed after the creates, from its list; either
+    // way the watch is running from here on, and every renewal must reach it.
+    for i in 0..NODES {
+        let name = format!("node-{i}");
+        lease_w.expect(&format!("ADDED {name}"), Duration::from_secs(20), move |l| {
+            let mut f = l.split_whitespace();
+            f.next() == Some("ADDED") && f.next() == Some(name.as_str())
+        });
+    }
+    for _ in 0..RENEWALS {
+        for lease in &mut leases {
+            let before = rv(lease);
+            lease["spec"]["renewTime"] = json!(now_rfc3339());
+            *lease = api.with_object("replace", lease);
+            assert!(rv(lease) > before);
+        }
+    }
+    let mut modified = vec![0; NODES];
+    for _ in 0..NODES * RENEWALS {
+        let line =
+            lease_w.expect("MODIFIED", Duration::from_secs(20), |l| l.starts_with("MODIFIED "));
+        let name = line.split_whitespace().nth(1).unwrap_or_default();
+        let i: usize = name
+            .strip_prefix("node-")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        modified[i] += 1;
+    }
+    assert_eq!(modified, [RENEWALS; NODES], "MODIFIED events per node lease");
+
+    // Events: three core/v1 ones and one events.k8s.io/v1 one, the same resource in storage.
+    let mut event_rv = Vec::new();
+    for i in 0..3 {
+        let now = now_rfc3339();
+        let ev = api.with_object(
+            "create",
+            &json!({
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": format!("ev-{i}"), "namespace": "shard"},
+                "involvedObject": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "shard", "name": "cm"},
+                "reason": format!("Shard{i}"), "message": "stored on the override etcd",
+                "type": "Normal", "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+                "source": {"component": "k8s-e2e"}}),
+        );
+        event_rv.push(rv(&ev));
+    }
+    let ev = api.with_object(
+        "create",
+        &json!({
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "ev-new", "namespace": "shard"},
+            "eventTime": now_rfc3339(), "reportingController": "e2e.mem-etcd.io/k8s-e2e",
+            "reportingInstance": "k8s-e2e-1", "action": "Check", "reason": "ShardNew",
+            "regarding": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "shard", "name": "cm"},
+            "note": "stored on the override etcd", "type": "Normal"}),
+    );
+    event_rv.push(rv(&ev));
+    let event_names = ["ev-0", "ev-1", "ev-2", "ev-new"];
+    for name in event_names {
+        event_w.expect(&format!("ADDED {name}"), Duration::from_secs(20), |l| {
+            let e = parse(l);
+            e["type"] == "ADDED" && e["object"]["metadata"]["name"] == name
+        });
+    }
+
+    // And a ConfigMap, which stays on the main etcd.
+    let cm = api.with_object("create", &configmap("shard", "cm", json!({}), json!({"k": "v"})));
+
+    // What each mem_etcd holds. kube-apiserver's resourceVersions are the revisions of the etcd
+    // that stores the resource, so they name the instance too.
+    let node_keys: Vec<String> =
+        (0..NODES).map(|i| format!("/registry/leases/kube-node-lease/node-{i}")).collect();
+    let on_side = keys_under(&mut sc, "/registry/leases/kube-node-lease/").await;
+    assert_eq!(key_names(&on_side), node_keys, "node leases on the override etcd");
+    for (i, k) in on_side.iter().enumerate() {
+        let want = (created_rv[i], rv(&leases[i]), 1 + RENEWALS as i64);
+        assert_eq!((k.create_revision as u64, k.mod_revision as u64, k.version), want, "{k:?}");
+    }
+    let event_keys: Vec<String> =
+        event_names.iter().map(|n| format!("/registry/events/shard/{n}")).collect();
+    let on_side = keys_under(&mut sc, "/registry/events/shard/").await;
+    assert_eq!(key_names(&on_side), event_keys, "events on the override etcd");
+    for (k, want_rv) in on_side.iter().zip(&event_rv) {
+        assert_eq!(k.mod_revision as u64, *want_rv, "{k:?}");
+        // Stored under an etcd lease of --event-ttl, granted on the override etcd too.
+        assert_ne!(k.lease, 0, "{k:?}");
+        let opts = etcd_client::LeaseTimeToLiveOptions::new().with_keys();
+        let ttl = sc.lease_time_to_live(k.lease, Some(opts)).await.expect("lease ttl");
+        assert!(ttl.ttl() > 0 && ttl.keys().contains(&k.key), "{k:?}: {ttl:?}");
+    }
+    // kube-apiserver's own identity lease lives there as well.
+    let system = key_names(&keys_under(&mut sc, "/registry/leases/kube-system/").await);
+    assert!(system.iter().any(|k| k.contains("/apiserver-")), "{system:?}");
+    // Nothing else is on the override etcd...
+    let everything = key_names(&keys_under(&mut sc, "/registry/").await);
+    let stray: Vec<&String> = everything
+        .iter()
+        .filter(|k| !k.starts_with("/registry/leases/") && !k.starts_with("/registry/events/"))
+        .collect();
+    assert!(stray.is_empty(), "other keys on the override etcd: {stray:?}");
+    // ...and none of it on the main one, which has the rest.
+    for prefix in ["/registry/leases/", "/registry/events/"] {
+        let there = keys_under(&mut mc, prefix).await;
+        assert!(there.is_empty(), "{prefix} on the main etcd: {:?}", key_names(&there));
+    }
+    let cms = keys_under(&mut mc, "/registry/configmaps/shard/").await;
+    assert_eq!(key_names(&cms), ["/registry/configmaps/shard/cm"]);
+    assert_eq!(cms[0].mod_revision as u64, rv(&cm));
+    let ns = key_names(&keys_under(&mut mc, "/registry/namespaces/shard").await);
+    assert_eq!(ns, ["/registry/namespaces/shard"]);
+
+    // Everything reads back through kube-apiserver: gets, paged lists, `kubectl events`.
+    assert_eq!(rv(&api.json("get lease node-1 -n kube-node-lease")), rv(&leases[1]));
+    let list = api.json("get leases -n kube-node-lease --chunk-size=2");
+    let got: Vec<(String, u64)> = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|l| (l["metadata"]["name"].as_str().unwrap().to_string(), rv(l)))
+        .collect();
+    let want: Vec<(String, u64)> = leases
+        .iter()
+        .map(|l| (l["metadata"]["name"].as_str().unwrap().to_string(), rv(l)))
+        .collect();
+    assert_eq!(got, want);
+    let all = api.ok("get leases -A --chunk-size=1 -o name");
+    assert!(
+        all.lines().filter(|l| l.starts_with("lease.coordination.k8s.io/node-")).count() == NODES,
+        "{all}"
+    );
+    assert!(all.lines().any(|l| l.starts_with("lease.coordination.k8s.io/apiserver-")), "{all}");
+    let names = api.ok("get events -n shard --chunk-size=2 -o name");
+    let want: Vec<String> = event_names.iter().map(|n| format!("event/{n}")).collect();
+    assert_eq!(names.lines().collect::<Vec<_>>(), want);
+    let names = api.ok("get events.v1.events.k8s.io -n shard -o name");
+    assert_eq!(names.lines().count(), event_names.len(), "{names}");
+    let shown = api.ok("events -n shard");
+    for reason in ["Shard0", "Shard1", "Shard2", "ShardNew"] {
+        assert!(shown.contains(reason), "kubectl events: no {reason}:\n{shown}");
+    }
+    assert_eq!(api.json("get configmap cm -n shard")["data"], json!({"k": "v"}));
+
+    // A replay from a lease's creation through the watch cache, and a delete watched live.
+    let path = format!(
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases?watch=1\
+         &resourceVersion={}&fieldSelector=metadata.name%3Dnode-0",
+        created_rv[0]
+    );
+    let mut replay = api.stream("get --raw", &[&path]);
+    let mut replayed = Vec::new();
+    for _ in 0..RENEWALS {
+        let e = parse(&replay.expect("a replayed renewal", Duration::from_secs(20), |_| true));
+        assert_eq!(e["type"], "MODIFIED", "{e}");
+        replayed.push(rv(&e["object"]));
+    }
+    assert!(replayed.windows(2).all(|w| w[0] < w[1]), "{replayed:?}");
+    assert_eq!(replayed.last(), Some(&rv(&leases[0])));
+    api.ok(&format!("delete lease node-{} -n kube-node-lease", NODES - 1));
+    lease_w.expect("DELETED", Duration::from_secs(20), |l| l.starts_with("DELETED"));
+    let on_side = keys_under(&mut sc, "/registry/leases/kube-node-lease/").await;
+    assert_eq!(key_names(&on_side), node_keys[..NODES - 1]);
+    api.ok("delete event ev-0 -n shard");
+    event_w.expect("DELETED ev-0", Duration::from_secs(20), |l| {
+        let e = parse(l);
+        e["type"] == "DELETED" && e["object"]["metadata"]["name"] == "ev-0"
+    });
+    assert_eq!(keys_under(&mut sc, "/registry/events/shard/").await.len(), event_names.len() - 1);
+
+    assert!(api.is_ready());
+    api.assert_log_clean("mem_etcd (sharded)");
+
+    // The override really is that second mem_etcd: with it gone, kube-apiserver's check of it
+    // fails while the main one's passes and ConfigMaps still read.
+    let exited = side.kill9();
+    let down = Instant::now();
+    eventually("/healthz/etcd-override-0 to fail", Duration::from_secs(20), || {
+        (!api.raw("/healthz/etcd-override-0").ok()).then_some(())
+    });
+    let out = api.raw("/healthz/etcd");
+    assert!(out.ok() && out.stdout.trim() == "ok", "/healthz/etcd: {out:?}");
+    assert_eq!(api.json("get configmap cm -n shard")["data"], json!({"k": "v"}));
+    let noticed = down.elapsed();
+    let warned = exited.grep("warn").len() + exited.grep("error").len();
+    say(&format!(
+        "\nkube-apiserver 1.36 on two mem_etcd (leases and events on the second): ready {} \
+         after spawn; its override check failing {} after the second was killed; whole \
+         scenario {}; the second mem_etcd logged {warned} warn/error lines",
+        ms(ready),
+        ms(noticed),
+        ms(started.elapsed())
+    ));
+    drop((lease_w, event_w, replay));
+    drop(api);
 }
 
 #[test]
