@@ -529,30 +529,11 @@ impl Server {
 
     /// Stops the process with SIGTERM (a clean shutdown) and waits up to `within` for it to
     /// exit; returns how it exited and everything it wrote. Panics if it does not exit in time.
-    pub async fn stop(mut self, within: Duration) -> Exited {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("run kill -TERM");
-        assert!(status.success(), "kill -TERM {} failed: {status}", self.child.id());
-        let start = Instant::now();
-        while self.exited().is_none() {
-            if start.elapsed() > within {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                self.ended_on_purpose = true;
-                panic!(
-                    "{:?} at {} did not exit within {within:?} of SIGTERM\n{}",
-                    self.kind,
-                    self.addr,
-                    self.log_tail()
-                );
-            }
-            // Not a blocking sleep: this runtime drives the test's client connections, which
-            // must be able to see the server's GOAWAY.
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        self.collect()
+    pub async fn stop(self, within: Duration) -> Exited {
+        let who = format!("{:?} at {}", self.kind, self.addr);
+        let (exited, by_itself) = self.stop_or_kill(within).await;
+        assert!(by_itself, "{who} did not exit within {within:?} of SIGTERM\n{}", exited.output());
+        exited
     }
 
     /// Like [`Server::stop`], but a server still running `within` after SIGTERM is killed with
