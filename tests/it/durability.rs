@@ -1199,38 +1199,28 @@ async fn torn_tails_are_truncated_with_a_warning() {
     assert!(s.grep_log("torn").is_empty(), "torn again after the repair:\n{}", s.log_tail());
     h.check(&s, h.last_rev(), "writes after the repair").await;
 
-    // 2. An incomplete record after the newest configmaps record: nothing is lost.
-    let mut raw = s.raw_clients().await;
-    write_rounds(&mut h, &mut raw, "c", 2).await;
-    let _ = s.kill9();
-    let mut garbage = 200u32.to_le_bytes().to_vec();
-    garbage.extend_from_slice(&[0xAB; 14]);
-    append(&newest_segment(&dir, "+registry+configmaps+"), &garbage);
-    let s = dir.start(&[]).await;
-    assert!(!s.grep_log("torn").is_empty(), "no warning with \"torn\":\n{}", s.log_tail());
-    h.check(&s, h.last_rev(), "after an incomplete record at the tail").await;
-
-    // 3. A complete record whose CRC fails, at the end of the pods segment: nothing is lost.
-    let mut raw = s.raw_clients().await;
-    write_rounds(&mut h, &mut raw, "d", 2).await;
-    let _ = s.kill9();
+    // 2-4. Damage after the newest record of a partition: nothing is lost.
+    let mut incomplete = 200u32.to_le_bytes().to_vec();
+    incomplete.extend_from_slice(&[0xAB; 14]);
     let body = b"not a record".to_vec();
-    let mut bad = (body.len() as u32).to_le_bytes().to_vec();
-    bad.extend_from_slice(&(crc32c::crc32c(&body) ^ 1).to_le_bytes());
-    bad.extend_from_slice(&body);
-    append(&newest_segment(&dir, "+registry+pods+"), &bad);
-    let s = dir.start(&[]).await;
-    assert!(!s.grep_log("torn").is_empty(), "no warning with \"torn\":\n{}", s.log_tail());
-    h.check(&s, h.last_rev(), "after a record with a bad CRC at the tail").await;
-
-    // 4. Three bytes of a record header at the end of the default partition.
-    let mut raw = s.raw_clients().await;
-    write_rounds(&mut h, &mut raw, "e", 2).await;
-    let _ = s.kill9();
-    append(&newest_segment(&dir, "_default"), &[7, 0, 0]);
-    let s = dir.start(&[]).await;
-    assert!(!s.grep_log("torn").is_empty(), "no warning with \"torn\":\n{}", s.log_tail());
-    h.check(&s, h.last_rev(), "after a partial record header at the tail").await;
+    let mut bad_crc = (body.len() as u32).to_le_bytes().to_vec();
+    bad_crc.extend_from_slice(&(crc32c::crc32c(&body) ^ 1).to_le_bytes());
+    bad_crc.extend_from_slice(&body);
+    let cases = [
+        ("c", "+registry+configmaps+", incomplete, "after an incomplete record at the tail"),
+        ("d", "+registry+pods+", bad_crc, "after a record with a bad CRC at the tail"),
+        ("e", "_default", vec![7, 0, 0], "after a partial record header at the tail"),
+    ];
+    let mut s = s;
+    for (tag, stream, damage, what) in cases {
+        let mut raw = s.raw_clients().await;
+        write_rounds(&mut h, &mut raw, tag, 2).await;
+        let _ = s.kill9();
+        append(&newest_segment(&dir, stream), &damage);
+        s = dir.start(&[]).await;
+        assert!(!s.grep_log("torn").is_empty(), "no warning with \"torn\":\n{}", s.log_tail());
+        h.check(&s, h.last_rev(), what).await;
+    }
     let mut raw = s.raw_clients().await;
     write_rounds(&mut h, &mut raw, "f", 1).await;
     let _ = s.kill9();
