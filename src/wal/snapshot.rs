@@ -220,6 +220,13 @@ impl SnapshotWriter {
                 fs::remove_dir_all(path)?;
             }
         }
+        // Snapshots a crash interrupted (never renamed, so never used).
+        for e in fs::read_dir(snap)? {
+            let path = e?.path();
+            if path.extension().is_some_and(|x| x == "tmp") {
+                fs::remove_dir_all(path)?;
+            }
+        }
         let waldir = wal.options().dir.join("wal");
         let mut removed = 0;
         for e in fs::read_dir(&waldir)? {
