@@ -324,14 +324,12 @@ impl Store {
 
     // ----- partitions -----
 
-    /// The prefix of the partition `key` belongs to (empty for the default partition).
-    fn partition_prefix(&self, key: &[u8]) -> Bytes {
+    /// The prefix of the partition `key` belongs to (empty for the default partition): a view
+    /// into the key itself, so the WAL encoder needs neither the partition table nor a copy.
+    fn partition_prefix(&self, key: &Bytes) -> Bytes {
         match self.keyspace.partition_of(key) {
             None => Bytes::new(),
-            Some(prefix) => match self.table.read().by_prefix.get(prefix) {
-                Some(p) => p.prefix.clone(),
-                None => Bytes::copy_from_slice(prefix),
-            },
+            Some(prefix) => key.slice_ref(prefix),
         }
     }
 

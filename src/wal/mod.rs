@@ -280,9 +280,11 @@ impl Wal {
         if let Some(&i) = s.0.get(prefix) {
             return i;
         }
+        // A copy: the caller's prefix may be a view into a whole request buffer.
+        let prefix = Bytes::copy_from_slice(prefix);
         let i = s.1.len();
         s.1.push(prefix.clone());
-        s.0.insert(prefix.clone(), i);
+        s.0.insert(prefix, i);
         i
     }
 
