@@ -121,6 +121,11 @@ pub struct Config {
     )]
     pub experimental_watch_progress_notify_interval: Option<Duration>,
 
+    /// Threads serving gRPC and HTTP (0: one per CPU core). Storage work runs on them too; the
+    /// WAL has its own writer and syncer threads.
+    #[arg(long, env = "MEM_ETCD_WORKER_THREADS", default_value_t = 0)]
+    pub worker_threads: usize,
+
     /// kube-apiserver's --etcd-prefix: keys below it are partitioned per resource.
     #[arg(long, env = "MEM_ETCD_REGISTRY_PREFIX", default_value = "/registry")]
     pub registry_prefix: String,

@@ -840,20 +840,28 @@ impl TxnCtx<'_> {
                 RequestOp::Put(p) => {
                     let i = self.part_of(&p.key);
                     let st = &mut self.guards[i];
+                    // The request's key and value are views into the gRPC decode buffer (8 KiB
+                    // or more). A version lives until compaction, so keeping the view would pin
+                    // that whole buffer per version: copy into allocations of the exact size.
+                    let key = Bytes::copy_from_slice(&p.key);
                     let (value, lease) = if p.ignore_value || p.ignore_lease {
-                        let prev = st.get(&p.key, i64::MAX).expect("checked in plan");
+                        let prev = st.get(&key, i64::MAX).expect("checked in plan");
                         (
-                            if p.ignore_value { prev.value } else { p.value.clone() },
+                            if p.ignore_value {
+                                prev.value
+                            } else {
+                                Bytes::copy_from_slice(&p.value)
+                            },
                             if p.ignore_lease { prev.lease } else { p.lease },
                         )
                     } else {
-                        (p.value.clone(), p.lease)
+                        (Bytes::copy_from_slice(&p.value), p.lease)
                     };
-                    let prev = st.put(&p.key, Revision::new(rev, *sub), value.clone(), lease);
+                    let prev = st.put(&key, Revision::new(rev, *sub), value.clone(), lease);
                     *sub += 1;
-                    self.store.relink(&p.key, prev.as_ref().map_or(0, |p| p.lease), lease);
+                    self.store.relink(&key, prev.as_ref().map_or(0, |p| p.lease), lease);
                     let kv = KeyValue {
-                        key: p.key.clone(),
+                        key,
                         create_revision: prev.as_ref().map_or(rev, |p| p.create_revision),
                         mod_revision: rev,
                         version: prev.as_ref().map_or(1, |p| p.version + 1),
