@@ -13,12 +13,16 @@
 //! The store applies a txn, encodes its changes as one record per partition touched (off any
 //! shared lock, in the writer's thread), and completes the revision. The store's in-order
 //! publisher then hands each revision's records to [`Wal::append`] in revision order, so every
-//! stream is in revision order. One writer thread takes everything appended since its last
-//! batch (group commit: no cap on batch size, so batches grow with load), writes each stream's
-//! bytes with one `write(2)`, and in fsync mode `fdatasync`s every file touched. Only then does
-//! it tell the store ([`DurableSink`]) that the batch's revisions are durable, and the store
-//! publishes them to watchers and moves the read watermark. So in buffered and fsync mode no
-//! reader or watcher sees a write before it reached the OS (buffered) or the disk (fsync).
+//! stream is in revision order. A writer takes everything appended since its last batch (group
+//! commit: no cap on batch size, so batches grow with load), writes each stream's bytes with
+//! one `write(2)`, and in fsync mode `fdatasync`s every file touched. Only then does it tell
+//! the store ([`DurableSink`]) that the batch's revisions are durable, and the store publishes
+//! them to watchers and moves the read watermark. So in buffered and fsync mode no reader or
+//! watcher sees a write before it reached the OS (buffered) or the disk (fsync).
+//!
+//! The writer is a dedicated thread in fsync mode (an fdatasync takes milliseconds). In
+//! buffered mode it is a task on the server's runtime (`run_flusher`), which saves two context
+//! switches a batch; the thread stays as its fallback when the write fails or must wait.
 //!
 //! # Failure
 //! A failed write (ENOSPC, EIO, a short write) is cut back to the last record boundary and
@@ -180,8 +184,21 @@ pub struct Wal {
     /// publisher (one thread at a time) and from rare meta writes, so the lock is uncontended
     /// except against the writer's swap.
     pending: Mutex<Pending>,
-    /// Wakes the writer when `pending` gets bytes.
+    /// Wakes the writer thread when `pending` gets bytes it should write.
     wake: Condvar,
+    /// The open segments. Whoever writes a batch holds it from taking the batch out of
+    /// `pending` until the batch is durable, so batches reach the files, and the store, in
+    /// order. In buffered mode that is usually the appender itself (see [`Wal::append`]);
+    /// the writer thread takes over when the lock is busy, in fsync mode, and after a failure.
+    writer: Mutex<WriterState>,
+    /// Files written in buffered mode, for the background fdatasync.
+    syncer: Syncer,
+    /// Whether the buffered-mode flusher task runs (see [`Wal::run_flusher`]); without it
+    /// (no runtime, fsync mode) the writer thread writes everything.
+    flusher: AtomicBool,
+    /// Set by the append that wakes the flusher, cleared when the flusher starts a round.
+    flush_scheduled: AtomicBool,
+    flush_wake: Notify,
     /// Stream index by partition prefix; stream 0 is `_meta`. Only grows; read on every append.
     streams: Mutex<(HashMap<Bytes, usize>, Vec<Bytes>)>,
     /// The last batch fully written (and synced in fsync mode).
@@ -214,6 +231,11 @@ impl Wal {
         Ok(Arc::new(Self {
             pending: Mutex::new(p),
             wake: Condvar::new(),
+            writer: Mutex::new(WriterState::default()),
+            syncer: Syncer::default(),
+            flusher: AtomicBool::new(false),
+            flush_scheduled: AtomicBool::new(false),
+            flush_wake: Notify::new(),
             streams: Mutex::new((HashMap::new(), vec![Bytes::new()])),
             durable_gen: AtomicU64::new(0),
             durable_notify: Notify::new(),
@@ -232,21 +254,25 @@ impl Wal {
     pub fn start(self: &Arc<Self>, sink: Arc<dyn DurableSink>) {
         let _ = self.sink.set(sink);
         let me = self.clone();
-        let syncer = Arc::new(Syncer::default());
-        let s2 = syncer.clone();
         let mut threads = self.threads.lock();
         threads.push(
             std::thread::Builder::new()
                 .name("wal-writer".into())
-                .spawn(move || Writer::new(me, s2).run())
+                .spawn(move || me.run_writer())
                 .expect("spawn the WAL writer"),
         );
+        if self.opts.mode == Mode::Buffered
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            self.flusher.store(true, Ordering::SeqCst);
+            rt.spawn(self.clone().run_flusher());
+        }
         if self.opts.mode == Mode::Buffered {
             let me = self.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name("wal-syncer".into())
-                    .spawn(move || syncer.run(&me))
+                    .spawn(move || me.syncer.run(&me))
                     .expect("spawn the WAL syncer"),
             );
         }
@@ -308,7 +334,122 @@ impl Wal {
             g.revisions += 1;
         }
         drop(g);
+        if self.flusher.load(Ordering::Relaxed) {
+            // One wake-up per round of appends, however many revisions the round holds.
+            if !self.flush_scheduled.swap(true, Ordering::AcqRel) {
+                self.flush_wake.notify_one();
+            }
+            return;
+        }
         self.wake.notify_one();
+    }
+
+    /// Buffered mode's writer, a task on the server's runtime. Woken by the first append of a
+    /// round, it runs after the request tasks already queued on its worker (the runtime has
+    /// no LIFO slot), so it finds their revisions all pending and writes them with one
+    /// write(2) per stream. A write(2) into the page cache takes microseconds: cheaper than
+    /// waking the writer thread and, from it, the waiting requests (two context switches a
+    /// batch), and the requests it makes visible are mostly on its own worker. It never
+    /// sleeps: when the writer lock is busy or a write fails, the writer thread takes over
+    /// (and retries).
+    async fn run_flusher(self: Arc<Self>) {
+        loop {
+            self.flush_wake.notified().await;
+            // Cleared before taking the batch: an append after this point wakes another round.
+            self.flush_scheduled.store(false, Ordering::Release);
+            if self.stop.load(Ordering::SeqCst) {
+                self.wake.notify_one();
+                return;
+            }
+            let mut handed_over = true;
+            if !self.failed.load(Ordering::Relaxed)
+                && let Some(mut w) = self.writer.try_lock()
+                && w.retry.is_none()
+            {
+                handed_over = false;
+                while let Some(mut batch) = self.take_batch() {
+                    match w.try_write(&self, &mut batch.bufs, &mut Vec::new()) {
+                        Ok(()) => self.finish_batch(&batch),
+                        Err(e) => {
+                            tracing::error!(error = %e, "wal: write failed; retrying in the writer");
+                            self.failed.store(true, Ordering::SeqCst);
+                            w.retry = Some(batch);
+                            handed_over = true;
+                            break;
+                        }
+                    }
+                }
+            }
+            if handed_over {
+                self.wake.notify_one();
+            }
+        }
+    }
+
+    /// Takes everything pending as the next batch (call with the writer lock held).
+    fn take_batch(&self) -> Option<Batch> {
+        let mut g = self.pending.lock();
+        if g.dirty.is_empty() {
+            return None;
+        }
+        let dirty = std::mem::take(&mut g.dirty);
+        let bufs = dirty
+            .into_iter()
+            .map(|i| {
+                let (buf, first) = &mut g.bufs[i];
+                (i, std::mem::take(buf), *first)
+            })
+            .collect();
+        let batch = Batch { bufs, last_rev: g.last_rev, revisions: g.revisions, number: g.batch };
+        g.revisions = 0;
+        g.batch += 1;
+        Some(batch)
+    }
+
+    /// Tells the store and the waiters that a written batch is durable.
+    fn finish_batch(&self, b: &Batch) {
+        self.stats.batches.fetch_add(1, Ordering::Relaxed);
+        self.stats.revisions.fetch_add(b.revisions, Ordering::Relaxed);
+        self.durable_gen.store(b.number, Ordering::SeqCst);
+        if b.revisions > 0 {
+            self.durable_rev.store(b.last_rev, Ordering::SeqCst);
+            if let Some(s) = self.sink.get() {
+                s.durable(b.last_rev);
+            }
+        }
+        self.durable_notify.notify_waiters();
+    }
+
+    /// The writer thread: writes what appenders leave to it, retrying failures.
+    fn run_writer(&self) {
+        loop {
+            {
+                let mut g = self.pending.lock();
+                while g.dirty.is_empty()
+                    && !self.stop.load(Ordering::SeqCst)
+                    && !self.failed.load(Ordering::SeqCst)
+                {
+                    self.wake.wait(&mut g);
+                }
+            }
+            let mut w = self.writer.lock();
+            if let Some(batch) = w.retry.take() {
+                w.write_batch(self, batch);
+            }
+            match self.take_batch() {
+                Some(batch) => w.write_batch(self, batch),
+                None if self.stop.load(Ordering::SeqCst) => {
+                    // Stopping: make everything written durable before the process exits.
+                    for s in w.segments.iter().flatten() {
+                        if let Err(e) = s.file.sync_data() {
+                            tracing::error!(error = %e, "wal: final fdatasync failed");
+                        }
+                    }
+                    return;
+                }
+                None => {}
+            }
+        }
     }
 
     /// Appends a meta record (lease grant or revoke, compaction); returns the batch to wait
@@ -361,6 +502,8 @@ impl Wal {
     /// Writes out everything appended and stops the writer (graceful shutdown).
     pub fn close(&self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.flusher.store(false, Ordering::SeqCst);
+        self.flush_wake.notify_one();
         self.wake.notify_all();
         let threads = std::mem::take(&mut *self.threads.lock());
         for t in threads {
@@ -429,73 +572,38 @@ struct Segment {
     seq: u64,
 }
 
-/// The writer thread's state: the open segment of each stream.
-struct Writer {
-    wal: Arc<Wal>,
-    syncer: Arc<Syncer>,
+/// A batch taken out of `pending`: per stream, its index, bytes and first revision.
+#[derive(Debug)]
+struct Batch {
+    bufs: Vec<(usize, Vec<u8>, i64)>,
+    last_rev: i64,
+    revisions: u64,
+    number: u64,
+}
+
+/// The writer's state (see `Wal::writer`).
+#[derive(Debug, Default)]
+struct WriterState {
+    /// The open segment of each stream, by stream index.
     segments: Vec<Option<Segment>>,
     /// Last time a failure was logged (so a full disk logs once a second, not per retry).
     last_error_log: Option<Instant>,
+    /// A batch an inline write failed on; the writer thread retries it before anything else.
+    retry: Option<Batch>,
 }
 
-impl Writer {
-    fn new(wal: Arc<Wal>, syncer: Arc<Syncer>) -> Self {
-        Self { wal, syncer, segments: Vec::new(), last_error_log: None }
-    }
-
-    fn run(mut self) {
-        loop {
-            let mut g = self.wal.pending.lock();
-            while g.dirty.is_empty() && !self.wal.stop.load(Ordering::SeqCst) {
-                self.wal.wake.wait(&mut g);
-            }
-            if g.dirty.is_empty() {
-                // Stopping: make everything written durable before the process exits.
-                for s in self.segments.iter().flatten() {
-                    if let Err(e) = s.file.sync_data() {
-                        tracing::error!(error = %e, "wal: final fdatasync failed");
-                    }
-                }
-                return;
-            }
-            let dirty = std::mem::take(&mut g.dirty);
-            let bufs: Vec<(usize, Vec<u8>, i64)> = dirty
-                .into_iter()
-                .map(|i| {
-                    let (buf, first) = &mut g.bufs[i];
-                    (i, std::mem::take(buf), *first)
-                })
-                .collect();
-            let (last_rev, revisions, batch) = (g.last_rev, g.revisions, g.batch);
-            g.revisions = 0;
-            g.batch += 1;
-            drop(g);
-            self.write_batch(bufs);
-            let w = &self.wal;
-            w.stats.batches.fetch_add(1, Ordering::Relaxed);
-            w.stats.revisions.fetch_add(revisions, Ordering::Relaxed);
-            w.durable_gen.store(batch, Ordering::SeqCst);
-            if revisions > 0 {
-                w.durable_rev.store(last_rev, Ordering::SeqCst);
-                if let Some(s) = w.sink.get() {
-                    s.durable(last_rev);
-                }
-            }
-            w.durable_notify.notify_waiters();
-        }
-    }
-
+impl WriterState {
     /// Writes (and in fsync mode syncs) a batch, retrying until it succeeds.
-    fn write_batch(&mut self, mut bufs: Vec<(usize, Vec<u8>, i64)>) {
-        let mut failed = false;
+    fn write_batch(&mut self, wal: &Wal, mut batch: Batch) {
+        let mut failed = wal.failed.load(Ordering::SeqCst);
         let mut written = Vec::new();
         loop {
-            let result = self.try_write(&mut bufs, &mut written);
+            let result = self.try_write(wal, &mut batch.bufs, &mut written);
             match result {
                 Ok(()) => break,
                 Err(e) => {
                     failed = true;
-                    self.wal.failed.store(true, Ordering::SeqCst);
+                    wal.failed.store(true, Ordering::SeqCst);
                     if self.last_error_log.is_none_or(|t| t.elapsed() > Duration::from_secs(1)) {
                         tracing::error!(
                             error = %e,
@@ -508,25 +616,27 @@ impl Writer {
             }
         }
         if failed {
-            self.wal.failed.store(false, Ordering::SeqCst);
+            wal.failed.store(false, Ordering::SeqCst);
             self.last_error_log = None;
             tracing::warn!("wal: writes succeed again; client writes are accepted");
         }
+        wal.finish_batch(&batch);
     }
 
     /// Writes the streams not yet written; `written` collects the files to sync.
     fn try_write(
         &mut self,
+        wal: &Wal,
         bufs: &mut Vec<(usize, Vec<u8>, i64)>,
         written: &mut Vec<Arc<File>>,
     ) -> io::Result<()> {
-        let fault = self.wal.failpoint();
+        let fault = wal.failpoint();
         if fault == Some("enospc") {
             return Err(io::Error::from_raw_os_error(28));
         }
         while let Some((i, buf, first)) = bufs.last() {
             let (i, first) = (*i, *first);
-            let seg = self.segment_for(i, first, buf.len() as u64)?;
+            let seg = self.segment_for(wal, i, first, buf.len() as u64)?;
             let result = if fault == Some("short") {
                 (&*seg.file)
                     .write_all(&buf[..buf.len() / 2])
@@ -541,22 +651,22 @@ impl Writer {
             }
             seg.len += buf.len() as u64;
             let f = seg.file.clone();
-            self.wal.stats.bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
-            self.wal.stats.since_snapshot.fetch_add(buf.len() as u64, Ordering::Relaxed);
+            wal.stats.bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
+            wal.stats.since_snapshot.fetch_add(buf.len() as u64, Ordering::Relaxed);
             if !written.iter().any(|x| Arc::ptr_eq(x, &f)) {
                 written.push(f);
             }
             bufs.pop();
         }
-        match self.wal.opts.mode {
+        match wal.opts.mode {
             Mode::Fsync => {
                 sync_all(written)?;
                 written.clear();
-                self.wal.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
+                wal.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
             }
             _ => {
                 for f in written.drain(..) {
-                    self.syncer.mark(&f);
+                    wal.syncer.mark(&f);
                 }
             }
         }
@@ -564,59 +674,61 @@ impl Writer {
     }
 
     /// The segment stream `i` appends to, rotated first if `add` bytes would overflow it.
-    fn segment_for(&mut self, i: usize, first: i64, add: u64) -> io::Result<&mut Segment> {
+    fn segment_for(
+        &mut self,
+        wal: &Wal,
+        i: usize,
+        first: i64,
+        add: u64,
+    ) -> io::Result<&mut Segment> {
         if self.segments.len() <= i {
             self.segments.resize_with(i + 1, || None);
         }
         let full = self.segments[i].as_ref().is_some_and(|s| {
-            s.len > record::FILE_HEADER_LEN && s.len + add > self.wal.opts.segment_bytes
+            s.len > record::FILE_HEADER_LEN && s.len + add > wal.opts.segment_bytes
         });
         if full {
             let old = self.segments[i].take().expect("checked");
             old.file.sync_data()?;
-            self.segments[i] = Some(self.create(i, old.seq + 1, first)?);
+            self.segments[i] = Some(create(wal, i, old.seq + 1, first)?);
         } else if self.segments[i].is_none() {
-            let seq = self.last_seq(i)?.map_or(0, |s| s + 1);
-            self.segments[i] = Some(self.create(i, seq, first)?);
+            let seq = last_seq(wal, i)?.map_or(0, |s| s + 1);
+            self.segments[i] = Some(create(wal, i, seq, first)?);
         }
         Ok(self.segments[i].as_mut().expect("just set"))
     }
+}
 
-    fn stream_dir(&self, i: usize) -> PathBuf {
-        let name = if i == 0 {
-            META_STREAM.to_string()
-        } else {
-            stream_name(&self.wal.streams.lock().1[i])
-        };
-        self.wal.opts.dir.join("wal").join(name)
-    }
+fn stream_dir(wal: &Wal, i: usize) -> PathBuf {
+    let name = if i == 0 { META_STREAM.to_string() } else { stream_name(&wal.streams.lock().1[i]) };
+    wal.opts.dir.join("wal").join(name)
+}
 
-    /// The newest existing segment's sequence number in stream `i` (after a restart, new
-    /// segments continue the numbering; old ones are never appended to).
-    fn last_seq(&self, i: usize) -> io::Result<Option<u64>> {
-        let dir = self.stream_dir(i);
-        if !dir.exists() {
-            return Ok(None);
-        }
-        Ok(segment::list_segments(&dir)?.last().map(|s| s.seq))
+/// The newest existing segment's sequence number in stream `i` (after a restart, new
+/// segments continue the numbering; old ones are never appended to).
+fn last_seq(wal: &Wal, i: usize) -> io::Result<Option<u64>> {
+    let dir = stream_dir(wal, i);
+    if !dir.exists() {
+        return Ok(None);
     }
+    Ok(segment::list_segments(&dir)?.last().map(|s| s.seq))
+}
 
-    fn create(&self, i: usize, seq: u64, first: i64) -> io::Result<Segment> {
-        let dir = self.stream_dir(i);
-        if !dir.exists() {
-            fs::create_dir_all(&dir)?;
-            sync_dir(dir.parent().expect("wal dir"))?;
-        }
-        let path = dir.join(segment_file_name(seq, first));
-        let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
-        let header = record::file_header();
-        if let Err(e) = f.write_all(&header).and_then(|_| f.sync_data()) {
-            let _ = fs::remove_file(&path);
-            return Err(e);
-        }
-        sync_dir(&dir)?;
-        Ok(Segment { file: Arc::new(f), len: header.len() as u64, seq })
+fn create(wal: &Wal, i: usize, seq: u64, first: i64) -> io::Result<Segment> {
+    let dir = stream_dir(wal, i);
+    if !dir.exists() {
+        fs::create_dir_all(&dir)?;
+        sync_dir(dir.parent().expect("wal dir"))?;
     }
+    let path = dir.join(segment_file_name(seq, first));
+    let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
+    let header = record::file_header();
+    if let Err(e) = f.write_all(&header).and_then(|_| f.sync_data()) {
+        let _ = fs::remove_file(&path);
+        return Err(e);
+    }
+    sync_dir(&dir)?;
+    Ok(Segment { file: Arc::new(f), len: header.len() as u64, seq })
 }
 
 /// fdatasyncs every file, in parallel when there are several (a batch touching k partitions
