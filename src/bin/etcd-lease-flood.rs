@@ -50,6 +50,10 @@ struct Args {
     /// Stop after this many writes.
     #[arg(long)]
     total: Option<u64>,
+    /// Write every key exactly this many times, then stop (loads a store with an exact number
+    /// of keys and versions; overrides --total and --duration).
+    #[arg(long)]
+    rounds: Option<u64>,
     /// Writes per second over all workers (unlimited if absent).
     #[arg(long)]
     rate: Option<f64>,
@@ -222,6 +226,8 @@ struct Shared {
     writes: AtomicU64,
     errors: AtomicU64,
     conflicts: AtomicU64,
+    /// Key and value bytes of the successful writes.
+    bytes: AtomicU64,
 }
 
 #[tokio::main]
@@ -248,6 +254,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         writes: AtomicU64::new(0),
         errors: AtomicU64::new(0),
         conflicts: AtomicU64::new(0),
+        bytes: AtomicU64::new(0),
     });
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -257,7 +264,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tasks.push(tokio::spawn(worker(shared.clone(), client, w, workers)));
     }
     let progress = tokio::spawn(progress(shared.clone(), started));
-    if shared.args.total.is_none() {
+    if shared.args.total.is_none() && shared.args.rounds.is_none() {
         tokio::time::sleep(shared.args.duration).await;
         shared.stop.store(true, Ordering::SeqCst);
     }
@@ -280,6 +287,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!();
     }
     eprintln!("conflicts retried: {}", shared.conflicts.load(Ordering::SeqCst));
+    eprintln!("key+value bytes written: {}", shared.bytes.load(Ordering::SeqCst));
     println!(
         "{n} writes in {elapsed:.2} s: {:.0} writes/s, p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, errors {}",
         n as f64 / elapsed,
@@ -315,11 +323,18 @@ async fn worker(
     let mut next =
         Instant::now() + pace.map_or(Duration::ZERO, |p| p.mul_f64(w as f64 / workers as f64));
     let mut i = 0;
+    let quota = a.rounds.map(|r| r * keys.len() as u64);
+    let mut done = 0u64;
     loop {
         if shared.stop.load(Ordering::Relaxed) {
             break;
         }
-        if let Some(total) = a.total {
+        if let Some(q) = quota {
+            if done >= q {
+                break;
+            }
+            done += 1;
+        } else if let Some(total) = a.total {
             // Claim a write; stop once the total is handed out.
             if shared.writes.fetch_add(1, Ordering::SeqCst) >= total {
                 shared.writes.fetch_sub(1, Ordering::SeqCst);
@@ -332,15 +347,16 @@ async fn worker(
         }
         let (node, key) = &keys[i];
         let t0 = Instant::now();
-        let ok = match a.mode {
+        let written = match a.mode {
             Mode::Put => put(&mut kv, key, node).await,
             Mode::Txn => update(&shared, &mut kv, key, node, &mut seen[i]).await,
         };
         latencies.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
-        if !ok {
-            shared.errors.fetch_add(1, Ordering::Relaxed);
+        match written {
+            Some(n) => _ = shared.bytes.fetch_add(n as u64, Ordering::Relaxed),
+            None => _ = shared.errors.fetch_add(1, Ordering::Relaxed),
         }
-        if a.total.is_none() {
+        if a.total.is_none() || quota.is_some() {
             shared.writes.fetch_add(1, Ordering::Relaxed);
         }
         i = (i + 1) % keys.len();
@@ -348,26 +364,26 @@ async fn worker(
     latencies
 }
 
-async fn put(kv: &mut KvClient<Channel>, key: &Bytes, node: &str) -> bool {
-    let req = pb::PutRequest {
-        key: key.clone(),
-        value: lease_value(node, SystemTime::now()),
-        ..Default::default()
-    };
-    kv.put(req).await.is_ok()
+/// A plain Put; `Some(key and value bytes)` once written.
+async fn put(kv: &mut KvClient<Channel>, key: &Bytes, node: &str) -> Option<usize> {
+    let value = lease_value(node, SystemTime::now());
+    let n = key.len() + value.len();
+    let req = pb::PutRequest { key: key.clone(), value, ..Default::default() };
+    kv.put(req).await.ok().map(|_| n)
 }
 
 /// kube-apiserver's GuaranteedUpdate: compare mod_revision, put, or read the current revision
-/// and try again.
+/// and try again. `Some(key and value bytes)` once written.
 async fn update(
     shared: &Shared,
     kv: &mut KvClient<Channel>,
     key: &Bytes,
     node: &str,
     seen: &mut i64,
-) -> bool {
+) -> Option<usize> {
     for _ in 0..16 {
         let value = lease_value(node, SystemTime::now());
+        let n = key.len() + value.len();
         let req = pb::TxnRequest {
             compare: vec![pb::Compare {
                 result: CompareResult::Equal as i32,
@@ -390,23 +406,23 @@ async fn update(
                 })),
             }],
         };
-        let Ok(resp) = kv.txn(req).await else { return false };
+        let Ok(resp) = kv.txn(req).await else { return None };
         let resp = resp.into_inner();
         if resp.succeeded {
             *seen = resp.header.map_or(0, |h| h.revision);
-            return true;
+            return Some(n);
         }
         // Someone else wrote it (or we did not know its revision yet): take the current one.
         let known = *seen != 0;
         *seen = match resp.responses.into_iter().next().and_then(|r| r.response) {
             Some(OpResponse::ResponseRange(r)) => r.kvs.first().map_or(0, |kv| kv.mod_revision),
-            _ => return false,
+            _ => return None,
         };
         if known {
             shared.conflicts.fetch_add(1, Ordering::Relaxed);
         }
     }
-    false
+    None
 }
 
 /// Live progress on a terminal: rate over the last second, totals, errors.
