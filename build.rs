@@ -19,6 +19,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         // Values and keys are handed around without copying once decoded.
         .bytes(".")
+        // tonic's prost codec with small first buffers (see src/server/codec.rs).
+        .codec_path("crate::server::codec::SmallBufferCodec")
         .compile_fds(descriptors.clone())?;
 
     let mut watch_only = descriptors;
@@ -37,6 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .extern_path(".etcdserverpb", "crate::proto::etcdserverpb")
         .extern_path(".mvccpb", "crate::proto::mvccpb")
         .extern_path(".etcdserverpb.WatchResponse", "crate::server::watch::WatchFrame")
+        .codec_path("crate::server::codec::SmallBufferCodec")
         .compile_fds(watch_only)?;
     Ok(())
 }

@@ -6,6 +6,10 @@
 # Usage: benches/compare_etcd.sh [put|txn-put|range|watch|all]   (default all)
 # env: TOTAL (requests per run, default 100000), CLIENTS (100), CONNS (10)
 #      ETCD_BIN, BENCHMARK_BIN (else built/cached by tests/peers/*.sh)
+#      MEM_ARGS (extra mem_etcd flags, e.g. "--worker-threads 1"), ROUNDS (1: runs per server,
+#      alternating mem_etcd and etcd; the medians are reported)
+# The client's CPU per request is printed too: on a small machine the benchmark client shares
+# the cores with the server, so requests/s is bounded by client + server CPU per request.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHAT=${1:-all}
@@ -15,7 +19,7 @@ CONNS=${CONNS:-10}
 ETCD_BIN=${ETCD_BIN:-$(tests/peers/install_etcd.sh | tail -1)/etcd}
 BENCH=${BENCHMARK_BIN:-$(tests/peers/install_benchmark.sh | tail -1)}
 cargo build --release --quiet
-MEM=target/release/mem_etcd
+MEM=${CARGO_TARGET_DIR:-target}/release/mem_etcd
 PORT=23791
 TMP=$(mktemp -d /dev/shm/compare.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
@@ -24,7 +28,8 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 start() { # KIND
   case $1 in
-    mem_etcd) "$MEM" --data-dir "$TMP/mem" --listen-client-urls "http://127.0.0.1:$PORT" --log-level warn 2>"$TMP/mem.log" & ;;
+    # shellcheck disable=SC2086
+    mem_etcd) "$MEM" --data-dir "$TMP/mem" --listen-client-urls "http://127.0.0.1:$PORT" --log-level warn ${MEM_ARGS:-} 2>"$TMP/mem.log" & ;;
     etcd) "$ETCD_BIN" --name b --data-dir "$TMP/etcd" --listen-client-urls "http://127.0.0.1:$PORT" \
             --advertise-client-urls "http://127.0.0.1:$PORT" --listen-peer-urls "http://127.0.0.1:$((PORT + 1))" \
             --initial-advertise-peer-urls "http://127.0.0.1:$((PORT + 1))" --initial-cluster "b=http://127.0.0.1:$((PORT + 1))" \
@@ -50,28 +55,39 @@ run() { # KIND WORKLOAD
       args=(range foo --consistency l --total "$TOTAL") ;;
     watch) args=(watch --streams 10 --watch-per-stream 100 --watched-key-total 100 --put-total "$TOTAL" --put-rate 0) ;;
   esac
-  local t0 c0 t1 c1 out
-  c0=$(cpu_ticks "$SERVER_PID"); t0=$(date +%s.%N)
-  out=$("$BENCH" "${common[@]}" "${args[@]}" 2>&1)
-  t1=$(date +%s.%N); c1=$(cpu_ticks "$SERVER_PID")
+  local c0 c1 out client
+  c0=$(cpu_ticks "$SERVER_PID")
+  out=$(/usr/bin/time -f '%U %S' -o "$TMP/client.time" "$BENCH" "${common[@]}" "${args[@]}" 2>&1)
+  c1=$(cpu_ticks "$SERVER_PID")
+  client=$(awk -v n="$TOTAL" '{printf "%.1f", ($1 + $2) * 1e6 / n}' "$TMP/client.time")
   stop
   local rps
   rps=$(grep -m1 -oE 'Requests/sec:\s*[0-9.]+' <<<"$out" | grep -oE '[0-9.]+$' || true)
   [ -n "$rps" ] || rps=$(grep -m1 -oE '[0-9.]+ (events|requests)/s' <<<"$out" | grep -oE '^[0-9.]+' || echo 0)
   local ticks=$((c1 - c0)) hz
   hz=$(getconf CLK_TCK)
-  echo "$rps $(awk -v t="$ticks" -v hz="$hz" -v n="$TOTAL" 'BEGIN{printf "%.1f", t / hz * 1e6 / n}')"
+  echo "$rps $(awk -v t="$ticks" -v hz="$hz" -v n="$TOTAL" 'BEGIN{printf "%.1f", t / hz * 1e6 / n}') $client"
   echo "$out" >"$TMP/$1-$2.out"
   cp "$TMP/$1-$2.out" "/tmp/compare-$1-$2.out"
 }
 
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
+
 workloads=(put txn-put range watch)
 [ "$WHAT" = all ] || workloads=("$WHAT")
-printf '%-8s %14s %14s %8s %16s %16s\n' workload "mem_etcd req/s" "etcd req/s" ratio "mem_etcd cpu/req" "etcd cpu/req"
+ROUNDS=${ROUNDS:-1}
+printf '%-8s %14s %14s %7s %16s %16s %18s %18s\n' workload "mem_etcd req/s" "etcd req/s" ratio \
+  "mem_etcd cpu/req" "etcd cpu/req" "client cpu (mem)" "client cpu (etcd)"
 for w in "${workloads[@]}"; do
-  read -r m_rps m_cpu < <(run mem_etcd "$w")
-  read -r e_rps e_cpu < <(run etcd "$w")
+  mr='' mc='' mk='' er='' ec='' ek=''
+  for _ in $(seq "$ROUNDS"); do
+    read -r a b c < <(run mem_etcd "$w"); mr+="$a " mc+="$b " mk+="$c "
+    read -r a b c < <(run etcd "$w"); er+="$a " ec+="$b " ek+="$c "
+  done
+  m_rps=$(median <<<"$mr") m_cpu=$(median <<<"$mc") m_cl=$(median <<<"$mk")
+  e_rps=$(median <<<"$er") e_cpu=$(median <<<"$ec") e_cl=$(median <<<"$ek")
   ratio=$(awk -v a="$m_rps" -v b="$e_rps" 'BEGIN{ if (b > 0) printf "%.2fx", a / b; else print "-" }')
-  printf '%-8s %14s %14s %8s %14s µs %14s µs\n' "$w" "$m_rps" "$e_rps" "$ratio" "$m_cpu" "$e_cpu"
+  printf '%-8s %14.0f %14.0f %7s %13s µs %13s µs %15s µs %15s µs\n' "$w" "$m_rps" "$e_rps" "$ratio" \
+    "$m_cpu" "$e_cpu" "$m_cl" "$e_cl"
 done
-echo "($(nproc) cores; $TOTAL requests per run; $CLIENTS clients over $CONNS connections; full outputs in /tmp/compare-*.out)"
+echo "($(nproc) cores; $TOTAL requests per run; $CLIENTS clients over $CONNS connections; median of $ROUNDS alternating run(s) per server; mem_etcd flags: --wal-mode buffered ${MEM_ARGS:-}; full outputs in /tmp/compare-*.out)"
