@@ -114,9 +114,52 @@ fn reads(c: &mut Criterion) {
     });
 }
 
+/// How the write path scales with threads: `threads` writers each putting existing keys of
+/// their own resource (so their own partition), or all in one resource (one partition lock).
+/// Criterion's time is per put across all threads, so perfect scaling halves it from 1 to 2
+/// threads; what does not halve is the shared part (revision allocation, the in-order
+/// publisher, the event log and watch hub) or the partition lock.
+fn scaling(c: &mut Criterion) {
+    let mut g = c.benchmark_group("scaling");
+    for (name, own_partition) in [("own resource", true), ("same resource", false)] {
+        for threads in [1usize, 2] {
+            let s = store();
+            let keys: Vec<Vec<Bytes>> = (0..threads)
+                .map(|t| {
+                    let resource = if own_partition { format!("res{t}") } else { "res".into() };
+                    (0..1000)
+                        .map(|i| Bytes::from(format!("/registry/{resource}/ns/obj-{t}-{i:04}")))
+                        .collect()
+                })
+                .collect();
+            for k in keys.iter().flatten() {
+                put(&s, k.clone(), value());
+            }
+            g.bench_function(format!("put/{name}/{threads} thread(s)"), |b| {
+                b.iter_custom(|iters| {
+                    let per = (iters as usize).div_ceil(threads);
+                    let start = std::time::Instant::now();
+                    std::thread::scope(|sc| {
+                        for ks in &keys {
+                            let s = &s;
+                            sc.spawn(move || {
+                                for i in 0..per {
+                                    put(s, ks[i % ks.len()].clone(), value());
+                                }
+                            });
+                        }
+                    });
+                    start.elapsed()
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20).measurement_time(std::time::Duration::from_secs(3));
-    targets = writes, reads
+    targets = writes, reads, scaling
 }
 criterion_main!(benches);
