@@ -110,8 +110,8 @@ else
 fi
 
 # --- 4. benches, in test mode ---------------------------------------------------------------
-log "cargo bench --bench store --bench lease_expiry -- --test"
-cargo bench --bench store --bench lease_expiry -- --test || die "cargo bench --bench store --bench lease_expiry -- --test"
+log "cargo bench --bench store --bench lease_expiry --bench e2e -- --test"
+cargo bench --bench store --bench lease_expiry --bench e2e -- --test || die "cargo bench -- --test"
 
 log "all tests passed"
 echo "$passed passed, $failed failed"
