@@ -11,23 +11,57 @@ use bytes::Bytes;
 
 use crate::keyspace::KeyRange;
 
-/// Largest chunk before it splits in two.
-const MAX_CHUNK: usize = 512;
+/// Largest chunk before it splits. A chunk's vector is allocated once with room for one more
+/// entry than this (2 KiB, an allocator size class) and never grows.
+const MAX_CHUNK: usize = 511;
 
-/// One key in the index.
-#[derive(Clone, Debug)]
-pub struct Entry {
-    pub key: Bytes,
-    /// Where the key's history lives in the partition's slab.
-    pub slot: u32,
-    /// Whether the key exists at the partition's newest applied revision.
-    pub live: bool,
+/// Where the index finds the key of a slot: the partition's slab. The index keeps slots only
+/// (4 bytes a key instead of a second copy of the key's `Bytes` header), and compares keys
+/// through this.
+pub trait Keys {
+    fn key(&self, slot: u32) -> &Bytes;
 }
 
-#[derive(Debug, Default)]
+/// One key in the index: its slot in the partition's slab, and whether the key exists at the
+/// partition's newest applied revision (the top bit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry(u32);
+
+const LIVE: u32 = 1 << 31;
+
+impl Entry {
+    fn new(slot: u32, live: bool) -> Self {
+        debug_assert!(slot < LIVE, "slots fit in 31 bits");
+        Self(slot | if live { LIVE } else { 0 })
+    }
+
+    /// Where the key's history lives in the partition's slab.
+    pub fn slot(self) -> u32 {
+        self.0 & !LIVE
+    }
+
+    /// Whether the key exists at the partition's newest applied revision.
+    pub fn live(self) -> bool {
+        self.0 & LIVE != 0
+    }
+
+    fn set_live(&mut self, live: bool) {
+        *self = Self::new(self.slot(), live);
+    }
+}
+
+#[derive(Debug)]
 struct Chunk {
     entries: Vec<Entry>,
     live: u32,
+    /// The key of `entries[0]`: the search for a key's chunk compares with it directly.
+    first: Bytes,
+}
+
+impl Chunk {
+    fn new(first: Bytes) -> Self {
+        Self { entries: Vec::with_capacity(MAX_CHUNK + 1), live: 0, first }
+    }
 }
 
 /// Sorted keys of one partition, with live counts.
@@ -59,27 +93,41 @@ impl OrderedIndex {
         self.prefix_live(self.chunks.len())
     }
 
-    /// Adds a key that is not yet in the index.
-    pub fn insert(&mut self, key: Bytes, slot: u32, live: bool) {
+    /// Adds `key`, which is not yet in the index, at `slot`.
+    pub fn insert(&mut self, keys: &impl Keys, key: &Bytes, slot: u32, live: bool) {
         self.len += 1;
+        let entry = Entry::new(slot, live);
         if self.chunks.is_empty() {
-            self.chunks.push(Chunk { entries: vec![Entry { key, slot, live }], live: live as u32 });
+            let mut c = Chunk::new(key.clone());
+            c.entries.push(entry);
+            c.live = live as u32;
+            self.chunks.push(c);
             self.rebuild_fenwick();
             return;
         }
-        let ci = self.chunk_for(&key);
+        let ci = self.chunk_for(key);
+        let last = ci + 1 == self.chunks.len();
         let chunk = &mut self.chunks[ci];
-        let pos = chunk.entries.partition_point(|e| e.key < key);
-        debug_assert!(chunk.entries.get(pos).is_none_or(|e| e.key != key), "duplicate key");
-        chunk.entries.insert(pos, Entry { key, slot, live });
-        if live {
-            chunk.live += 1;
+        let pos = chunk.entries.partition_point(|e| keys.key(e.slot())[..] < key[..]);
+        debug_assert!(
+            chunk.entries.get(pos).is_none_or(|e| keys.key(e.slot()) != key),
+            "duplicate"
+        );
+        if pos == 0 {
+            chunk.first = key.clone();
         }
+        let appended = pos == chunk.entries.len();
+        chunk.entries.insert(pos, entry);
+        chunk.live += live as u32;
         if chunk.entries.len() > MAX_CHUNK {
-            let tail = chunk.entries.split_off(chunk.entries.len() / 2);
-            let tail_live = tail.iter().filter(|e| e.live).count() as u32;
-            chunk.live -= tail_live;
-            self.chunks.insert(ci + 1, Chunk { entries: tail, live: tail_live });
+            // Keys appended in order (node names, sequential ids) leave full chunks behind;
+            // anywhere else the chunk splits in halves.
+            let at = if last && appended { MAX_CHUNK } else { chunk.entries.len() / 2 };
+            let mut tail = Chunk::new(keys.key(chunk.entries[at].slot()).clone());
+            tail.entries.extend(chunk.entries.drain(at..));
+            tail.live = tail.entries.iter().filter(|e| e.live()).count() as u32;
+            chunk.live -= tail.live;
+            self.chunks.insert(ci + 1, tail);
             self.rebuild_fenwick();
         } else if live {
             self.fenwick_add(ci, 1);
@@ -87,16 +135,16 @@ impl OrderedIndex {
     }
 
     /// Marks an indexed key live or dead.
-    pub fn set_live(&mut self, key: &[u8], live: bool) {
-        let Some((ci, pos)) = self.find(key) else {
+    pub fn set_live(&mut self, keys: &impl Keys, key: &[u8], live: bool) {
+        let Some((ci, pos)) = self.find(keys, key) else {
             debug_assert!(false, "set_live on a key that is not indexed");
             return;
         };
         let chunk = &mut self.chunks[ci];
-        if chunk.entries[pos].live == live {
+        if chunk.entries[pos].live() == live {
             return;
         }
-        chunk.entries[pos].live = live;
+        chunk.entries[pos].set_live(live);
         if live {
             chunk.live += 1;
             self.fenwick_add(ci, 1);
@@ -107,8 +155,8 @@ impl OrderedIndex {
     }
 
     /// Removes a key (after compaction dropped its whole history).
-    pub fn remove(&mut self, key: &[u8]) {
-        let Some((ci, pos)) = self.find(key) else {
+    pub fn remove(&mut self, keys: &impl Keys, key: &[u8]) {
+        let Some((ci, pos)) = self.find(keys, key) else {
             return;
         };
         self.len -= 1;
@@ -117,28 +165,33 @@ impl OrderedIndex {
         if chunk.entries.is_empty() {
             self.chunks.remove(ci);
             self.rebuild_fenwick();
-        } else if e.live {
+            return;
+        }
+        if pos == 0 {
+            chunk.first = keys.key(chunk.entries[0].slot()).clone();
+        }
+        if e.live() {
             chunk.live -= 1;
             self.fenwick_sub(ci, 1);
         }
     }
 
     /// Live keys inside `range`, at the newest applied revision.
-    pub fn count_live(&self, range: &KeyRange) -> u64 {
+    pub fn count_live(&self, keys: &impl Keys, range: &KeyRange) -> u64 {
         if range.is_empty() {
             return 0;
         }
-        let (c1, p1) = self.lower_bound(&range.start);
+        let (c1, p1) = self.lower_bound(keys, &range.start);
         let (c2, p2) = match (&range.end, range.single) {
-            (_, true) => self.upper_bound_inclusive(&range.start),
+            (_, true) => self.upper_bound_inclusive(keys, &range.start),
             (None, false) => (self.chunks.len(), 0),
-            (Some(end), false) => self.lower_bound(end),
+            (Some(end), false) => self.lower_bound(keys, end),
         };
         if (c1, p1) >= (c2, p2) {
             return 0;
         }
         let live_in = |ci: usize, from: usize, to: usize| -> u64 {
-            self.chunks[ci].entries[from..to].iter().filter(|e| e.live).count() as u64
+            self.chunks[ci].entries[from..to].iter().filter(|e| e.live()).count() as u64
         };
         if c1 == c2 {
             return live_in(c1, p1, p2);
@@ -150,45 +203,80 @@ impl OrderedIndex {
     }
 
     /// Entries from the first key at or above `key`, in key order.
-    pub fn iter_from<'a>(&'a self, key: &[u8]) -> impl Iterator<Item = &'a Entry> + 'a {
-        let (ci, pos) = self.lower_bound(key);
-        self.chunks.get(ci).into_iter().flat_map(move |c| c.entries[pos..].iter()).chain(
-            self.chunks.get(ci + 1..).unwrap_or_default().iter().flat_map(|c| c.entries.iter()),
+    pub fn iter_from<'a, K: Keys>(
+        &'a self,
+        keys: &K,
+        key: &[u8],
+    ) -> impl Iterator<Item = Entry> + use<'a, K> {
+        let (ci, pos) = self.lower_bound(keys, key);
+        self.chunks.get(ci).into_iter().flat_map(move |c| c.entries[pos..].iter().copied()).chain(
+            self.chunks
+                .get(ci + 1..)
+                .unwrap_or_default()
+                .iter()
+                .flat_map(|c| c.entries.iter().copied()),
         )
+    }
+
+    /// Entries of the keys in `range` (not a single key), in key order: bounded by position,
+    /// so a scan compares no key but the two bounds.
+    pub fn range<'a, K: Keys>(
+        &'a self,
+        keys: &K,
+        range: &KeyRange,
+    ) -> impl Iterator<Item = Entry> + use<'a, K> {
+        let (c1, p1) = self.lower_bound(keys, &range.start);
+        let (c2, p2) = match &range.end {
+            None => (self.chunks.len(), 0),
+            Some(end) => self.lower_bound(keys, end),
+        };
+        let (c2, p2) = if (c1, p1) < (c2, p2) { (c2, p2) } else { (c1, p1) };
+        let last = c2.min(self.chunks.len().saturating_sub(1));
+        self.chunks.get(c1..=last).unwrap_or_default().iter().zip(c1..).flat_map(move |(c, ci)| {
+            let from = if ci == c1 { p1 } else { 0 };
+            let to = if ci == c2 { p2 } else { c.entries.len() };
+            c.entries[from..to].iter().copied()
+        })
+    }
+
+    /// Every entry, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = Entry> + '_ {
+        self.chunks.iter().flat_map(|c| c.entries.iter().copied())
     }
 
     /// The chunk a key belongs in: the last whose first key is at or below it.
     fn chunk_for(&self, key: &[u8]) -> usize {
-        self.chunks.partition_point(|c| &c.entries[0].key[..] <= key).saturating_sub(1)
+        self.chunks.partition_point(|c| &c.first[..] <= key).saturating_sub(1)
     }
 
-    fn find(&self, key: &[u8]) -> Option<(usize, usize)> {
+    fn find(&self, keys: &impl Keys, key: &[u8]) -> Option<(usize, usize)> {
         if self.chunks.is_empty() {
             return None;
         }
         let ci = self.chunk_for(key);
-        let pos = self.chunks[ci].entries.binary_search_by(|e| e.key[..].cmp(key)).ok()?;
+        let pos =
+            self.chunks[ci].entries.binary_search_by(|e| keys.key(e.slot())[..].cmp(key)).ok()?;
         Some((ci, pos))
     }
 
     /// Position (chunk, index) of the first entry at or above `key`, normalised so that the index
     /// is inside the chunk or the position is (chunks.len(), 0).
-    fn lower_bound(&self, key: &[u8]) -> (usize, usize) {
+    fn lower_bound(&self, keys: &impl Keys, key: &[u8]) -> (usize, usize) {
         if self.chunks.is_empty() {
             return (0, 0);
         }
         let ci = self.chunk_for(key);
-        let pos = self.chunks[ci].entries.partition_point(|e| &e.key[..] < key);
+        let pos = self.chunks[ci].entries.partition_point(|e| &keys.key(e.slot())[..] < key);
         self.normalise(ci, pos)
     }
 
     /// Position of the first entry above `key`.
-    fn upper_bound_inclusive(&self, key: &[u8]) -> (usize, usize) {
+    fn upper_bound_inclusive(&self, keys: &impl Keys, key: &[u8]) -> (usize, usize) {
         if self.chunks.is_empty() {
             return (0, 0);
         }
         let ci = self.chunk_for(key);
-        let pos = self.chunks[ci].entries.partition_point(|e| &e.key[..] <= key);
+        let pos = self.chunks[ci].entries.partition_point(|e| &keys.key(e.slot())[..] <= key);
         self.normalise(ci, pos)
     }
 
@@ -247,8 +335,18 @@ mod tests {
         Bytes::from(format!("k{i:08}"))
     }
 
+    /// Slot i holds key(i).
+    struct Slab(Vec<Bytes>);
+
+    impl Keys for Slab {
+        fn key(&self, slot: u32) -> &Bytes {
+            &self.0[slot as usize]
+        }
+    }
+
     #[test]
     fn counts_and_scans_match_a_btreemap_through_splits_and_removals() {
+        let slab = Slab((0..20_000).map(key).collect());
         let mut idx = OrderedIndex::new();
         let mut model = BTreeMap::new();
         // A deterministic shuffle so chunks split in the middle, not only at the end.
@@ -258,15 +356,15 @@ mod tests {
             let i = (x >> 33) as u32 % 20_000;
             let live = n % 3 != 0;
             if model.contains_key(&key(i)) {
-                idx.set_live(&key(i), live);
+                idx.set_live(&slab, &key(i), live);
             } else {
-                idx.insert(key(i), i, live);
+                idx.insert(&slab, &key(i), i, live);
             }
             model.insert(key(i), live);
             if n % 7 == 0 {
                 let j = (x >> 13) as u32 % 20_000;
                 if model.remove(&key(j)).is_some() {
-                    idx.remove(&key(j));
+                    idx.remove(&slab, &key(j));
                 }
             }
         }
@@ -278,15 +376,52 @@ mod tests {
             } else {
                 0
             };
-            assert_eq!(idx.count_live(&r), want, "range {a}..{b}");
+            assert_eq!(idx.count_live(&slab, &r), want, "range {a}..{b}");
         }
         let all = KeyRange::from_request(b"\0", b"\0");
-        assert_eq!(idx.count_live(&all), model.values().filter(|l| **l).count() as u64);
-        assert_eq!(idx.live_total(), idx.count_live(&all));
-        let scanned: Vec<_> = idx.iter_from(&key(3000)).map(|e| e.key.clone()).collect();
+        assert_eq!(idx.count_live(&slab, &all), model.values().filter(|l| **l).count() as u64);
+        assert_eq!(idx.live_total(), idx.count_live(&slab, &all));
+        let scanned: Vec<_> =
+            idx.iter_from(&slab, &key(3000)).map(|e| slab.key(e.slot()).clone()).collect();
         let want: Vec<_> = model.range(key(3000)..).map(|(k, _)| k.clone()).collect();
         assert_eq!(scanned, want);
+        for (a, b) in
+            [(0, 20_000), (100, 101), (100, 100), (5, 19_000), (7000, 6000), (19_990, 20_001)]
+        {
+            let r = KeyRange::from_request(&key(a), &key(b));
+            let got: Vec<_> = idx.range(&slab, &r).map(|e| slab.key(e.slot()).clone()).collect();
+            let want: Vec<_> = if a < b {
+                model.range(key(a)..key(b)).map(|(k, _)| k.clone()).collect()
+            } else {
+                vec![]
+            };
+            assert_eq!(got, want, "range {a}..{b}");
+        }
+        let from: Vec<_> = idx
+            .range(&slab, &KeyRange::from_request(&key(3000), b"\0"))
+            .map(|e| slab.key(e.slot()).clone())
+            .collect();
+        assert_eq!(from, scanned);
+        let live: Vec<_> = idx.iter().map(|e| (slab.key(e.slot()).clone(), e.live())).collect();
+        let want: Vec<_> = model.iter().map(|(k, l)| (k.clone(), *l)).collect();
+        assert_eq!(live, want);
         let (k, live) = model.iter().next().map(|(k, l)| (k.clone(), *l)).unwrap();
-        assert_eq!(idx.count_live(&KeyRange::single(k)), live as u64);
+        assert_eq!(idx.count_live(&slab, &KeyRange::single(k)), live as u64);
+        for c in &idx.chunks {
+            assert_eq!(c.first, slab.key(c.entries[0].slot()), "cached first keys");
+            assert_eq!(c.entries.capacity(), MAX_CHUNK + 1, "chunks never reallocate");
+        }
+    }
+
+    #[test]
+    fn keys_appended_in_order_fill_their_chunks() {
+        let slab = Slab((0..10_000).map(key).collect());
+        let mut idx = OrderedIndex::new();
+        for i in 0..10_000 {
+            idx.insert(&slab, &key(i), i, true);
+        }
+        let full = idx.chunks.iter().filter(|c| c.entries.len() == MAX_CHUNK).count();
+        assert_eq!(full, idx.chunks.len() - 1, "every chunk but the last is full");
+        assert_eq!(idx.count_live(&slab, &KeyRange::from_request(&key(10), &key(9000))), 8990);
     }
 }

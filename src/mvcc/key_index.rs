@@ -33,34 +33,47 @@ impl KeyRecord {
     }
 }
 
-/// All retained versions of a key, ascending by revision.
+/// All retained versions of a key, ascending by revision: 104 bytes with its one version (the
+/// common case after a compaction), or plus a vector of them.
 #[derive(Debug)]
 pub struct KeyHistory {
     pub key: Bytes,
-    records: Vec<KeyRecord>,
-    /// Set while the key sits in its partition's compaction queue, so it is queued once.
-    pub queued: bool,
+    records: Records,
+}
+
+#[derive(Debug)]
+enum Records {
+    /// A single version, inline: no allocation of its own.
+    One(KeyRecord),
+    /// None, or two and more.
+    Many(Vec<KeyRecord>),
 }
 
 impl KeyHistory {
+    /// A key without versions yet.
     pub fn new(key: Bytes) -> Self {
-        Self { key, records: Vec::with_capacity(1), queued: false }
+        Self { key, records: Records::Many(Vec::new()) }
+    }
+
+    /// What a freed slot holds: no key, no allocation.
+    pub fn vacant() -> Self {
+        Self::new(Bytes::new())
     }
 
     /// The newest record, tombstones included.
     pub fn last(&self) -> Option<&KeyRecord> {
-        self.records.last()
+        self.records().last()
     }
 
     /// The live version at the newest revision, if the key exists there.
     pub fn latest(&self) -> Option<&KeyRecord> {
-        self.records.last().filter(|r| !r.is_tombstone())
+        self.last().filter(|r| !r.is_tombstone())
     }
 
     /// The live version as of main revision `rev`.
     pub fn at(&self, rev: i64) -> Option<&KeyRecord> {
         // Reads are usually at or near the newest revision: search from the end.
-        self.records.iter().rev().find(|r| r.rev.main <= rev).filter(|r| !r.is_tombstone())
+        self.records().iter().rev().find(|r| r.rev.main <= rev).filter(|r| !r.is_tombstone())
     }
 
     /// Whether the key exists as of `rev`.
@@ -74,34 +87,83 @@ impl KeyHistory {
 
     /// Appends a newer version. Revisions must increase.
     pub fn push(&mut self, record: KeyRecord) {
-        debug_assert!(self.records.last().is_none_or(|r| r.rev < record.rev));
-        self.records.push(record);
+        debug_assert!(self.last().is_none_or(|r| r.rev < record.rev));
+        match &mut self.records {
+            Records::Many(v) if v.is_empty() => self.records = Records::One(record),
+            Records::Many(v) => {
+                let len = v.len();
+                if len == v.capacity() {
+                    // Grow by half rather than double: a history kept until compaction wastes
+                    // a third of its records at most, instead of half (2, 3, 4, 6, 9, 13, ...).
+                    v.reserve_exact((len / 2).max(1));
+                }
+                v.push(record);
+            }
+            Records::One(_) => {
+                let Records::One(first) =
+                    std::mem::replace(&mut self.records, Records::Many(vec![]))
+                else {
+                    unreachable!("matched above")
+                };
+                self.records = Records::Many(vec![first, record]);
+            }
+        }
+    }
+
+    /// Position of the record written at main revision `main` (a key has at most one).
+    pub fn position(&self, main: i64) -> Option<usize> {
+        self.records().binary_search_by(|r| r.rev.main.cmp(&main)).ok()
     }
 
     /// Every retained record, oldest first.
     pub fn records(&self) -> &[KeyRecord] {
-        &self.records
+        match &self.records {
+            Records::One(r) => std::slice::from_ref(r),
+            Records::Many(v) => v,
+        }
     }
 
-    /// Whether a compaction at some later revision could drop anything.
+    /// Whether a compaction at some later revision could drop anything. A partition queues a
+    /// key for compaction exactly while this holds.
     pub fn compactable(&self) -> bool {
-        self.records.len() > 1 || self.records.last().is_some_and(KeyRecord::is_tombstone)
+        let recs = self.records();
+        recs.len() > 1 || recs.last().is_some_and(KeyRecord::is_tombstone)
     }
 
     /// Compacts at revision `rev`: drops every version superseded at or before `rev`, and the
     /// newest version at or before `rev` too when it is a tombstone. Returns the bytes freed.
     pub fn compact(&mut self, rev: i64) -> usize {
-        let Some(keep) = self.records.iter().rposition(|r| r.rev.main <= rev) else {
+        let recs = self.records();
+        let Some(keep) = recs.iter().rposition(|r| r.rev.main <= rev) else {
             return 0;
         };
-        let drop_to = if self.records[keep].is_tombstone() { keep + 1 } else { keep };
-        let freed = self.records[..drop_to].iter().map(record_cost).sum();
-        self.records.drain(..drop_to);
+        let drop_to = if recs[keep].is_tombstone() { keep + 1 } else { keep };
+        let freed = recs[..drop_to].iter().map(record_cost).sum();
+        if drop_to == 0 {
+            return freed;
+        }
+        let Records::Many(mut v) = std::mem::replace(&mut self.records, Records::Many(vec![]))
+        else {
+            // A single version that goes is a tombstone: nothing is left.
+            return freed;
+        };
+        v.drain(..drop_to);
+        self.records = match v.len() {
+            // The single version left goes back inline.
+            1 => Records::One(v.pop().expect("one left")),
+            // A key written often between compactions and then left alone would otherwise keep
+            // room for all those versions.
+            n if v.capacity() > 2 * n => {
+                v.shrink_to_fit();
+                Records::Many(v)
+            }
+            _ => Records::Many(v),
+        };
         freed
     }
 
     pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
+        self.records().is_empty()
     }
 }
 
@@ -149,6 +211,48 @@ mod tests {
         h.push(KeyRecord::tombstone(Revision::new(6, 0)));
         h.compact(6);
         assert!(h.is_empty(), "a delete at or below the compaction revision removes the key");
+    }
+
+    #[test]
+    fn one_version_is_inline_and_more_grow_by_half_until_compaction() {
+        assert!(
+            std::mem::size_of::<KeyHistory>() <= 104,
+            "the single version shares the vector's room"
+        );
+        let mut h = KeyHistory::new(Bytes::from_static(b"k"));
+        let cap = |h: &KeyHistory| match &h.records {
+            Records::One(_) => 1,
+            Records::Many(v) => v.capacity(),
+        };
+        let caps: Vec<usize> = (1..=10)
+            .map(|i| {
+                h.push(put(i, 1, i, "v"));
+                cap(&h)
+            })
+            .collect();
+        assert_eq!(caps, [1, 2, 3, 4, 6, 6, 9, 9, 9, 13]);
+        assert_eq!(h.position(7), Some(6));
+        h.compact(10);
+        assert!(matches!(h.records, Records::One(_)), "back inline");
+        h.push(put(11, 1, 11, "w"));
+        h.push(put(12, 1, 12, "x"));
+        h.compact(11);
+        assert_eq!(h.records().len(), 2);
+        h.compact(12);
+        assert!(matches!(h.records, Records::One(_)));
+        assert_eq!(h.at(12).unwrap().value, "x");
+        h.push(KeyRecord::tombstone(Revision::new(13, 0)));
+        h.push(put(14, 14, 1, "y"));
+        h.push(put(15, 14, 2, "z"));
+        h.compact(13);
+        assert_eq!(h.records().len(), 2);
+        h.compact(15);
+        assert_eq!(h.records().len(), 1);
+        h.push(KeyRecord::tombstone(Revision::new(16, 0)));
+        h.compact(16);
+        assert!(h.is_empty() && !h.compactable());
+        h.push(put(17, 17, 1, "again"));
+        assert_eq!(h.latest().unwrap().value, "again");
     }
 
     #[test]

@@ -1,15 +1,25 @@
 //! One partition of the key space: the keys of one Kubernetes resource (or the default
 //! partition for everything else), with a hash map for point lookups, an ordered index for
 //! ranges and counts, and the per-key histories.
+//!
+//! # Memory
+//! A key's bytes live once, in its history (`KeyHistory::key`: 104 bytes with a single version
+//! inline); the hash map and the ordered index hold only its 4-byte slot in the slab and reach
+//! the key through it. Each further version: its record (72 bytes, in a vector grown by half),
+//! the value's own allocation, and a 12-byte entry in the change log, from which the event log
+//! reads a revision's events back (see `EventLog::track`). Logs and the slab grow in fixed-size
+//! chunks: no power-of-two slack, and no copy of a whole structure under the lock as it grows.
 
 use std::collections::VecDeque;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
-use hashbrown::{HashMap, HashSet};
+use hashbrown::{DefaultHashBuilder, HashSet, HashTable};
 use parking_lot::RwLock;
 
-use super::index::OrderedIndex;
+use super::event_log::{Event, EventKind};
+use super::index::{Keys, OrderedIndex};
 use super::key_index::{KeyHistory, KeyRecord, record_cost};
 use super::request::KeyValue;
 use crate::keyspace::KeyRange;
@@ -40,20 +50,34 @@ impl Partition {
     }
 }
 
+/// A record written to the partition at main revision `main` to the key in `slot` (a key gets
+/// at most one record per revision). 12 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(C, packed(4))]
+struct Change {
+    main: i64,
+    slot: u32,
+}
+
 #[derive(Debug, Default)]
 pub struct PartitionState {
-    /// Key to slab slot: the point-lookup path (gets and single-key writes).
-    map: HashMap<Bytes, u32>,
+    /// Slots by key hash: the point-lookup path (gets and single-key writes). The keys are
+    /// compared in the slab.
+    map: HashTable<u32>,
+    hasher: DefaultHashBuilder,
     /// The histories, addressed by slot so the map and the index share them.
-    slab: Vec<KeyHistory>,
+    slab: Slab,
     /// Slots freed by compaction, reused before the slab grows.
     free: Vec<u32>,
     /// Keys in order with live counts: ranges and exact counts.
     index: OrderedIndex,
-    /// (main revision, slot) of every create and delete not yet compacted away: the changes to
-    /// undo when counting at a past revision, since the index counts at the newest one.
-    liveness: VecDeque<(i64, u32)>,
-    /// Slots whose history compaction may shrink; compaction visits only these.
+    /// Every create and delete not yet compacted away: the changes to undo when counting at a
+    /// past revision, since the index counts at the newest one.
+    liveness: ChunkedLog<Change>,
+    /// Every record not yet compacted away, in revision order: the revisions' events.
+    changes: ChunkedLog<Change>,
+    /// Slots whose history compaction may shrink; compaction visits only these. A slot is in it
+    /// exactly while its history is `compactable()`.
     compact_queue: Vec<u32>,
     /// The revision this partition was compacted at; reads below it fail.
     pub compacted: i64,
@@ -64,8 +88,17 @@ pub struct PartitionState {
 }
 
 impl PartitionState {
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn slot_of(&self, key: &[u8]) -> Option<u32> {
+        let slab = &self.slab;
+        self.map.find(self.hash(key), |&s| slab.get(s).key[..] == *key).copied()
+    }
+
     pub fn history(&self, key: &[u8]) -> Option<&KeyHistory> {
-        self.map.get(key).map(|&s| &self.slab[s as usize])
+        self.slot_of(key).map(|s| self.slab.get(s))
     }
 
     /// Number of keys live at the newest applied revision.
@@ -85,11 +118,11 @@ impl PartitionState {
         value: Bytes,
         lease: i64,
     ) -> Option<KeyValue> {
-        let (slot, fresh) = match self.map.get(&key[..]) {
-            Some(&s) => (s, false),
-            None => (self.new_slot(key.clone(), true), true),
+        let (slot, fresh) = match self.slot_of(key) {
+            Some(s) => (s, false),
+            None => (self.new_slot(key, true), true),
         };
-        let h = &self.slab[slot as usize];
+        let h = self.slab.get(slot);
         let prev = h.latest().map(|r| to_kv(&h.key, r));
         let (create_rev, version) = match &prev {
             Some(p) => (p.create_revision, p.version + 1),
@@ -101,71 +134,72 @@ impl PartitionState {
 
     /// Deletes a live key at `rev`; returns its last version.
     pub fn delete(&mut self, key: &[u8], rev: Revision) -> Option<KeyValue> {
-        let slot = *self.map.get(key)?;
-        let h = &self.slab[slot as usize];
+        let slot = self.slot_of(key)?;
+        let h = self.slab.get(slot);
         let prev = h.latest().map(|r| to_kv(&h.key, r))?;
         self.push_record(slot, KeyRecord::tombstone(rev), false);
         Some(prev)
     }
 
     /// Appends a version exactly as given (recovery: from a snapshot or the WAL). Versions of
-    /// a key must come oldest first.
+    /// a key must come oldest first. The key and value are copied out of the log record or
+    /// snapshot they were read from: a view would keep the whole record alive (all of a key's
+    /// versions, for a snapshot) as long as the key or that one version lives.
     pub fn restore(&mut self, key: &Bytes, rec: KeyRecord) {
-        let (slot, fresh) = match self.map.get(&key[..]) {
-            Some(&s) => (s, false),
-            None => (self.new_slot(key.clone(), !rec.is_tombstone()), true),
+        let (slot, fresh) = match self.slot_of(key) {
+            Some(s) => (s, false),
+            None => (self.new_slot(&Bytes::copy_from_slice(key), !rec.is_tombstone()), true),
         };
+        let rec = KeyRecord { value: Bytes::copy_from_slice(&rec.value), ..rec };
         self.push_record(slot, rec, fresh);
     }
 
-    /// Puts the liveness log back in revision order after a snapshot was loaded key by key.
+    /// Puts the liveness and change logs back in revision order after a snapshot was loaded
+    /// key by key.
     pub fn sort_liveness(&mut self) {
-        self.liveness.make_contiguous().sort_unstable();
+        self.liveness.sort();
+        self.changes.sort();
     }
 
-    /// Appends a record to a key's history and keeps the index, the liveness log, the
-    /// compaction queue and the byte count in step. `fresh`: the key was just indexed with the
-    /// record's liveness (one index search per new key instead of two).
+    /// Appends a record to a key's history and keeps the index, the liveness and change logs,
+    /// the compaction queue and the byte count in step. `fresh`: the key was just indexed with
+    /// the record's liveness (one index search per new key instead of two).
     fn push_record(&mut self, slot: u32, rec: KeyRecord, fresh: bool) {
-        let h = &mut self.slab[slot as usize];
+        let h = self.slab.get_mut(slot);
         let was_live = h.is_live();
+        let was_compactable = h.compactable();
         let live = !rec.is_tombstone();
-        let main = rec.rev.main;
+        let rev = rec.rev;
         self.bytes += record_cost(&rec);
         h.push(rec);
-        let queue = h.compactable() && !h.queued;
-        if queue {
-            h.queued = true;
+        if !was_compactable && h.compactable() {
+            self.compact_queue.push(slot);
         }
         if was_live != live {
             if !fresh {
-                let key = h.key.clone();
-                self.index.set_live(&key, live);
+                self.index.set_live(&self.slab, &self.slab.get(slot).key, live);
             }
-            self.liveness.push_back((main, slot));
+            self.liveness.push_back(Change { main: rev.main, slot });
         }
-        if queue {
-            self.compact_queue.push(slot);
-        }
-        self.last_applied = self.last_applied.max(main);
+        self.changes.push_back(Change { main: rev.main, slot });
+        self.last_applied = self.last_applied.max(rev.main);
     }
 
     /// A slot for a new key, indexed with the liveness its first record will give it.
-    fn new_slot(&mut self, key: Bytes, live: bool) -> u32 {
+    fn new_slot(&mut self, key: &Bytes, live: bool) -> u32 {
         let h = KeyHistory::new(key.clone());
         let slot = match self.free.pop() {
             Some(s) => {
-                self.slab[s as usize] = h;
+                *self.slab.get_mut(s) = h;
                 s
             }
-            None => {
-                self.slab.push(h);
-                (self.slab.len() - 1) as u32
-            }
+            None => self.slab.push(h),
         };
-        self.bytes += key_cost(&key);
-        self.map.insert(key.clone(), slot);
-        self.index.insert(key, slot, live);
+        self.bytes += key_cost(key);
+        let hash = self.hash(key);
+        let (slab, hasher) = (&self.slab, &self.hasher);
+        self.map.insert_unique(hash, slot, |&s| hasher.hash_one(&slab.get(s).key[..]));
+        self.index.insert(&self.slab, key, slot, live);
         slot
     }
 
@@ -181,19 +215,19 @@ impl PartitionState {
         if range.single {
             return self.get(&range.start, rev).is_some() as u64;
         }
-        let mut n = self.index.count_live(range) as i64;
+        let mut n = self.index.count_live(&self.slab, range) as i64;
         if rev >= self.last_applied {
             return n as u64;
         }
         let mut seen = HashSet::new();
-        for &(r, slot) in self.liveness.iter().rev() {
+        for &Change { main: r, slot } in self.liveness.iter_rev() {
             if r <= rev {
                 break;
             }
             if !seen.insert(slot) {
                 continue;
             }
-            let h = &self.slab[slot as usize];
+            let h = self.slab.get(slot);
             if range.contains(&h.key) {
                 n += h.live_at(rev) as i64 - h.is_live() as i64;
             }
@@ -209,14 +243,14 @@ impl PartitionState {
         }
         let latest = rev >= self.last_applied;
         let target = if limit == 0 { usize::MAX } else { out.len().saturating_add(limit) };
-        for e in self.index.iter_from(&range.start) {
-            if out.len() >= target || !range.below_end(&e.key) {
+        for e in self.index.range(&self.slab, range) {
+            if out.len() >= target {
                 break;
             }
-            if latest && !e.live {
+            if latest && !e.live() {
                 continue;
             }
-            let h = &self.slab[e.slot as usize];
+            let h = self.slab.get(e.slot());
             if let Some(r) = h.at(rev) {
                 out.push(to_kv(&h.key, r));
             }
@@ -228,7 +262,7 @@ impl PartitionState {
         if range.single {
             return self.history(&range.start).is_some_and(KeyHistory::is_live);
         }
-        self.index.count_live(range) > 0
+        self.index.count_live(&self.slab, range) > 0
     }
 
     /// Live keys of `range` at the newest revision (for deletes).
@@ -237,37 +271,92 @@ impl PartitionState {
             return self.any_live(range).then(|| range.start.clone()).into_iter().collect();
         }
         self.index
-            .iter_from(&range.start)
-            .take_while(|e| range.below_end(&e.key))
-            .filter(|e| e.live)
-            .map(|e| e.key.clone())
+            .range(&self.slab, range)
+            .filter(|e| e.live())
+            .map(|e| self.slab.key(e.slot()).clone())
             .collect()
     }
 
     /// Compacts at `rev`: trims the histories that changed since the last compaction, removes
-    /// keys whose history is gone, and forgets liveness changes no read can ask about any more.
+    /// keys whose history is gone, and forgets liveness changes no read can ask about any more
+    /// and the changes of revisions up to `rev` (the event log keeps revision `rev`'s events
+    /// itself: compaction may drop a delete at exactly `rev`).
     pub fn compact(&mut self, rev: i64) {
         let queue = std::mem::take(&mut self.compact_queue);
         for slot in queue {
-            let h = &mut self.slab[slot as usize];
+            let h = self.slab.get_mut(slot);
             self.bytes -= h.compact(rev);
             if h.is_empty() {
                 let key = h.key.clone();
                 self.bytes -= key_cost(&key);
-                self.map.remove(&key[..]);
-                self.index.remove(&key);
-                self.slab[slot as usize] = KeyHistory::new(Bytes::new());
+                // Out of the index and the map while the slab still holds the key they compare.
+                self.index.remove(&self.slab, &key);
+                if let Ok(e) = self.map.find_entry(self.hasher.hash_one(&key[..]), |&s| s == slot) {
+                    e.remove();
+                }
+                *self.slab.get_mut(slot) = KeyHistory::vacant();
                 self.free.push(slot);
             } else if h.compactable() {
                 self.compact_queue.push(slot);
-            } else {
-                h.queued = false;
             }
         }
-        while self.liveness.front().is_some_and(|&(r, _)| r <= rev) {
+        while self.liveness.front().is_some_and(|c| { c.main } <= rev) {
             self.liveness.pop_front();
         }
+        while self.changes.front().is_some_and(|c| { c.main } <= rev) {
+            self.changes.pop_front();
+        }
         self.compacted = self.compacted.max(rev);
+    }
+
+    /// The events of revisions `from..=to` written here, as watchers get them (the new version,
+    /// or a delete, with the version before as `prev_kv`), in revision order, appended to
+    /// `out`. Stops early, between two revisions, once the events gathered hold `max_bytes` of
+    /// keys and values. Returns the newest revision whose events here are all in `out`.
+    pub fn events(
+        &self,
+        from: i64,
+        to: i64,
+        max_bytes: usize,
+        out: &mut Vec<(Revision, Event)>,
+    ) -> i64 {
+        let mut bytes = 0;
+        let mut current = None;
+        let mut i = self.changes.partition_point(|c| { c.main } < from);
+        while i < self.changes.len() {
+            let Change { main, slot } = *self.changes.get(i);
+            if main > to {
+                break;
+            }
+            if current != Some(main) {
+                if bytes >= max_bytes {
+                    return main - 1;
+                }
+                current = Some(main);
+            }
+            i += 1;
+            let h = self.slab.get(slot);
+            let Some(at) = h.position(main) else {
+                debug_assert!(false, "no record of revision {main} in slot {slot}");
+                continue;
+            };
+            let recs = h.records();
+            let r = &recs[at];
+            let prev = at
+                .checked_sub(1)
+                .map(|j| &recs[j])
+                .filter(|p| !p.is_tombstone())
+                .map(|p| to_kv(&h.key, p));
+            let e = if r.is_tombstone() {
+                let kv = KeyValue { key: h.key.clone(), mod_revision: main, ..Default::default() };
+                Event::new(EventKind::Delete, kv, prev)
+            } else {
+                Event::new(EventKind::Put, to_kv(&h.key, r), prev)
+            };
+            bytes += h.key.len() + r.value.len();
+            out.push((r.rev, e));
+        }
+        to
     }
 
     /// Up to `limit` keys after `after` (from the first if `None`), in key order, with their
@@ -281,14 +370,14 @@ impl PartitionState {
     ) -> Vec<(Bytes, Vec<KeyRecord>)> {
         let start: &[u8] = after.map_or(b"", |k| &k[..]);
         let mut out = Vec::with_capacity(limit.min(4096));
-        for e in self.index.iter_from(start) {
-            if after.is_some_and(|a| e.key == *a) {
+        for e in self.index.iter_from(&self.slab, start) {
+            let h = self.slab.get(e.slot());
+            if after.is_some_and(|a| h.key == *a) {
                 continue;
             }
             if out.len() >= limit {
                 break;
             }
-            let h = &self.slab[e.slot as usize];
             let recs: Vec<KeyRecord> =
                 h.records().iter().take_while(|r| r.rev.main <= rev).cloned().collect();
             if !recs.is_empty() {
@@ -305,8 +394,8 @@ impl PartitionState {
 
     /// Every key's history, in key order.
     pub fn for_each_history(&self, mut f: impl FnMut(&KeyHistory)) {
-        for e in self.index.iter_from(b"") {
-            f(&self.slab[e.slot as usize]);
+        for e in self.index.iter() {
+            f(self.slab.get(e.slot()));
         }
     }
 }
@@ -314,7 +403,7 @@ impl PartitionState {
 /// Memory a key costs besides its records: its bytes, its hash map and index entries and its
 /// history header (measured sizes of those structures, rounded up for allocator overhead).
 fn key_cost(key: &Bytes) -> usize {
-    key.len() + 160
+    key.len() + 100
 }
 
 /// The client-facing form of a record.
@@ -333,5 +422,186 @@ impl Partition {
     /// Publishes the state's byte count for lock-free readers.
     pub fn sync_bytes(&self, state: &PartitionState) {
         self.bytes.store(state.bytes(), Ordering::Relaxed);
+    }
+}
+
+/// Slots per slab segment.
+const SEGMENT: usize = 1 << 12;
+
+/// The histories by slot, in segments of [`SEGMENT`]: a new segment is allocated as the slab
+/// grows, nothing is ever moved.
+#[derive(Debug, Default)]
+struct Slab {
+    segments: Vec<Vec<KeyHistory>>,
+    len: usize,
+}
+
+impl Slab {
+    fn get(&self, slot: u32) -> &KeyHistory {
+        let s = slot as usize;
+        &self.segments[s / SEGMENT][s % SEGMENT]
+    }
+
+    fn get_mut(&mut self, slot: u32) -> &mut KeyHistory {
+        let s = slot as usize;
+        &mut self.segments[s / SEGMENT][s % SEGMENT]
+    }
+
+    /// Adds a history at the next slot.
+    fn push(&mut self, h: KeyHistory) -> u32 {
+        let slot = u32::try_from(self.len).ok().filter(|&s| s < 1 << 31);
+        let slot = slot.expect("a partition holds fewer than 2^31 keys");
+        let fresh = self.segments.is_empty();
+        if let Some(new) = push_chunk(self.segments.last_mut(), fresh, SEGMENT, h) {
+            self.segments.push(new);
+        }
+        self.len += 1;
+        slot
+    }
+}
+
+impl Keys for Slab {
+    fn key(&self, slot: u32) -> &Bytes {
+        &self.get(slot).key
+    }
+}
+
+/// Pushes `item` onto `last`, the last of a list of chunks of capacity `full`, if it has room;
+/// otherwise returns a new chunk holding it, for the caller to append. A list's only chunk
+/// (`first`) grows by doubling, so that small partitions stay small; every chunk but the last
+/// holds exactly `full` items.
+fn push_chunk<T>(last: Option<&mut Vec<T>>, first: bool, full: usize, item: T) -> Option<Vec<T>> {
+    match last {
+        Some(c) if c.len() < full => {
+            if c.len() == c.capacity() {
+                c.reserve_exact(c.capacity().clamp(4, full - c.len()));
+            }
+            c.push(item);
+            None
+        }
+        _ => {
+            let mut c = Vec::with_capacity(if first { 4 } else { full });
+            c.push(item);
+            Some(c)
+        }
+    }
+}
+
+/// Entries per change-log chunk (64 KiB of changes).
+const LOG_CHUNK: usize = 1 << 12;
+
+/// A FIFO log in fixed-size chunks: appended at the back, trimmed at the front by compaction.
+#[derive(Debug)]
+struct ChunkedLog<T> {
+    chunks: VecDeque<Vec<T>>,
+    /// Items of `chunks[0]` already popped.
+    head: usize,
+    len: usize,
+}
+
+impl<T> Default for ChunkedLog<T> {
+    fn default() -> Self {
+        Self { chunks: VecDeque::new(), head: 0, len: 0 }
+    }
+}
+
+impl<T: Copy + Ord> ChunkedLog<T> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push_back(&mut self, item: T) {
+        let first = self.chunks.is_empty();
+        if let Some(new) = push_chunk(self.chunks.back_mut(), first, LOG_CHUNK, item) {
+            self.chunks.push_back(new);
+        }
+        self.len += 1;
+    }
+
+    fn front(&self) -> Option<&T> {
+        self.chunks.front().map(|c| &c[self.head])
+    }
+
+    fn pop_front(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        self.len -= 1;
+        self.head += 1;
+        if self.head == self.chunks[0].len() {
+            self.chunks.pop_front();
+            self.head = 0;
+        }
+    }
+
+    /// The item at position `i` from the front.
+    fn get(&self, i: usize) -> &T {
+        let i = i + self.head;
+        &self.chunks[i / LOG_CHUNK][i % LOG_CHUNK]
+    }
+
+    /// The first position whose item fails `pred` (the items must be partitioned by it).
+    fn partition_point(&self, pred: impl Fn(&T) -> bool) -> usize {
+        let (mut lo, mut hi) = (0, self.len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if pred(self.get(mid)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// Newest first.
+    fn iter_rev(&self) -> impl Iterator<Item = &T> {
+        self.chunks.iter().rev().flat_map(|c| c.iter().rev()).take(self.len)
+    }
+
+    fn sort(&mut self) {
+        let mut all: Vec<T> = Vec::with_capacity(self.len);
+        all.extend(self.chunks.iter().flatten().skip(self.head));
+        all.sort_unstable();
+        *self = Self::default();
+        for x in all {
+            self.push_back(x);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunked_log_is_a_fifo_with_positions() {
+        let mut log = ChunkedLog::default();
+        let mut model = VecDeque::new();
+        for i in 0..3 * LOG_CHUNK as u64 + 7 {
+            log.push_back(i);
+            model.push_back(i);
+            if i % 3 == 0 {
+                log.pop_front();
+                model.pop_front();
+            }
+        }
+        assert_eq!(log.len(), model.len());
+        assert_eq!(log.front(), model.front());
+        for i in [0, 1, LOG_CHUNK - 1, LOG_CHUNK, model.len() - 1] {
+            assert_eq!(log.get(i), &model[i]);
+        }
+        let rev: Vec<u64> = log.iter_rev().copied().collect();
+        assert_eq!(rev, model.iter().rev().copied().collect::<Vec<_>>());
+        let x = model[model.len() / 2];
+        assert_eq!(log.partition_point(|&v| v < x), model.len() / 2);
+        while log.len() > 0 {
+            log.pop_front();
+        }
+        assert!(log.chunks.is_empty() && log.front().is_none());
+        log.push_back(5);
+        log.push_back(1);
+        log.sort();
+        assert_eq!((log.get(0), log.get(1)), (&1, &5));
     }
 }
