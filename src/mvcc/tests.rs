@@ -373,3 +373,240 @@ fn a_reopened_store_is_exactly_the_store_that_was_closed() {
     // Revisions go on from there.
     assert_eq!(put(&s, "k", "v"), before.0 + 1);
 }
+
+/// A store whose event log reads events back from the partitions (`EventLog::track`), as the
+/// store does once it tracks every partition it creates: here the partitions of `keys` are
+/// created up front and tracked before anything is written.
+fn tracked_store(keys: &[&str]) -> Store {
+    let s = store();
+    for k in keys {
+        s.partition_for_key(k.as_bytes());
+    }
+    for p in s.table.read().all.iter() {
+        s.event_log().track(p.clone());
+    }
+    s
+}
+
+const TRACKED: [&str; 3] = ["/registry/pods/x", "/registry/configmaps/x", "/registry/secrets/x"];
+
+/// Drives the same random workload (puts, deletes, range deletes, cross-partition txns,
+/// compactions) into `stores`, calling `check` after every step.
+fn random_workload(stores: &[&Store], steps: usize, mut check: impl FnMut(usize)) {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move |n: u64| {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (x >> 33) % n
+    };
+    let prefixes = ["/registry/pods/", "/registry/configmaps/", "/registry/secrets/", "other/"];
+    for step in 0..steps {
+        let key = |p: u64, k: u64| format!("{}k{k}", prefixes[p as usize]);
+        let (p, k) = (next(4), next(12));
+        match next(10) {
+            0..=4 => {
+                let v = "v".repeat(next(40) as usize) + &step.to_string();
+                stores.iter().for_each(|s| _ = put(s, &key(p, k), &v));
+            }
+            5 => stores.iter().for_each(|s| _ = del(s, &key(p, k), "")),
+            6 => {
+                let (a, b) = (key(p, 0), key(p, 6));
+                stores.iter().for_each(|s| _ = del(s, &a, &b));
+            }
+            7 | 8 => {
+                let (k1, k2) = (key(p, k), key((p + 1) % 4, k));
+                let t = TxnRequest {
+                    compare: vec![],
+                    success: vec![
+                        RequestOp::Put(PutRequest {
+                            key: b(&k1),
+                            value: b("t1"),
+                            ..Default::default()
+                        }),
+                        RequestOp::DeleteRange(DeleteRangeRequest {
+                            key: b(&k2),
+                            range_end: Bytes::new(),
+                            prev_kv: false,
+                        }),
+                    ],
+                    failure: vec![],
+                };
+                for s in stores {
+                    let a = s.txn(t.clone(), 0).unwrap();
+                    s.wait_visible_blocking(a.visible_at);
+                }
+            }
+            _ => {
+                let cur = stores[0].current_revision();
+                let from = stores[0].compact_revision() + 1;
+                if cur > from && next(4) == 0 {
+                    let at = from + next((cur - from) as u64) as i64;
+                    stores.iter().for_each(|s| _ = s.compact(at).unwrap());
+                }
+            }
+        }
+        check(step);
+    }
+}
+
+/// Every committed revision's events as published (what watchers got live).
+#[derive(Debug, Default)]
+struct Recorder(std::sync::Mutex<Vec<(i64, RevisionEvents)>>);
+
+impl CommitObserver for Recorder {
+    fn on_commit(&self, batch: &[(i64, RevisionEvents)]) {
+        self.0.lock().unwrap().extend(batch.iter().cloned());
+    }
+}
+
+impl Recorder {
+    /// What a log that kept every published revision would answer to `read`.
+    fn read(&self, log: &EventLog, from: i64, to: i64, revs: usize, bytes: usize) -> ReadResult {
+        if from < log.compacted() {
+            return Err(log.compacted());
+        }
+        let mut out = Vec::new();
+        let mut n = 0;
+        for (rev, evs) in self.0.lock().unwrap().iter() {
+            if *rev < from.max(log.first()) {
+                continue;
+            }
+            if *rev > to || out.len() >= revs || (n >= bytes && !out.is_empty()) {
+                break;
+            }
+            n += evs.iter().map(|e| e.kv.key.len() + e.kv.value.len()).sum::<usize>();
+            out.push((*rev, evs.clone()));
+        }
+        Ok(out)
+    }
+}
+
+type ReadResult = Result<Vec<(i64, RevisionEvents)>, i64>;
+
+#[test]
+fn events_read_back_from_the_partitions_are_the_events_that_were_published() {
+    let s = tracked_store(&TRACKED);
+    let published = Arc::new(Recorder::default());
+    s.set_observer(published.clone());
+    let (mut events, mut with_prev) = (0, 0);
+    random_workload(&[&s], 1500, |step| {
+        if step % 50 != 0 {
+            return;
+        }
+        let (cur, log) = (s.current_revision(), s.event_log());
+        let low = s.compact_revision().saturating_sub(2).max(1);
+        for from in low..=cur + 1 {
+            for (to, revs, bytes) in [
+                (cur, usize::MAX, usize::MAX),
+                (cur - 3, 3, usize::MAX),
+                (cur, 1000, 1),
+                (cur, 7, 90),
+            ] {
+                let want = published.read(log, from, to, revs, bytes);
+                let got = log.read(from, to, revs, bytes);
+                assert_eq!(got, want, "step {step}: read({from}, {to}, {revs}, {bytes})");
+                for (_, evs) in want.iter().flatten() {
+                    events += evs.len();
+                    with_prev += evs.iter().filter(|e| e.prev_kv.is_some()).count();
+                }
+            }
+        }
+    });
+    assert!(s.compact_revision() > 500, "compacted at {}", s.compact_revision());
+    assert!(events > 100_000 && with_prev > 50_000, "{events} events, {with_prev} with prev_kv");
+}
+
+#[test]
+fn event_reads_race_writes_and_compactions() {
+    let s = Arc::new(tracked_store(&TRACKED));
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (s, stop) = (s.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut reads = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    let log = s.event_log();
+                    let from = log.compacted().max(1);
+                    if let Ok(revs) = log.read(from, i64::MAX, 50, 4096) {
+                        for w in revs.windows(2) {
+                            assert_eq!(w[1].0, w[0].0 + 1, "contiguous revisions");
+                        }
+                        for (rev, evs) in &revs {
+                            assert!(evs.iter().all(|e| e.kv.mod_revision == *rev));
+                        }
+                        reads += 1;
+                    }
+                }
+                reads
+            })
+        })
+        .collect();
+    random_workload(&[&s], 3000, |step| {
+        if step % 100 == 0 {
+            // Lets the readers in, on a machine with fewer cores than threads.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    });
+    stop.store(true, Ordering::SeqCst);
+    for r in readers {
+        assert!(r.join().unwrap() > 0);
+    }
+}
+
+/// Not a test: loads `MEM_KEYS` (default 100000) Lease-sized keys `MEM_ROUNDS` (default 1)
+/// times each through the store's write path and prints where the memory went, for heap
+/// profilers (`heaptrack` on the test binary: the tests use the system allocator). With
+/// `MEM_PIN=1` every key and value is a slice of its own 8 KiB buffer, as tonic decodes a
+/// unary request; with `MEM_TRACK=1` the event log reads events back from the partitions. Run:
+/// `cargo test --release --lib memory_profile_load -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn memory_profile_load() {
+    let env = |k: &str, d: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let (keys, rounds, pin) = (env("MEM_KEYS", 100_000), env("MEM_ROUNDS", 1), env("MEM_PIN", 0));
+    let track = env("MEM_TRACK", 0) == 1;
+    let rss = || {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap().to_string();
+        line.split_whitespace().nth(1).unwrap().parse::<usize>().unwrap() * 1024
+    };
+    let s = if track { tracked_store(&["/registry/leases/x"]) } else { store() };
+    let value = vec![b'v'; 362];
+    let before = rss();
+    let mut raw = 0;
+    for round in 0..rounds {
+        for i in 0..keys {
+            let key = format!("/registry/leases/kube-node-lease/node-{i:07}");
+            let (key, value) = if pin == 1 {
+                let mut buf = bytes::BytesMut::with_capacity(8192);
+                buf.extend_from_slice(key.as_bytes());
+                buf.extend_from_slice(&value);
+                let key = buf.split_to(key.len()).freeze();
+                (key, buf.split_to(value.len()).freeze())
+            } else {
+                (Bytes::from(key), Bytes::copy_from_slice(&value))
+            };
+            raw += key.len() + value.len();
+            let a = s.put(PutRequest { key, value, ..Default::default() }, 0).unwrap();
+            if (round * keys + i) % 1024 == 0 {
+                s.wait_visible_blocking(a.visible_at);
+            }
+        }
+    }
+    s.wait_visible_blocking(s.current_revision());
+    let versions = keys * rounds;
+    let grown = rss() - before;
+    println!(
+        "{keys} keys x {rounds}: raw {raw} B, RSS +{grown} B: {} B per version ({} raw)",
+        grown / versions,
+        raw / versions
+    );
+    println!(
+        "size_of: KeyRecord {}, KeyHistory {}, index Entry {}, Event {}, KeyValue {}",
+        std::mem::size_of::<key_index::KeyRecord>(),
+        std::mem::size_of::<key_index::KeyHistory>(),
+        std::mem::size_of::<index::Entry>(),
+        std::mem::size_of::<Event>(),
+        std::mem::size_of::<KeyValue>(),
+    );
+}
