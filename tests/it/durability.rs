@@ -1733,8 +1733,15 @@ async fn disk_full(test: &str, failure: &str, mode: &[&str]) {
         let n = ctl.acked.load(SeqCst) + 100;
         wait_until("100 acknowledged writes", WAIT, || ctl.acked.load(SeqCst) >= n).await;
 
+        // Wait for the server to meet the fault (its log says so right after it starts
+        // refusing writes) rather than a fixed time: on a loaded machine an fdatasync can take
+        // longer than any fixed wait, and a write sent before the fault is met is accepted.
+        let reported = s.grep_log("wal: write failed").len();
         set_failpoint(&fp, failure);
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        wait_until("the WAL to report the fault", WAIT, || {
+            s.grep_log("wal: write failed").len() > reported
+        })
+        .await;
         // A new write fails fast.
         let op = probe.probe_op(&tag);
         let r = tokio::time::timeout(Duration::from_secs(5), send(&mut raw, &op)).await;
@@ -1744,7 +1751,7 @@ async fn disk_full(test: &str, failure: &str, mode: &[&str]) {
                 probe.rejected.push(op);
             }
             other => panic!(
-                "{ctx}: a write 200 ms after the disk filled up ({failure}) should fail with \
+                "{ctx}: a write after the server met the full disk ({failure}) should fail with \
                  UNAVAILABLE {E_WAL_FAILED:?}..., got {other:?}"
             ),
         }
