@@ -4,15 +4,13 @@
 //! revisions replayed, never a scan of keys. Revisions are contiguous (every committed revision
 //! wrote something).
 //!
-//! Two ways to hold them. By default the log keeps every revision's events itself (revision r
-//! at index `r - first`): about 300 bytes per event besides the key and value they share with
-//! the histories. Once the store hands it its partitions ([`EventLog::track`]), the log keeps
-//! nothing per revision: a partition logs which record each of its changes wrote (12 bytes),
-//! and a read rebuilds the events of the revisions it returns from the histories, where every
-//! version since the compaction is kept anyway. Only the compaction revision's own events are
-//! kept whole, since compaction may drop a delete written at exactly that revision.
+//! The log keeps nothing per revision. Each partition logs which record each of its changes
+//! wrote (12 bytes a change), and a read rebuilds the events of the revisions it returns from
+//! the histories, where every version since the compaction is kept anyway. Keeping the events
+//! themselves cost about 300 bytes per event besides the key and value: a third of the memory
+//! of a Lease update. Only the compaction revision's own events are kept whole, since
+//! compaction may drop a delete written at exactly that revision.
 
-use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -70,8 +68,9 @@ pub type RevisionEvents = Arc<[Event]>;
 
 #[derive(Debug)]
 pub struct EventLog {
-    /// Appended by the publisher (one thread at a time, in revision order), read by catch-up;
-    /// both hold it briefly. Never held while a partition lock is taken.
+    /// Advanced by the publisher (one batch at a time, in revision order), read by catch-up and
+    /// compaction; each holds it briefly. Never held while a partition lock is taken, so a read
+    /// never waits for a writer's compare-and-apply.
     inner: RwLock<Inner>,
 }
 
@@ -79,17 +78,19 @@ pub struct EventLog {
 struct Inner {
     /// The oldest revision held.
     first: i64,
-    /// The newest revision appended.
+    /// The newest revision published: every change at or below it is applied in its partition.
     last: i64,
     /// The compaction revision (0 before the first): watches may not start below it.
     compacted: i64,
-    /// Every revision's events from `first`, when no partitions are tracked.
-    revs: VecDeque<RevisionEvents>,
-    /// The partitions events are read back from; empty: the log keeps them itself (`revs`).
+    /// Every partition of the store, tracked as it is created and before it is written to, so
+    /// that a read sees every partition a revision up to `last` wrote.
     partitions: Vec<Arc<Partition>>,
-    /// With tracked partitions: the events of revision `compacted`.
+    /// The events of revision `compacted`, which the partitions' compaction may drop.
     at_compaction: Option<RevisionEvents>,
 }
+
+/// A read overtaken by a compaction of the partitions it was reading: try again.
+struct Overtaken;
 
 impl EventLog {
     /// An empty log whose next revision is `next`.
@@ -99,70 +100,46 @@ impl EventLog {
                 first: next,
                 last: next - 1,
                 compacted: 0,
-                revs: VecDeque::new(),
                 partitions: Vec::new(),
                 at_compaction: None,
             }),
         }
     }
 
-    /// Reads events back from `partition` instead of keeping them (tracking it twice is
-    /// tracking it once). The store tracks every partition it has from the start, each as it is
-    /// created (before it is written to), or none: a log that tracks partitions answers only
-    /// with their events. The first is tracked before any revision is appended.
+    /// Reads events back from `partition` too (tracking it twice is tracking it once). Call it
+    /// when the partition is created, before anything is written to it.
     pub fn track(&self, partition: Arc<Partition>) {
         let mut g = self.inner.write();
-        let fresh = g.last < g.first;
-        assert!(fresh || !g.partitions.is_empty(), "tracking starts before the first revision");
         if !g.partitions.iter().any(|p| Arc::ptr_eq(p, &partition)) {
             g.partitions.push(partition);
         }
     }
 
-    pub fn append(&self, rev: i64, events: RevisionEvents) {
+    /// Every revision up to `rev` is applied in the partitions and may be read (the publisher,
+    /// in revision order; recovery, once the partitions are rebuilt).
+    pub fn published_through(&self, rev: i64) {
         let mut g = self.inner.write();
-        debug_assert_eq!(rev, g.last + 1, "revisions are contiguous");
-        g.last = rev;
-        if g.partitions.is_empty() {
-            g.revs.push_back(events);
-        }
-    }
-
-    /// With tracked partitions: every revision up to `rev` is in them (recovery rebuilt
-    /// them), as if appended.
-    pub fn appended_through(&self, rev: i64) {
-        let mut g = self.inner.write();
-        assert!(!g.partitions.is_empty(), "only a log that tracks partitions skips revisions");
         g.last = g.last.max(rev);
     }
 
     /// Forgets revisions below `rev` (compaction at `rev` keeps `rev` itself: a watch may start
-    /// at the compaction revision). With tracked partitions, call it before the partitions
-    /// compact: it keeps revision `rev`'s events, which they may drop.
+    /// at the compaction revision). Call it before the partitions compact: it keeps revision
+    /// `rev`'s events, which they may drop.
     pub fn compact(&self, rev: i64) {
         let parts = self.inner.read().partitions.clone();
-        let kept = (!parts.is_empty()).then(|| {
-            let mut evs = Vec::new();
-            for p in &parts {
-                p.state.read().events(rev, rev, usize::MAX, &mut evs);
-            }
-            evs.sort_unstable_by_key(|(r, _)| *r);
-            evs.into_iter().map(|(_, e)| e).collect::<RevisionEvents>()
-        });
+        let mut evs = Vec::new();
+        for p in &parts {
+            p.state.read().events(rev, rev, usize::MAX, &mut evs);
+        }
+        evs.sort_unstable_by_key(|(r, _)| *r);
+        let kept: RevisionEvents = evs.into_iter().map(|(_, e)| e).collect();
         let mut g = self.inner.write();
         if rev <= g.compacted {
             return;
         }
         g.compacted = rev;
-        while g.first < rev && !g.revs.is_empty() {
-            g.revs.pop_front();
-            g.first += 1;
-        }
-        // (With tracked partitions `revs` is always empty.)
-        if g.revs.is_empty() && g.first < rev {
-            g.first = rev;
-        }
-        g.at_compaction = kept;
+        g.first = g.first.max(rev);
+        g.at_compaction = Some(kept);
     }
 
     /// Up to `max_revs` revisions from `from`, stopping before `to` is passed or when about
@@ -175,43 +152,32 @@ impl EventLog {
         max_revs: usize,
         max_bytes: usize,
     ) -> Result<Vec<(i64, RevisionEvents)>, i64> {
-        let g = self.inner.read();
-        if from < g.compacted {
-            return Err(g.compacted);
-        }
-        if !g.partitions.is_empty() {
+        loop {
+            let g = self.inner.read();
+            if from < g.compacted {
+                return Err(g.compacted);
+            }
             let start = from.max(g.first);
             let revs = i64::try_from(max_revs).unwrap_or(i64::MAX);
             let end = to.min(g.last).min(start.saturating_add(revs).saturating_sub(1));
             let kept = g.at_compaction.clone().filter(|_| start == g.compacted);
             let parts = g.partitions.clone();
             drop(g);
-            return self.rebuild(&parts, start, end, kept, max_bytes);
-        }
-        let mut out = Vec::new();
-        let mut bytes = 0;
-        let start = (from - g.first).max(0) as usize;
-        for (i, evs) in g.revs.iter().enumerate().skip(start) {
-            let rev = g.first + i as i64;
-            if rev > to || out.len() >= max_revs || (bytes >= max_bytes && !out.is_empty()) {
-                break;
+            if let Ok(out) = Self::rebuild(&parts, start, end, kept, max_bytes) {
+                return Ok(out);
             }
-            bytes += evs.iter().map(|e| e.kv.key.len() + e.kv.value.len()).sum::<usize>();
-            out.push((rev, evs.clone()));
         }
-        Ok(out)
     }
 
     /// Revisions `start..=end` rebuilt from the partitions (`kept`: revision `start`'s events,
     /// kept by compaction), as [`read`](Self::read) returns them.
     fn rebuild(
-        &self,
         parts: &[Arc<Partition>],
         start: i64,
         end: i64,
         kept: Option<RevisionEvents>,
         max_bytes: usize,
-    ) -> Result<Vec<(i64, RevisionEvents)>, i64> {
+    ) -> Result<Vec<(i64, RevisionEvents)>, Overtaken> {
         if start > end {
             return Ok(Vec::new());
         }
@@ -221,9 +187,9 @@ impl EventLog {
         for p in parts {
             let st = p.state.read();
             if st.compacted >= from {
-                // Compacted since this read began: what it asks for is gone.
-                drop(st);
-                return Err(self.compacted());
+                // Compacted since this read began: what it asks for may be gone, or may now be
+                // the compaction revision's kept events.
+                return Err(Overtaken);
             }
             cut = cut.min(st.events(from, cut, max_bytes, &mut evs));
         }

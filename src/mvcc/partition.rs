@@ -407,7 +407,7 @@ fn key_cost(key: &Bytes) -> usize {
 }
 
 /// The client-facing form of a record.
-pub fn to_kv(key: &Bytes, r: &KeyRecord) -> KeyValue {
+fn to_kv(key: &Bytes, r: &KeyRecord) -> KeyValue {
     KeyValue {
         key: key.clone(),
         create_revision: r.create_rev,

@@ -3,18 +3,17 @@
 //!
 //! Recovery applies versions exactly as logged (create revision, version, sub-revision and
 //! lease included) straight into the partitions, then rebuilds what is derived from them: the
-//! event log (every retained version since the compaction revision is an event, its predecessor
-//! the event's `prev_kv`), the compaction state and the read watermark.
+//! event log (which reads every retained version since the compaction revision back from the
+//! partitions as an event, its predecessor the event's `prev_kv`), the compaction state and the
+//! read watermark.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
-use super::event_log::{Event, EventKind, EventLog, RevisionEvents};
+use super::event_log::EventLog;
 use super::key_index::KeyRecord;
-use super::partition::to_kv;
-use super::request::KeyValue;
 use super::store::{Commit, Store, StoreConfig};
 use crate::revision::Revision;
 use crate::wal::record::{Op, Version};
@@ -65,51 +64,17 @@ impl Store {
         Ok((store, rec))
     }
 
-    /// Makes the recovered partitions a consistent store at revision `rev`: liveness logs in
-    /// order, the event log rebuilt, compaction applied, the clock at `rev`.
+    /// Makes the recovered partitions a consistent store at revision `rev`: liveness and
+    /// change logs in order, an event log reading the revisions since the compaction back from
+    /// them, compaction applied, the clock at `rev`.
     fn finish_restore(&mut self, rev: i64, compacted: i64) {
         let parts = self.table.read().all.clone();
-        let start = compacted.max(2).min(rev + 1);
-        let mut events: Vec<(Revision, Event)> = Vec::new();
+        let log = EventLog::new(compacted.max(2).min(rev + 1));
         for p in &parts {
-            let mut st = p.state.write();
-            st.sort_liveness();
-            st.for_each_history(|h| {
-                let recs = h.records();
-                for (i, r) in recs.iter().enumerate() {
-                    if r.rev.main < start || r.rev.main > rev {
-                        continue;
-                    }
-                    let prev = i
-                        .checked_sub(1)
-                        .map(|j| &recs[j])
-                        .filter(|p| !p.is_tombstone())
-                        .map(|p| to_kv(&h.key, p));
-                    let e = if r.is_tombstone() {
-                        let kv = KeyValue {
-                            key: h.key.clone(),
-                            mod_revision: r.rev.main,
-                            ..Default::default()
-                        };
-                        Event::new(EventKind::Delete, kv, prev)
-                    } else {
-                        Event::new(EventKind::Put, to_kv(&h.key, r), prev)
-                    };
-                    events.push((r.rev, e));
-                }
-            });
+            p.state.write().sort_liveness();
+            log.track(p.clone());
         }
-        events.sort_unstable_by_key(|(r, _)| *r);
-        let log = EventLog::new(start);
-        let mut it = events.into_iter().peekable();
-        for r in start..=rev {
-            let mut evs = Vec::new();
-            while it.peek().is_some_and(|(x, _)| x.main == r) {
-                evs.push(it.next().expect("peeked").1);
-            }
-            let evs: RevisionEvents = evs.into();
-            log.append(r, evs);
-        }
+        log.published_through(rev);
         if compacted > 0 {
             log.compact(compacted);
         }

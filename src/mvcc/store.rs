@@ -147,8 +147,8 @@ impl Commit {
 
     /// Event log first, then the observer.
     fn deliver(&self, batch: &[(i64, RevisionEvents)]) {
-        for (rev, evs) in batch {
-            self.events.append(*rev, evs.clone());
+        if let Some((rev, _)) = batch.last() {
+            self.events.published_through(*rev);
         }
         if let Some(o) = self.observer.get() {
             o.on_commit(batch);
@@ -202,6 +202,7 @@ impl Store {
 
     pub(super) fn with_commit(config: StoreConfig, commit: Commit) -> Self {
         let default = Arc::new(Partition::new(0, Bytes::new()));
+        commit.events.track(default.clone());
         Self {
             keyspace: Keyspace::new(&config.registry_prefix),
             commit: Arc::new(commit),
@@ -350,6 +351,9 @@ impl Store {
         let at = t.sorted.partition_point(|q| q.prefix < p.prefix);
         t.sorted.insert(at, p.clone());
         t.all.push(p.clone());
+        // Before anything is written to it: the event log reads every revision's events back
+        // from the partitions.
+        self.commit.events.track(p.clone());
         p
     }
 

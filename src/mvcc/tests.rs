@@ -374,22 +374,6 @@ fn a_reopened_store_is_exactly_the_store_that_was_closed() {
     assert_eq!(put(&s, "k", "v"), before.0 + 1);
 }
 
-/// A store whose event log reads events back from the partitions (`EventLog::track`), as the
-/// store does once it tracks every partition it creates: here the partitions of `keys` are
-/// created up front and tracked before anything is written.
-fn tracked_store(keys: &[&str]) -> Store {
-    let s = store();
-    for k in keys {
-        s.partition_for_key(k.as_bytes());
-    }
-    for p in s.table.read().all.iter() {
-        s.event_log().track(p.clone());
-    }
-    s
-}
-
-const TRACKED: [&str; 3] = ["/registry/pods/x", "/registry/configmaps/x", "/registry/secrets/x"];
-
 /// Drives the same random workload (puts, deletes, range deletes, cross-partition txns,
 /// compactions) into `stores`, calling `check` after every step.
 fn random_workload(stores: &[&Store], steps: usize, mut check: impl FnMut(usize)) {
@@ -484,7 +468,7 @@ type ReadResult = Result<Vec<(i64, RevisionEvents)>, i64>;
 
 #[test]
 fn events_read_back_from_the_partitions_are_the_events_that_were_published() {
-    let s = tracked_store(&TRACKED);
+    let s = store();
     let published = Arc::new(Recorder::default());
     s.set_observer(published.clone());
     let (mut events, mut with_prev) = (0, 0);
@@ -517,7 +501,7 @@ fn events_read_back_from_the_partitions_are_the_events_that_were_published() {
 
 #[test]
 fn event_reads_race_writes_and_compactions() {
-    let s = Arc::new(tracked_store(&TRACKED));
+    let s = Arc::new(store());
     let stop = Arc::new(AtomicBool::new(false));
     let readers: Vec<_> = (0..2)
         .map(|_| {
@@ -557,20 +541,19 @@ fn event_reads_race_writes_and_compactions() {
 /// times each through the store's write path and prints where the memory went, for heap
 /// profilers (`heaptrack` on the test binary: the tests use the system allocator). With
 /// `MEM_PIN=1` every key and value is a slice of its own 8 KiB buffer, as tonic decodes a
-/// unary request; with `MEM_TRACK=1` the event log reads events back from the partitions. Run:
+/// unary request. Run:
 /// `cargo test --release --lib memory_profile_load -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn memory_profile_load() {
     let env = |k: &str, d: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
     let (keys, rounds, pin) = (env("MEM_KEYS", 100_000), env("MEM_ROUNDS", 1), env("MEM_PIN", 0));
-    let track = env("MEM_TRACK", 0) == 1;
     let rss = || {
         let s = std::fs::read_to_string("/proc/self/status").unwrap();
         let line = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap().to_string();
         line.split_whitespace().nth(1).unwrap().parse::<usize>().unwrap() * 1024
     };
-    let s = if track { tracked_store(&["/registry/leases/x"]) } else { store() };
+    let s = store();
     let value = vec![b'v'; 362];
     let before = rss();
     let mut raw = 0;
