@@ -126,6 +126,21 @@ pub struct Config {
     #[arg(long, env = "MEM_ETCD_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
 
+    /// How --auto-compaction-retention is read: `periodic` (a duration; a plain number is
+    /// hours) or `revision` (a number of revisions).
+    #[arg(long, env = "ETCD_AUTO_COMPACTION_MODE", value_enum, default_value = "periodic")]
+    pub auto_compaction_mode: AutoCompactionMode,
+
+    /// How much history auto-compaction keeps (see --auto-compaction-mode); 0 turns it off.
+    /// kube-apiserver compacts on its own every 5 minutes, so a Kubernetes datastore rarely
+    /// needs it.
+    #[arg(long, env = "ETCD_AUTO_COMPACTION_RETENTION", default_value = "0")]
+    pub auto_compaction_retention: String,
+
+    /// How often revision-mode auto-compaction runs (etcd: a fixed 5 minutes); for tests.
+    #[arg(long, hide = true, default_value = "5m", value_parser = parse_duration)]
+    pub auto_compaction_revision_interval: Duration,
+
     /// kube-apiserver's --etcd-prefix: keys below it are partitioned per resource.
     #[arg(long, env = "MEM_ETCD_REGISTRY_PREFIX", default_value = "/registry")]
     pub registry_prefix: String,
@@ -158,7 +173,63 @@ pub enum WalMode {
     Fsync,
 }
 
+/// `--auto-compaction-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AutoCompactionMode {
+    Periodic,
+    Revision,
+}
+
+/// What auto-compaction does, from `--auto-compaction-mode` and `--auto-compaction-retention`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AutoCompaction {
+    /// Keep at least this much time of history.
+    Periodic(Duration),
+    /// Keep this many revisions, checking every `every`.
+    Revision { retention: i64, every: Duration },
+}
+
 impl Config {
+    /// The auto-compaction these flags ask for (`None`: off), or why they make no sense. As in
+    /// etcd, a plain number is hours in periodic mode; unlike etcd, a duration is refused in
+    /// revision mode rather than read as nanoseconds' worth of revisions.
+    pub fn auto_compaction(&self) -> Result<Option<AutoCompaction>, String> {
+        let r = self.auto_compaction_retention.trim();
+        let plain = r.parse::<i64>().ok();
+        let policy = match (self.auto_compaction_mode, plain) {
+            (_, Some(n)) if n < 0 => None,
+            (AutoCompactionMode::Revision, Some(n)) => Some(AutoCompaction::Revision {
+                retention: n,
+                every: self.auto_compaction_revision_interval,
+            }),
+            (AutoCompactionMode::Revision, None) => None,
+            (AutoCompactionMode::Periodic, Some(h)) => {
+                Some(AutoCompaction::Periodic(Duration::from_secs(h as u64 * 3600)))
+            }
+            (AutoCompactionMode::Periodic, None) => {
+                parse_duration(r).ok().map(AutoCompaction::Periodic)
+            }
+        };
+        let Some(policy) = policy else {
+            return Err(format!(
+                "--auto-compaction-retention {r:?}: expected {} for --auto-compaction-mode {}",
+                match self.auto_compaction_mode {
+                    AutoCompactionMode::Periodic => "a duration (5m, 1h) or a number of hours",
+                    AutoCompactionMode::Revision => "a number of revisions",
+                },
+                match self.auto_compaction_mode {
+                    AutoCompactionMode::Periodic => "periodic",
+                    AutoCompactionMode::Revision => "revision",
+                },
+            ));
+        };
+        Ok(match policy {
+            AutoCompaction::Periodic(d) if d.is_zero() => None,
+            AutoCompaction::Revision { retention: 0, .. } => None,
+            p => Some(p),
+        })
+    }
+
     /// The WAL settings these flags ask for.
     pub fn wal_options(&self) -> crate::wal::Options {
         let mode = match (self.fsync, self.wal_mode) {
@@ -277,6 +348,32 @@ mod tests {
         assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
         assert!(parse_duration("5").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn auto_compaction_reads_retention_as_etcd_does() {
+        let policy = |args: &[&str]| {
+            Config::parse_from(std::iter::once("mem_etcd").chain(args.iter().copied()))
+                .auto_compaction()
+        };
+        assert_eq!(policy(&[]), Ok(None));
+        let hours = policy(&["--auto-compaction-retention", "2"]);
+        assert_eq!(hours, Ok(Some(AutoCompaction::Periodic(Duration::from_secs(7200)))));
+        let mins = policy(&["--auto-compaction-retention", "5m"]);
+        assert_eq!(mins, Ok(Some(AutoCompaction::Periodic(Duration::from_secs(300)))));
+        let revs =
+            policy(&["--auto-compaction-mode", "revision", "--auto-compaction-retention", "1000"]);
+        assert_eq!(
+            revs,
+            Ok(Some(AutoCompaction::Revision { retention: 1000, every: Duration::from_secs(300) }))
+        );
+        assert_eq!(policy(&["--auto-compaction-mode", "revision"]), Ok(None));
+        assert!(
+            policy(&["--auto-compaction-mode", "revision", "--auto-compaction-retention", "5m"])
+                .is_err()
+        );
+        assert!(policy(&["--auto-compaction-retention", "soon"]).is_err());
+        assert!(policy(&["--auto-compaction-retention=-1"]).is_err());
     }
 
     #[test]

@@ -12,8 +12,8 @@
 //! - [`mvcc`]: the store. The key space is split into partitions, one per Kubernetes resource
 //!   (`/registry/[group/]resource/`, see [`keyspace`]) plus a default one; each partition has a
 //!   hash map for point lookups, an ordered index with live counts for ranges and exact counts,
-//!   and every key's versions since the last compaction. An event log keeps every committed
-//!   revision's events until compaction.
+//!   and every key's versions since the last compaction, plus a log of which key each revision
+//!   changed, from which the event log rebuilds any revision's events since the compaction.
 //! - [`revision`]: the revision clock. Writers allocate revisions while holding their
 //!   partitions' locks and apply in parallel; completed revisions are published in order, and
 //!   readers read at the committed watermark, below which every write is applied and published.

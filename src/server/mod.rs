@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod cluster;
 pub mod codec;
+pub mod compactor;
 pub mod convert;
 pub mod kv;
 pub mod lease;
@@ -53,6 +54,7 @@ impl Shared {
     /// Opens the store (recovering it from the data directory) and wires the services' shared
     /// state around it.
     pub fn new(config: Config) -> Result<Self, crate::mvcc::persist::OpenError> {
+        config.auto_compaction()?;
         let (cluster_id, member_id) = config.ids();
         let store_config = StoreConfig {
             registry_prefix: config.registry_prefix.clone(),
@@ -211,6 +213,10 @@ pub async fn serve(
     }
     let expiry = tokio::spawn(lease::expiry_loop(shared.clone()));
     let snapshots = tokio::spawn(snapshot_loop(shared.clone()));
+    let compactor = shared.config.auto_compaction().ok().flatten().map(|policy| {
+        let shared = shared.clone();
+        tokio::spawn(async move { compactor::run(&shared.store, policy).await })
+    });
     let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -241,6 +247,9 @@ pub async fn serve(
     }
     expiry.abort();
     snapshots.abort();
+    if let Some(c) = compactor {
+        c.abort();
+    }
     Ok(())
 }
 

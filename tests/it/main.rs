@@ -13,6 +13,7 @@ mod kv;
 mod lease;
 mod limits;
 mod model;
+mod operations;
 mod services;
 mod txn;
 mod watch;
