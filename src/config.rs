@@ -73,6 +73,11 @@ pub struct Config {
     )]
     pub listen_client_urls: Vec<String>,
 
+    /// Extra URLs serving only /metrics and the health probes (http://host:port),
+    /// comma-separated; the client URLs serve them too.
+    #[arg(long, env = "ETCD_LISTEN_METRICS_URLS", value_delimiter = ',')]
+    pub listen_metrics_urls: Vec<String>,
+
     /// Client URLs advertised to clients (MemberList); defaults to the listen URLs.
     #[arg(long, env = "ETCD_ADVERTISE_CLIENT_URLS", value_delimiter = ',')]
     pub advertise_client_urls: Vec<String>,

@@ -47,6 +47,7 @@ pub mod config;
 pub mod error;
 pub mod keyspace;
 pub mod lease;
+pub mod metrics;
 pub mod mvcc;
 pub mod revision;
 pub mod server;

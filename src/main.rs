@@ -49,6 +49,11 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         "mem_etcd {} starting",
         env!("CARGO_PKG_VERSION")
     );
+    let mut metrics_listeners = Vec::new();
+    for url in &config.listen_metrics_urls {
+        let l = Listener::bind(url).await.map_err(|e| format!("listen on {url}: {e}"))?;
+        metrics_listeners.push(l);
+    }
     let shared = match Shared::new(config) {
         Ok(s) => Arc::new(s),
         Err(e) => {
@@ -57,7 +62,8 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             std::process::exit(1);
         }
     };
-    let served = server::serve(shared.clone(), listeners, shutdown_signal()).await;
+    let served =
+        server::serve(shared.clone(), listeners, metrics_listeners, shutdown_signal()).await;
     // Nothing is acknowledged that is not in the log; this writes out the rest and syncs it.
     shared.close();
     served?;

@@ -318,6 +318,18 @@ impl Store {
         parts.iter().map(|p| p.state.read().live_keys()).sum()
     }
 
+    /// Per partition: its resource prefix (empty for the default partition), live keys and
+    /// bytes held, in partition order (for metrics).
+    pub fn partition_stats(&self) -> Vec<(Bytes, u64, usize)> {
+        let parts = self.table.read().all.clone();
+        parts
+            .iter()
+            .map(|p| {
+                (p.prefix.clone(), p.state.read().live_keys(), p.bytes.load(Ordering::Relaxed))
+            })
+            .collect()
+    }
+
     /// Number of partitions (the default one included).
     pub fn partition_count(&self) -> usize {
         self.table.read().all.len()

@@ -8,9 +8,11 @@ pub mod cluster;
 pub mod codec;
 pub mod compactor;
 pub mod convert;
+pub mod http;
 pub mod kv;
 pub mod lease;
 pub mod maintenance;
+pub mod metrics;
 pub mod status;
 pub mod watch;
 
@@ -22,6 +24,7 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
+use tower_layer::{Identity, Stack};
 use tracing::info;
 
 use crate::config::Config;
@@ -48,6 +51,8 @@ pub struct Shared {
     pub cluster_id: u64,
     pub member_id: u64,
     pub config: Config,
+    /// gRPC calls started and handled, per method and code (for `/metrics`).
+    pub grpc_stats: metrics::GrpcStats,
 }
 
 impl Shared {
@@ -81,7 +86,8 @@ impl Shared {
             let _ = lessor.grant(id, ttl);
         }
         store.attach_recovered_leases();
-        Ok(Self { store, hub, lessor, cluster_id, member_id, config })
+        let grpc_stats = metrics::GrpcStats::default();
+        Ok(Self { store, hub, lessor, cluster_id, member_id, config, grpc_stats })
     }
 
     /// Writes out the WAL and stops its writer (after the listeners stopped).
@@ -153,7 +159,18 @@ impl Listener {
     }
 }
 
-fn router(shared: &Arc<Shared>) -> tonic::transport::server::Router {
+/// A client listener's service: etcd's gRPC services, with the HTTP endpoints in front.
+type ClientRouter = tonic::transport::server::Router<Stack<http::HttpLayer, Identity>>;
+
+/// A `--listen-metrics-urls` listener's service: the probes and /metrics, no gRPC.
+fn metrics_router(shared: &Arc<Shared>) -> ClientRouter {
+    Server::builder()
+        .accept_http1(true)
+        .layer(http::HttpLayer::metrics_only(shared.clone()))
+        .add_routes(tonic::service::Routes::default())
+}
+
+fn router(shared: &Arc<Shared>) -> ClientRouter {
     let recv = shared.config.max_request_bytes as usize + GRPC_OVERHEAD_BYTES;
     let kv = pb::kv_server::KvServer::new(kv::KvService::new(shared.clone()))
         .max_decoding_message_size(recv)
@@ -174,6 +191,9 @@ fn router(shared: &Arc<Shared>) -> tonic::transport::server::Router {
     .max_encoding_message_size(usize::MAX);
     Server::builder()
         .tcp_nodelay(true)
+        // HTTP/1.1 for the probes and /metrics; gRPC clients speak HTTP/2 as before.
+        .accept_http1(true)
+        .layer(http::HttpLayer::client(shared.clone()))
         // etcd allows effectively unlimited streams per connection; kube-apiserver multiplexes
         // every watch of a resource onto one.
         .max_concurrent_streams(u32::MAX)
@@ -185,21 +205,29 @@ fn router(shared: &Arc<Shared>) -> tonic::transport::server::Router {
         .add_service(lease)
 }
 
-/// Serves every listener until `shutdown` resolves, then drains in-flight requests.
+/// Serves every client listener (gRPC and HTTP) and metrics listener (HTTP) until `shutdown`
+/// resolves, then drains in-flight requests.
 pub async fn serve(
     shared: Arc<Shared>,
     listeners: Vec<Listener>,
+    metrics_listeners: Vec<Listener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let (tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let mut tasks = tokio::task::JoinSet::new();
-    for l in listeners {
+    let all = listeners.into_iter().map(|l| (l, true));
+    for (l, client) in all.chain(metrics_listeners.into_iter().map(|l| (l, false))) {
         let mut rx = tx.subscribe();
         let signal = async move {
             let _ = rx.recv().await;
         };
-        info!(address = %l.describe(), "ready to serve client requests");
-        let r = router(&shared);
+        let r = if client {
+            info!(address = %l.describe(), "ready to serve client requests");
+            router(&shared)
+        } else {
+            info!(metrics_address = %l.describe(), "serving /metrics and health probes");
+            metrics_router(&shared)
+        };
         match l {
             Listener::Tcp(t) => {
                 // Without TCP_NODELAY small responses wait for delayed ACKs (tens of ms).

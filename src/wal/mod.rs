@@ -50,6 +50,7 @@ use tokio::sync::Notify;
 
 use self::record::{Framer, Record};
 use self::segment::{META_STREAM, segment_file_name, stream_name, sync_dir};
+use crate::metrics::Histogram;
 
 /// When a write counts as done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,8 +150,8 @@ impl EntryBuilder<'_> {
     }
 }
 
-/// Counters for logs and benchmarks.
-#[derive(Debug, Default)]
+/// Counters for logs, benchmarks and `/metrics`.
+#[derive(Debug)]
 pub struct Stats {
     pub batches: AtomicU64,
     pub revisions: AtomicU64,
@@ -158,6 +159,25 @@ pub struct Stats {
     pub bytes: AtomicU64,
     /// Bytes logged since the last snapshot.
     pub since_snapshot: AtomicU64,
+    /// Every fdatasync of a batch (fsync mode) or of a file written since the last background
+    /// sync (buffered mode).
+    pub fsync_seconds: Histogram,
+    /// Revisions per batch written: how much group commit gathers.
+    pub batch_revisions: Histogram,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self {
+            batches: AtomicU64::new(0),
+            revisions: AtomicU64::new(0),
+            fsyncs: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            since_snapshot: AtomicU64::new(0),
+            fsync_seconds: Histogram::seconds(),
+            batch_revisions: Histogram::counts(),
+        }
+    }
 }
 
 /// What the writer has not taken yet.
@@ -434,6 +454,9 @@ impl Wal {
         }
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
         self.stats.revisions.fetch_add(b.revisions, Ordering::Relaxed);
+        if b.revisions > 0 {
+            self.stats.batch_revisions.observe(b.revisions);
+        }
         self.durable_gen.store(b.number, Ordering::SeqCst);
         if b.revisions > 0 {
             self.durable_rev.store(b.last_rev, Ordering::SeqCst);
@@ -574,9 +597,11 @@ impl Syncer {
             let stop = wal.stop.load(Ordering::SeqCst);
             let files = std::mem::take(&mut *self.dirty.lock());
             for f in files {
+                let started = Instant::now();
                 if let Err(e) = f.sync_data() {
                     tracing::warn!(error = %e, "wal: background fdatasync failed");
                 }
+                wal.stats.fsync_seconds.observe_duration(started.elapsed());
             }
             if stop {
                 return;
@@ -688,7 +713,9 @@ impl WriterState {
         }
         match wal.opts.mode {
             Mode::Fsync => {
+                let started = Instant::now();
                 sync_all(written)?;
+                wal.stats.fsync_seconds.observe_duration(started.elapsed());
                 written.clear();
                 wal.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
             }

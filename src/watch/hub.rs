@@ -277,6 +277,16 @@ impl WatchHub {
         self.state.lock().streams.values().map(|s| s.watchers.len()).sum()
     }
 
+    /// Streams, watchers, and the watchers replaying history rather than getting events live
+    /// (etcd's "slow" unsynced watchers), for metrics.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let st = self.state.lock();
+        let watchers = st.streams.values().flat_map(|s| s.watchers.values());
+        let (all, slow) =
+            watchers.fold((0, 0), |(a, s), w| (a + 1, s + usize::from(!w.synced && !w.compacted)));
+        (st.streams.len(), all, slow)
+    }
+
     /// Creates a watch; the answer (and anything after it) arrives on the stream's channel.
     pub fn create(&self, sid: u64, req: CreateRequest) {
         let mut st = self.state.lock();

@@ -1,6 +1,10 @@
-//! Operating the server (issue 8): auto-compaction; more to come (endpoints, quota, TLS).
+//! Operating the server (issue 8): auto-compaction, and the HTTP endpoints beside gRPC (health
+//! probes, /version, /metrics, a metrics-only listener).
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::*;
 
@@ -83,4 +87,235 @@ async fn a_meaningless_retention_is_refused_at_start() {
     assert!(!ex.status.success());
     let why = ex.grep("expected a number of revisions for --auto-compaction-mode revision");
     assert!(!why.is_empty(), "{}", ex.output());
+}
+
+/// An HTTP/1.1 answer: status, content type, body.
+#[derive(Debug, PartialEq, Eq)]
+struct HttpAnswer {
+    status: u16,
+    content_type: String,
+    body: String,
+}
+
+/// `GET path` over HTTP/1.1 on a fresh connection.
+async fn http_get(addr: SocketAddr, path: &str) -> HttpAnswer {
+    let mut c = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    c.write_all(req.as_bytes()).await.expect("send");
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut raw))
+        .await
+        .expect("an answer within 10 s")
+        .expect("read");
+    let raw = String::from_utf8(raw).expect("utf-8 answer");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("headers end");
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok());
+    let header = |name: &str| {
+        head.lines()
+            .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    HttpAnswer {
+        status: status.expect("a status line"),
+        content_type: header("content-type").unwrap_or_default(),
+        body: match header("transfer-encoding") {
+            Some(t) if t.eq_ignore_ascii_case("chunked") => dechunk(body),
+            _ => body.to_string(),
+        },
+    }
+}
+
+/// The body of a chunked HTTP/1.1 answer.
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size, after) = rest.split_once("\r\n").expect("a chunk size line");
+        let size = usize::from_str_radix(size.trim(), 16).expect("a hex chunk size");
+        if size == 0 {
+            return out;
+        }
+        out.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
+}
+
+/// The probes and /version answer exactly as etcd 3.6's do, on the client port.
+#[tokio::test]
+async fn probes_and_version_answer_as_etcd_does() {
+    let mem = server_of!(Kind::MemEtcd);
+    let etcd = server_of!(Kind::Etcd);
+    for path in [
+        "/health",
+        "/health?serializable=true",
+        "/health?exclude=NOSPACE",
+        "/livez",
+        "/readyz",
+        "/livez?verbose",
+        "/readyz?verbose",
+        "/readyz/linearizable_read",
+        "/livez/serializable_read",
+        "/readyz/no_such_check",
+        "/version",
+        "/healthz",
+        "/",
+    ] {
+        let (m, e) = (http_get(mem.addr(), path).await, http_get(etcd.addr(), path).await);
+        assert_eq!(m, e, "GET {path}: mem_etcd (left) and etcd (right) differ");
+    }
+    let v = http_get(mem.addr(), "/version").await;
+    assert_eq!(v.body, r#"{"etcdserver":"3.6.16","etcdcluster":"3.6.0","storage":"3.6.0"}"#);
+}
+
+/// The lines of a /metrics page that start with `prefix`.
+fn lines_with<'a>(page: &'a str, prefix: &str) -> Vec<&'a str> {
+    page.lines().filter(|l| l.starts_with(prefix)).collect()
+}
+
+/// /metrics counts gRPC calls by method and code as etcd does, and reports the store, watches
+/// and the WAL.
+#[tokio::test]
+async fn metrics_count_calls_and_report_the_store() {
+    let mem = server_of!(Kind::MemEtcd);
+    let etcd = server_of!(Kind::Etcd);
+    let mut pages = Vec::new();
+    for s in [&mem, &etcd] {
+        let mut c = s.client().await;
+        c.put("/registry/pods/default/a", "1", None).await.unwrap();
+        c.put("/registry/pods/default/b", "2", None).await.unwrap();
+        let future = etcd_client::GetOptions::new().with_revision(1000);
+        assert_err(c.get("k", Some(future)).await, tonic::Code::OutOfRange, E_FUTURE);
+        let mut watch = c.watch("/registry/pods/", None).await.unwrap();
+        let created = watch.message().await.unwrap().expect("the created response");
+        assert!(created.created());
+        let m = http_get(s.addr(), "/metrics").await;
+        assert_eq!(m.status, 200);
+        assert!(m.content_type.starts_with("text/plain; version=0.0.4"), "{}", m.content_type);
+        pages.push(m.body);
+    }
+    let (mem_page, etcd_page) = (&pages[0], &pages[1]);
+    for exact in [
+        "grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"Put\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 2",
+        "grpc_server_handled_total{grpc_code=\"OutOfRange\",grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 1",
+        "grpc_server_started_total{grpc_method=\"Put\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 2",
+        "grpc_server_started_total{grpc_method=\"Watch\",grpc_service=\"etcdserverpb.Watch\",grpc_type=\"bidi_stream\"} 1",
+        "etcd_server_has_leader 1",
+        "etcd_server_is_leader 1",
+        "etcd_server_version{server_version=\"3.6.16\"} 1",
+        "etcd_cluster_version{cluster_version=\"3.6\"} 1",
+        "etcd_debugging_mvcc_keys_total 2",
+        "etcd_debugging_mvcc_current_revision 3",
+        "etcd_debugging_mvcc_compact_revision -1",
+        "etcd_debugging_mvcc_watcher_total 1",
+        "etcd_debugging_mvcc_watch_stream_total 1",
+        "etcd_debugging_mvcc_slow_watcher_total 0",
+        "etcd_mvcc_put_total 2",
+    ] {
+        assert!(etcd_page.lines().any(|l| l == exact), "etcd has no line {exact:?}");
+        assert!(
+            mem_page.lines().any(|l| l == exact),
+            "mem_etcd has no line {exact:?}:\n{mem_page}"
+        );
+    }
+    // The same metric types as etcd's, for every metric both have.
+    for t in lines_with(mem_page, "# TYPE ") {
+        let name = t.split(' ').nth(2).unwrap();
+        if let Some(e) = lines_with(etcd_page, &format!("# TYPE {name} ")).first() {
+            assert_eq!(t, *e, "metric type of {name}");
+        }
+    }
+    // mem_etcd's own, and the WAL's latency resolving below a millisecond.
+    let pods = "mem_etcd_partition_keys{prefix=\"/registry/pods/\"} 2";
+    assert!(mem_page.lines().any(|l| l == pods), "{mem_page}");
+    assert_eq!(
+        lines_with(mem_page, "etcd_disk_wal_fsync_duration_seconds_bucket{le=\"0.0001\"}").len(),
+        1
+    );
+    assert_eq!(lines_with(mem_page, "mem_etcd_wal_batch_revisions_count ").len(), 1);
+    // Scraping it costs no gRPC count.
+    let again = http_get(mem.addr(), "/metrics").await.body;
+    assert_eq!(
+        lines_with(&again, "grpc_server_started_total"),
+        lines_with(mem_page, "grpc_server_started_total")
+    );
+}
+
+/// A stream is counted as handled when it ends.
+#[tokio::test]
+async fn a_closed_watch_stream_is_counted_as_handled() {
+    let s = server!();
+    let mut c = s.client().await;
+    let mut watch = c.watch("k", None).await.unwrap();
+    assert!(watch.message().await.unwrap().expect("the created response").created());
+    // The client goes away: the stream ends without a status.
+    drop(watch);
+    drop(c);
+    let prefix = "grpc_server_handled_total{grpc_code=\"Canceled\",grpc_method=\"Watch\"";
+    let start = Instant::now();
+    loop {
+        let page = http_get(s.addr(), "/metrics").await.body;
+        if !lines_with(&page, prefix).is_empty() {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no {prefix} line:\n{page}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `--listen-metrics-urls`: /metrics and the probes on their own port, nothing else.
+#[tokio::test]
+async fn a_metrics_listener_serves_metrics_and_probes_only() {
+    let s = server!(["--listen-metrics-urls=http://127.0.0.1:0"]);
+    let line = s.grep_log("serving /metrics and health probes");
+    let addr: SocketAddr = line
+        .first()
+        .and_then(|l| l.split("metrics_address=").nth(1))
+        .and_then(|a| a.split_whitespace().next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no metrics address in the log:\n{}", s.log_tail()));
+    assert_ne!(addr, s.addr());
+    let m = http_get(addr, "/metrics").await;
+    assert_eq!(m.status, 200);
+    assert!(m.body.contains("etcd_server_has_leader 1"), "{}", m.body);
+    assert_eq!(http_get(addr, "/health").await.body, r#"{"health":"true","reason":""}"#);
+    assert_eq!(http_get(addr, "/readyz").await.status, 200);
+    // etcd's metrics listener has no /version, and no gRPC.
+    assert_eq!(http_get(addr, "/version").await.status, 404);
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut raw = Raw::new(ch);
+    let r = raw.kv.range(pb::RangeRequest { key: "k".into(), ..Default::default() }).await;
+    assert!(r.is_err(), "gRPC on the metrics listener: {r:?}");
+}
+
+/// /health turns unhealthy (503) while the WAL cannot write, and healthy again after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_fails_while_the_wal_cannot_write() {
+    let dir = DataDir::new();
+    let fp = dir.aside("failpoint");
+    std::fs::write(&fp, "").unwrap();
+    let s = dir.start(&["--fsync", "--wal-failpoint", fp.to_str().unwrap()]).await;
+    let mut c = s.client().await;
+    c.put("a", "1", None).await.unwrap();
+    assert_eq!(http_get(s.addr(), "/health").await.status, 200);
+    std::fs::write(&fp, "enospc").unwrap();
+    // This write meets the full disk and waits for it to clear.
+    let pending = tokio::spawn(async move { c.put("b", "2", None).await });
+    let start = Instant::now();
+    while s.grep_log("wal: write failed").is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(10), "no WAL failure:\n{}", s.log_tail());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let h = http_get(s.addr(), "/health").await;
+    assert_eq!(
+        (h.status, h.body.as_str()),
+        (503, r#"{"health":"false","reason":"WAL UNAVAILABLE"}"#)
+    );
+    std::fs::write(&fp, "").unwrap();
+    let put = tokio::time::timeout(Duration::from_secs(10), pending).await;
+    assert!(matches!(put, Ok(Ok(Ok(_)))), "the held write after the disk recovered: {put:?}");
+    assert_eq!(http_get(s.addr(), "/health").await.status, 200);
 }

@@ -1,0 +1,282 @@
+//! HTTP beside gRPC, as etcd serves it on its client port: `/health`, `/livez`, `/readyz`,
+//! `/version` and `/metrics`. Listeners of `--listen-metrics-urls` serve only the probes and
+//! `/metrics` (no gRPC, no `/version`, as etcd's).
+//!
+//! It is a layer in front of the gRPC routes: a request whose path is a known gRPC method goes
+//! on to the routes and is counted (`grpc_server_started_total`, `grpc_server_handled_total`);
+//! anything else is answered here. The layer's future and body wrapper are plain enums and
+//! structs over tonic's (which are `Unpin`), so a gRPC call costs a method lookup and two
+//! atomic adds, and no allocation.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use tonic::body::Body;
+use tonic::service::Routes;
+
+use super::Shared;
+use super::metrics::{self, GrpcKind};
+
+/// Puts the HTTP endpoints in front of a listener's gRPC routes.
+#[derive(Clone, Debug)]
+pub struct HttpLayer {
+    shared: Arc<Shared>,
+    /// Client listener (gRPC, probes, /version, /metrics) or metrics listener (probes and
+    /// /metrics only).
+    grpc: bool,
+}
+
+impl HttpLayer {
+    pub fn client(shared: Arc<Shared>) -> Self {
+        Self { shared, grpc: true }
+    }
+
+    pub fn metrics_only(shared: Arc<Shared>) -> Self {
+        Self { shared, grpc: false }
+    }
+}
+
+impl tower_layer::Layer<Routes> for HttpLayer {
+    type Service = Http;
+
+    fn layer(&self, routes: Routes) -> Http {
+        Http { routes, shared: self.shared.clone(), grpc: self.grpc }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Http {
+    routes: Routes,
+    shared: Arc<Shared>,
+    grpc: bool,
+}
+
+impl tower_service::Service<Request<Body>> for Http {
+    type Response = Response<Body>;
+    type Error = std::convert::Infallible;
+    type Future = HttpFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        tower_service::Service::<Request<Body>>::poll_ready(&mut self.routes, cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> HttpFuture {
+        if self.grpc
+            && let Some(method) = self.shared.grpc_stats.method(req.uri().path())
+        {
+            self.shared.grpc_stats.started(method);
+            // (The routes are always ready: no need to swap in a clone polled ready.)
+            return HttpFuture::Grpc {
+                fut: tower_service::Service::call(&mut self.routes, req),
+                shared: self.shared.clone(),
+                method,
+            };
+        }
+        HttpFuture::Ready(Some(answer(&self.shared, &req, self.grpc)))
+    }
+}
+
+/// The routes' future (tonic does not export its name).
+type RoutesFuture = <Routes as tower_service::Service<Request<Body>>>::Future;
+
+/// A gRPC call on its way, or an HTTP answer.
+// The gRPC variant is the big one and the common one: boxing it would allocate per call.
+#[allow(clippy::large_enum_variant)]
+pub enum HttpFuture {
+    Grpc { fut: RoutesFuture, shared: Arc<Shared>, method: usize },
+    Ready(Option<Response<Body>>),
+}
+
+impl std::fmt::Debug for HttpFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HttpFuture::Grpc { method, .. } => {
+                f.debug_struct("Grpc").field("method", method).finish()
+            }
+            HttpFuture::Ready(_) => f.write_str("Ready"),
+        }
+    }
+}
+
+impl Future for HttpFuture {
+    type Output = Result<Response<Body>, std::convert::Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            HttpFuture::Ready(r) => Poll::Ready(Ok(r.take().expect("polled after completion"))),
+            HttpFuture::Grpc { fut, shared, method } => {
+                let res = std::task::ready!(Pin::new(fut).poll(cx));
+                let Ok(res) = res;
+                let method = *method;
+                // An error answered before any message (the usual way a call fails) carries
+                // its status in the headers ("trailers-only").
+                let code = res.headers().get("grpc-status").map(parse_code);
+                let stats = &shared.grpc_stats;
+                Poll::Ready(Ok(match (stats.kind(method), code) {
+                    (_, Some(code)) => {
+                        stats.handled(method, code);
+                        res
+                    }
+                    // A unary call that succeeded: its OK status is in the trailers.
+                    (GrpcKind::Unary, None) => {
+                        stats.handled(method, 0);
+                        res
+                    }
+                    // A stream ends when its body does.
+                    _ => res.map(|b| {
+                        Body::new(CountOnEnd {
+                            body: b,
+                            shared: shared.clone(),
+                            method,
+                            done: false,
+                        })
+                    }),
+                }))
+            }
+        }
+    }
+}
+
+fn parse_code(v: &HeaderValue) -> u8 {
+    v.to_str().ok().and_then(|s| s.parse().ok()).filter(|c| *c <= 16).unwrap_or(2)
+}
+
+/// A streaming call's response body, counting the call as handled when it ends: with the
+/// status in its trailers, or as Canceled when the client goes away first.
+struct CountOnEnd {
+    body: Body,
+    shared: Arc<Shared>,
+    method: usize,
+    done: bool,
+}
+
+impl CountOnEnd {
+    fn finish(&mut self, code: u8) {
+        if !self.done {
+            self.done = true;
+            self.shared.grpc_stats.handled(self.method, code);
+        }
+    }
+}
+
+impl http_body::Body for CountOnEnd {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, tonic::Status>>> {
+        let this = self.get_mut();
+        let frame = std::task::ready!(Pin::new(&mut this.body).poll_frame(cx));
+        match &frame {
+            Some(Ok(f)) => {
+                if let Some(t) = f.trailers_ref() {
+                    this.finish(t.get("grpc-status").map_or(0, parse_code));
+                }
+            }
+            Some(Err(s)) => this.finish(s.code() as u8),
+            None => this.finish(0),
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for CountOnEnd {
+    fn drop(&mut self) {
+        self.finish(tonic::Code::Cancelled as u8);
+    }
+}
+
+/// The answer to an HTTP request that is not a gRPC call.
+fn answer(shared: &Shared, req: &Request<Body>, grpc: bool) -> Response<Body> {
+    let path = req.uri().path();
+    let query = req.uri().query().unwrap_or("");
+    let verbose = query.split('&').any(|p| p == "verbose" || p.starts_with("verbose="));
+    match path {
+        "/health" => health(shared, query),
+        "/livez" | "/readyz" => probe(shared, path, verbose),
+        p if p.starts_with("/livez/") || p.starts_with("/readyz/") => {
+            let (probe_path, check) = p[1..].split_once('/').expect("checked");
+            let known = checks(&format!("/{probe_path}")).contains(&check);
+            if known { text(StatusCode::OK, "ok\n") } else { not_found() }
+        }
+        "/version" if grpc => {
+            let v = &shared.config.emulated_version;
+            let minor = v.splitn(3, '.').take(2).collect::<Vec<_>>().join(".");
+            let body = format!(
+                "{{\"etcdserver\":\"{v}\",\"etcdcluster\":\"{minor}.0\",\"storage\":\"{minor}.0\"}}"
+            );
+            respond(StatusCode::OK, "application/json", body)
+        }
+        "/metrics" => respond(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics::render(shared),
+        ),
+        _ => not_found(),
+    }
+}
+
+/// The checks `/livez` and `/readyz` report, as etcd names them.
+fn checks(path: &str) -> &'static [&'static str] {
+    match path {
+        "/livez" => &["serializable_read"],
+        _ => &["data_corruption", "serializable_read", "linearizable_read", "non_learner"],
+    }
+}
+
+/// `/livez` and `/readyz`: reads always work on a running mem_etcd (there is no leader to
+/// lose and no raft log to fall behind), so each check passes while the process serves.
+fn probe(_shared: &Shared, path: &str, verbose: bool) -> Response<Body> {
+    if !verbose {
+        return text(StatusCode::OK, "ok\n");
+    }
+    let mut body: String = checks(path).iter().map(|c| format!("[+]{c} ok\n")).collect();
+    body.push_str("ok\n");
+    text(StatusCode::OK, body)
+}
+
+/// `/health`: etcd's JSON. Unhealthy (503) while the WAL cannot write, since writes fail then.
+/// etcd's `exclude` and `serializable` parameters are accepted; neither changes the answer.
+fn health(shared: &Shared, _query: &str) -> Response<Body> {
+    let reason = match shared.store.wal() {
+        Some(w) if !w.writable() => Some("WAL UNAVAILABLE"),
+        _ => None,
+    };
+    let (status, body) = match reason {
+        None => (StatusCode::OK, "{\"health\":\"true\",\"reason\":\"\"}".to_string()),
+        Some(r) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{{\"health\":\"false\",\"reason\":\"{r}\"}}"),
+        ),
+    };
+    respond(status, "text/plain; charset=utf-8", body)
+}
+
+fn not_found() -> Response<Body> {
+    text(StatusCode::NOT_FOUND, "404 page not found\n")
+}
+
+fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
+    respond(status, "text/plain; charset=utf-8", body.into())
+}
+
+fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
+    let mut r = Response::new(Body::new(body));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}

@@ -1,0 +1,359 @@
+//! `/metrics`: etcd's metric names where the meaning matches, so that etcd dashboards and
+//! alerts work, plus mem_etcd's own (`mem_etcd_*`): keys and bytes per partition, WAL batching,
+//! leases. Gauges are read from the store, hub, lessor and WAL when scraped; the gRPC counters
+//! are kept here, updated by the HTTP layer for every call.
+//!
+//! Where mem_etcd counts differently from etcd: `etcd_mvcc_{range,put,delete,txn}_total` count
+//! client calls of each kind (etcd counts its internal reads too), and the db size metrics are
+//! the store's estimate of the memory it holds.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hashbrown::HashMap;
+
+use super::Shared;
+use crate::metrics::{Histogram, header, label, single};
+
+/// How a gRPC method streams, as go-grpc-prometheus labels it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GrpcKind {
+    Unary,
+    ServerStream,
+    BidiStream,
+}
+
+impl GrpcKind {
+    fn label(self) -> &'static str {
+        match self {
+            GrpcKind::Unary => "unary",
+            GrpcKind::ServerStream => "server_stream",
+            GrpcKind::BidiStream => "bidi_stream",
+        }
+    }
+}
+
+use GrpcKind::*;
+
+/// Every method of etcd's v3 API: service, method, kind.
+const METHODS: &[(&str, &str, GrpcKind)] = &[
+    ("etcdserverpb.KV", "Range", Unary),
+    ("etcdserverpb.KV", "Put", Unary),
+    ("etcdserverpb.KV", "DeleteRange", Unary),
+    ("etcdserverpb.KV", "Txn", Unary),
+    ("etcdserverpb.KV", "Compact", Unary),
+    ("etcdserverpb.Watch", "Watch", BidiStream),
+    ("etcdserverpb.Lease", "LeaseGrant", Unary),
+    ("etcdserverpb.Lease", "LeaseRevoke", Unary),
+    ("etcdserverpb.Lease", "LeaseKeepAlive", BidiStream),
+    ("etcdserverpb.Lease", "LeaseTimeToLive", Unary),
+    ("etcdserverpb.Lease", "LeaseLeases", Unary),
+    ("etcdserverpb.Cluster", "MemberAdd", Unary),
+    ("etcdserverpb.Cluster", "MemberRemove", Unary),
+    ("etcdserverpb.Cluster", "MemberUpdate", Unary),
+    ("etcdserverpb.Cluster", "MemberList", Unary),
+    ("etcdserverpb.Cluster", "MemberPromote", Unary),
+    ("etcdserverpb.Maintenance", "Alarm", Unary),
+    ("etcdserverpb.Maintenance", "Status", Unary),
+    ("etcdserverpb.Maintenance", "Defragment", Unary),
+    ("etcdserverpb.Maintenance", "Hash", Unary),
+    ("etcdserverpb.Maintenance", "HashKV", Unary),
+    ("etcdserverpb.Maintenance", "Snapshot", ServerStream),
+    ("etcdserverpb.Maintenance", "MoveLeader", Unary),
+    ("etcdserverpb.Maintenance", "Downgrade", Unary),
+    ("etcdserverpb.Auth", "AuthEnable", Unary),
+    ("etcdserverpb.Auth", "AuthDisable", Unary),
+    ("etcdserverpb.Auth", "AuthStatus", Unary),
+    ("etcdserverpb.Auth", "Authenticate", Unary),
+    ("etcdserverpb.Auth", "UserAdd", Unary),
+    ("etcdserverpb.Auth", "UserGet", Unary),
+    ("etcdserverpb.Auth", "UserList", Unary),
+    ("etcdserverpb.Auth", "UserDelete", Unary),
+    ("etcdserverpb.Auth", "UserChangePassword", Unary),
+    ("etcdserverpb.Auth", "UserGrantRole", Unary),
+    ("etcdserverpb.Auth", "UserRevokeRole", Unary),
+    ("etcdserverpb.Auth", "RoleAdd", Unary),
+    ("etcdserverpb.Auth", "RoleGet", Unary),
+    ("etcdserverpb.Auth", "RoleList", Unary),
+    ("etcdserverpb.Auth", "RoleDelete", Unary),
+    ("etcdserverpb.Auth", "RoleGrantPermission", Unary),
+    ("etcdserverpb.Auth", "RoleRevokePermission", Unary),
+];
+
+/// gRPC status codes by number, as grpc-go spells them in labels.
+const CODES: [&str; 17] = [
+    "OK",
+    "Canceled",
+    "Unknown",
+    "InvalidArgument",
+    "DeadlineExceeded",
+    "NotFound",
+    "AlreadyExists",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "FailedPrecondition",
+    "Aborted",
+    "OutOfRange",
+    "Unimplemented",
+    "Internal",
+    "Unavailable",
+    "DataLoss",
+    "Unauthenticated",
+];
+
+/// Calls started and handled, per method and code. Fixed arrays of atomics: a call costs two
+/// relaxed adds, and no lock is shared between connections.
+#[derive(Debug)]
+pub struct GrpcStats {
+    /// `/service/Method` to its index in `METHODS`; built once, read-only.
+    by_path: HashMap<String, usize>,
+    started: Vec<AtomicU64>,
+    /// `handled[method * 17 + code]`.
+    handled: Vec<AtomicU64>,
+}
+
+impl Default for GrpcStats {
+    fn default() -> Self {
+        let by_path =
+            METHODS.iter().enumerate().map(|(i, (s, m, _))| (format!("/{s}/{m}"), i)).collect();
+        Self {
+            by_path,
+            started: METHODS.iter().map(|_| AtomicU64::new(0)).collect(),
+            handled: (0..METHODS.len() * CODES.len()).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+impl GrpcStats {
+    /// The method a request path calls, if it is one of etcd's.
+    pub fn method(&self, path: &str) -> Option<usize> {
+        self.by_path.get(path).copied()
+    }
+
+    pub fn kind(&self, method: usize) -> GrpcKind {
+        METHODS[method].2
+    }
+
+    pub fn started(&self, method: usize) {
+        self.started[method].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn handled(&self, method: usize, code: u8) {
+        let code = usize::from(code).min(CODES.len() - 1);
+        self.handled[method * CODES.len() + code].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Calls of `method` handled, whatever their code.
+    fn handled_total(&self, method: &str) -> u64 {
+        let Some(i) = METHODS.iter().position(|(_, m, _)| *m == method) else { return 0 };
+        let row = &self.handled[i * CODES.len()..(i + 1) * CODES.len()];
+        row.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// The whole `/metrics` page.
+pub fn render(shared: &Shared) -> String {
+    let mut out = String::with_capacity(16 << 10);
+    let o = &mut out;
+    let store = &shared.store;
+    single(
+        o,
+        "etcd_server_has_leader",
+        "Whether or not a leader exists. 1 is existence, 0 is not.",
+        "gauge",
+        1,
+    );
+    single(
+        o,
+        "etcd_server_is_leader",
+        "Whether or not this member is a leader. 1 if is, 0 otherwise.",
+        "gauge",
+        1,
+    );
+    let v = &shared.config.emulated_version;
+    header(
+        o,
+        "etcd_server_version",
+        "Which version is running. 1 for 'server_version' label with current version.",
+        "gauge",
+    );
+    let _ = writeln!(o, "etcd_server_version{{server_version=\"{}\"}} 1", label(v));
+    let minor = v.splitn(3, '.').take(2).collect::<Vec<_>>().join(".");
+    header(
+        o,
+        "etcd_cluster_version",
+        "Which version is running. 1 for 'cluster_version' label with current cluster version",
+        "gauge",
+    );
+    let _ = writeln!(o, "etcd_cluster_version{{cluster_version=\"{}\"}} 1", label(&minor));
+    let size = store.size_bytes();
+    single(
+        o,
+        "etcd_mvcc_db_total_size_in_bytes",
+        "Total size of the underlying database physically allocated in bytes.",
+        "gauge",
+        size,
+    );
+    single(
+        o,
+        "etcd_mvcc_db_total_size_in_use_in_bytes",
+        "Total size of the underlying database logically in use in bytes.",
+        "gauge",
+        size,
+    );
+    single(
+        o,
+        "etcd_debugging_mvcc_keys_total",
+        "Total number of keys.",
+        "gauge",
+        store.live_keys(),
+    );
+    single(
+        o,
+        "etcd_debugging_mvcc_current_revision",
+        "The current revision of store.",
+        "gauge",
+        store.current_revision(),
+    );
+    // etcd reports -1 before the first compaction.
+    let compacted = store.compact_revision();
+    single(
+        o,
+        "etcd_debugging_mvcc_compact_revision",
+        "The revision of the last compaction in store.",
+        "gauge",
+        if compacted == 0 { -1 } else { compacted },
+    );
+    let g = &shared.grpc_stats;
+    for (name, method, help) in [
+        ("etcd_mvcc_range_total", "Range", "Total number of ranges seen by this member."),
+        ("etcd_mvcc_put_total", "Put", "Total number of puts seen by this member."),
+        ("etcd_mvcc_delete_total", "DeleteRange", "Total number of deletes seen by this member."),
+        ("etcd_mvcc_txn_total", "Txn", "Total number of txns seen by this member."),
+    ] {
+        single(o, name, help, "counter", g.handled_total(method));
+    }
+    let (streams, watchers, slow) = shared.hub.counts();
+    single(
+        o,
+        "etcd_debugging_mvcc_watch_stream_total",
+        "Total number of watch streams.",
+        "gauge",
+        streams,
+    );
+    single(o, "etcd_debugging_mvcc_watcher_total", "Total number of watchers.", "gauge", watchers);
+    single(
+        o,
+        "etcd_debugging_mvcc_slow_watcher_total",
+        "Total number of unsynced slow watchers.",
+        "gauge",
+        slow,
+    );
+    single(o, "mem_etcd_leases", "Leases alive.", "gauge", shared.lessor.len());
+
+    header(
+        o,
+        "mem_etcd_partition_keys",
+        "Live keys per partition (Kubernetes resource prefix; \"\" is the default partition).",
+        "gauge",
+    );
+    let parts = store.partition_stats();
+    for (prefix, keys, _) in &parts {
+        let _ = writeln!(
+            o,
+            "mem_etcd_partition_keys{{prefix=\"{}\"}} {keys}",
+            label(&String::from_utf8_lossy(prefix))
+        );
+    }
+    header(
+        o,
+        "mem_etcd_partition_bytes",
+        "Bytes of keys, values and index held per partition.",
+        "gauge",
+    );
+    for (prefix, _, bytes) in &parts {
+        let _ = writeln!(
+            o,
+            "mem_etcd_partition_bytes{{prefix=\"{}\"}} {bytes}",
+            label(&String::from_utf8_lossy(prefix))
+        );
+    }
+
+    if let Some(w) = store.wal() {
+        let st = &w.stats;
+        st.fsync_seconds.render(
+            o,
+            "etcd_disk_wal_fsync_duration_seconds",
+            "The latency distributions of fsync called by WAL.",
+        );
+        single(
+            o,
+            "etcd_disk_wal_write_bytes_total",
+            "Total number of bytes written in WAL.",
+            "gauge",
+            st.bytes.load(Ordering::Relaxed),
+        );
+        single(
+            o,
+            "mem_etcd_wal_batches_total",
+            "WAL batches written (one write per file touched, then one fdatasync in fsync mode).",
+            "counter",
+            st.batches.load(Ordering::Relaxed),
+        );
+        single(
+            o,
+            "mem_etcd_wal_revisions_total",
+            "Revisions written to the WAL.",
+            "counter",
+            st.revisions.load(Ordering::Relaxed),
+        );
+        st.batch_revisions.render(
+            o,
+            "mem_etcd_wal_batch_revisions",
+            "Revisions per WAL batch (group commit).",
+        );
+    } else {
+        // No WAL: an empty histogram keeps dashboards' queries valid.
+        Histogram::seconds().render(
+            o,
+            "etcd_disk_wal_fsync_duration_seconds",
+            "The latency distributions of fsync called by WAL.",
+        );
+    }
+
+    header(
+        o,
+        "grpc_server_started_total",
+        "Total number of RPCs started on the server.",
+        "counter",
+    );
+    for (i, (service, method, kind)) in METHODS.iter().enumerate() {
+        let n = g.started[i].load(Ordering::Relaxed);
+        if n > 0 {
+            let _ = writeln!(
+                o,
+                "grpc_server_started_total{{grpc_method=\"{method}\",grpc_service=\"{service}\",grpc_type=\"{}\"}} {n}",
+                kind.label()
+            );
+        }
+    }
+    header(
+        o,
+        "grpc_server_handled_total",
+        "Total number of RPCs completed on the server, regardless of success or failure.",
+        "counter",
+    );
+    for (i, (service, method, kind)) in METHODS.iter().enumerate() {
+        for (c, code) in CODES.iter().enumerate() {
+            let n = g.handled[i * CODES.len() + c].load(Ordering::Relaxed);
+            if n > 0 {
+                let _ = writeln!(
+                    o,
+                    "grpc_server_handled_total{{grpc_code=\"{code}\",grpc_method=\"{method}\",grpc_service=\"{service}\",grpc_type=\"{}\"}} {n}",
+                    kind.label()
+                );
+            }
+        }
+    }
+    out
+}
