@@ -29,7 +29,7 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 start() { # KIND
   case $1 in
     # shellcheck disable=SC2086
-    mem_etcd) "$MEM" --data-dir "$TMP/mem" --listen-client-urls "http://127.0.0.1:$PORT" --log-level warn ${MEM_ARGS:-} 2>"$TMP/mem.log" & ;;
+    mem_etcd) "$MEM" --data-dir "$TMP/mem" --listen-client-urls "http://127.0.0.1:$PORT" --quota-backend-bytes 8589934592 --log-level warn ${MEM_ARGS:-} 2>"$TMP/mem.log" & ;;
     etcd) "$ETCD_BIN" --name b --data-dir "$TMP/etcd" --listen-client-urls "http://127.0.0.1:$PORT" \
             --advertise-client-urls "http://127.0.0.1:$PORT" --listen-peer-urls "http://127.0.0.1:$((PORT + 1))" \
             --initial-advertise-peer-urls "http://127.0.0.1:$((PORT + 1))" --initial-cluster "b=http://127.0.0.1:$((PORT + 1))" \

@@ -45,7 +45,7 @@ start() {
   PORT=$(free_port)
   rm -rf "$TMP/data"
   "$TMP/mem_etcd" --data-dir "$TMP/data" --listen-client-urls "http://127.0.0.1:$PORT" \
-    --log-level warn "$@" 2>"$TMP/server.log" &
+    --log-level warn --quota-backend-bytes=-1 "$@" 2>"$TMP/server.log" &
   SERVER_PID=$!
   for _ in $(seq 200); do
     if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then

@@ -131,6 +131,18 @@ pub struct Config {
     #[arg(long, env = "MEM_ETCD_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
 
+    /// The most memory the store may hold, in bytes (its own estimate, reported as the db
+    /// size): past it writes fail with "database space exceeded" and the NOSPACE alarm is
+    /// raised until disarmed. 0: etcd's default, 2 GiB; negative: no quota. The process's RSS
+    /// runs at about 1.5x the store's estimate; leave room for it.
+    #[arg(
+        long,
+        env = "ETCD_QUOTA_BACKEND_BYTES",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub quota_backend_bytes: i64,
+
     /// How --auto-compaction-retention is read: `periodic` (a duration; a plain number is
     /// hours) or `revision` (a number of revisions).
     #[arg(long, env = "ETCD_AUTO_COMPACTION_MODE", value_enum, default_value = "periodic")]
@@ -166,8 +178,6 @@ pub struct Config {
     pub heartbeat_interval: Option<u64>,
     #[arg(long = "election-timeout", env = "ETCD_ELECTION_TIMEOUT", hide = true)]
     pub election_timeout: Option<u64>,
-    #[arg(long = "quota-backend-bytes", env = "ETCD_QUOTA_BACKEND_BYTES", hide = true)]
-    pub quota_backend_bytes: Option<i64>,
 }
 
 /// `--wal-mode`.

@@ -40,6 +40,8 @@ pub enum Error {
     MemberChangeUnsupported,
     /// The WAL cannot write (disk full, I/O error): writes are refused until it can.
     WalUnavailable,
+    /// A write that adds data past `--quota-backend-bytes`, or while the NOSPACE alarm is up.
+    NoSpace,
 }
 
 impl Error {
@@ -61,6 +63,7 @@ impl Error {
             Error::LeaseTtlTooLarge => "etcdserver: too large lease TTL",
             Error::AuthNotEnabled => "etcdserver: authentication is not enabled",
             Error::MemberChangeUnsupported => "etcdserver: not capable",
+            Error::NoSpace => "etcdserver: mvcc: database space exceeded",
             // Not an etcd error (etcd stops on a failed WAL write); worded in etcd's style.
             Error::WalUnavailable => {
                 "etcdserver: WAL write failed (disk full or I/O error); writes are refused until \

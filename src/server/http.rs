@@ -65,16 +65,24 @@ impl tower_service::Service<Request<Body>> for Http {
     }
 
     fn call(&mut self, req: Request<Body>) -> HttpFuture {
-        if self.grpc
-            && let Some(method) = self.shared.grpc_stats.method(req.uri().path())
-        {
-            self.shared.grpc_stats.started(method);
-            // (The routes are always ready: no need to swap in a clone polled ready.)
-            return HttpFuture::Grpc {
-                fut: tower_service::Service::call(&mut self.routes, req),
-                shared: self.shared.clone(),
-                method,
-            };
+        if self.grpc {
+            let method = self.shared.grpc_stats.method(req.uri().path());
+            let grpc = req
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .is_some_and(|t| t.as_bytes().starts_with(b"application/grpc"));
+            if let Some(m) = method {
+                self.shared.grpc_stats.started(m);
+            }
+            // Unknown methods too, for gRPC's own UNIMPLEMENTED answer (not counted, as in
+            // etcd). (The routes are always ready: no need to swap in a clone polled ready.)
+            if method.is_some() || grpc {
+                return HttpFuture::Grpc {
+                    fut: tower_service::Service::call(&mut self.routes, req),
+                    shared: self.shared.clone(),
+                    method,
+                };
+            }
         }
         HttpFuture::Ready(Some(answer(&self.shared, &req, self.grpc)))
     }
@@ -87,7 +95,7 @@ type RoutesFuture = <Routes as tower_service::Service<Request<Body>>>::Future;
 // The gRPC variant is the big one and the common one: boxing it would allocate per call.
 #[allow(clippy::large_enum_variant)]
 pub enum HttpFuture {
-    Grpc { fut: RoutesFuture, shared: Arc<Shared>, method: usize },
+    Grpc { fut: RoutesFuture, shared: Arc<Shared>, method: Option<usize> },
     Ready(Option<Response<Body>>),
 }
 
@@ -111,7 +119,7 @@ impl Future for HttpFuture {
             HttpFuture::Grpc { fut, shared, method } => {
                 let res = std::task::ready!(Pin::new(fut).poll(cx));
                 let Ok(res) = res;
-                let method = *method;
+                let Some(method) = *method else { return Poll::Ready(Ok(res)) };
                 // An error answered before any message (the usual way a call fails) carries
                 // its status in the headers ("trailers-only").
                 let code = res.headers().get("grpc-status").map(parse_code);
@@ -249,18 +257,22 @@ fn probe(_shared: &Shared, path: &str, verbose: bool) -> Response<Body> {
     text(StatusCode::OK, body)
 }
 
-/// `/health`: etcd's JSON. Unhealthy (503) while the WAL cannot write, since writes fail then.
-/// etcd's `exclude` and `serializable` parameters are accepted; neither changes the answer.
-fn health(shared: &Shared, _query: &str) -> Response<Body> {
-    let reason = match shared.store.wal() {
-        Some(w) if !w.writable() => Some("WAL UNAVAILABLE"),
+/// `/health`: etcd's JSON. Unhealthy (503) while an alarm is raised (`ALARM NOSPACE`) unless
+/// `?exclude=NOSPACE` says to ignore it, as in etcd, and while the WAL cannot write, since
+/// writes fail then. `serializable` is accepted and changes nothing (reads never need a leader).
+fn health(shared: &Shared, query: &str) -> Response<Body> {
+    let excluded: Vec<&str> = query.split('&').filter_map(|p| p.strip_prefix("exclude=")).collect();
+    let alarm = shared.alarms.first_not_excluded(&excluded).map(|a| format!("ALARM {a}"));
+    let reason = alarm.or_else(|| match shared.store.wal() {
+        Some(w) if !w.writable() => Some("WAL UNAVAILABLE".to_string()),
         _ => None,
-    };
+    });
     let (status, body) = match reason {
         None => (StatusCode::OK, "{\"health\":\"true\",\"reason\":\"\"}".to_string()),
+        // (etcd writes an unhealthy answer through http.Error, which ends it with a newline.)
         Some(r) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("{{\"health\":\"false\",\"reason\":\"{r}\"}}"),
+            format!("{{\"health\":\"false\",\"reason\":\"{r}\"}}\n"),
         ),
     };
     respond(status, "text/plain; charset=utf-8", body)

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use prost::Message;
 use tonic::{Request, Response, Status};
 
-use super::{Shared, convert};
+use super::{Shared, alarm, convert};
 use crate::proto::etcdserverpb as pb;
 
 #[derive(Debug)]
@@ -33,6 +33,7 @@ impl pb::kv_server::Kv for KvService {
 
     async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
         let req = req.into_inner();
+        self.shared.alarms.check_space(&self.shared.store, alarm::put_cost(&req))?;
         let size = req.encoded_len();
         let applied = self.shared.store.put(convert::put_request(req), size)?;
         self.shared.store.wait_visible(applied.visible_at).await;
@@ -56,6 +57,7 @@ impl pb::kv_server::Kv for KvService {
 
     async fn txn(&self, req: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
         let req = req.into_inner();
+        self.shared.alarms.check_space(&self.shared.store, alarm::txn_cost(&req))?;
         let size = req.encoded_len();
         let applied = self.shared.store.txn(convert::txn_request(req)?, size)?;
         self.shared.store.wait_visible(applied.visible_at).await;

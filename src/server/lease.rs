@@ -113,6 +113,7 @@ impl pb::lease_server::Lease for LeaseService {
         req: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
         let r = req.into_inner();
+        self.shared.alarms.check_space(&self.shared.store, super::alarm::lease_cost())?;
         if self.shared.store.wal().is_some_and(|w| !w.writable()) {
             return Err(crate::error::Error::WalUnavailable.into());
         }

@@ -9,9 +9,6 @@ use tonic::{Request, Response, Status};
 use super::{RAFT_TERM, Shared};
 use crate::proto::etcdserverpb as pb;
 
-/// What Status reports as etcd's backend quota (etcd's default, 2 GiB) until a quota exists.
-const DEFAULT_QUOTA_BYTES: i64 = 2 * 1024 * 1024 * 1024;
-
 #[derive(Debug)]
 pub struct MaintenanceService {
     shared: Arc<Shared>,
@@ -29,10 +26,26 @@ type SnapshotStream = Pin<Box<dyn Stream<Item = Result<pb::SnapshotResponse, Sta
 impl pb::maintenance_server::Maintenance for MaintenanceService {
     async fn alarm(
         &self,
-        _req: Request<pb::AlarmRequest>,
+        req: Request<pb::AlarmRequest>,
     ) -> Result<Response<pb::AlarmResponse>, Status> {
-        // No alarm can be raised yet (there is no quota), so every action sees an empty list.
-        Ok(Response::new(pb::AlarmResponse { header: self.shared.header(0), alarms: vec![] }))
+        let r = req.into_inner();
+        let alarms = &self.shared.alarms;
+        let list = match pb::alarm_request::AlarmAction::try_from(r.action) {
+            Ok(pb::alarm_request::AlarmAction::Get) => alarms.get(r.alarm),
+            Ok(pb::alarm_request::AlarmAction::Activate) => {
+                alarms.activate(r.member_id, r.alarm).into_iter().collect()
+            }
+            Ok(pb::alarm_request::AlarmAction::Deactivate) => {
+                alarms.deactivate(r.member_id, r.alarm).into_iter().collect()
+            }
+            // etcd answers an unknown action with an empty list.
+            Err(_) => Vec::new(),
+        };
+        let alarms = list
+            .into_iter()
+            .map(|(member_id, alarm)| pb::AlarmMember { member_id, alarm })
+            .collect();
+        Ok(Response::new(pb::AlarmResponse { header: self.shared.header(0), alarms }))
     }
 
     async fn status(
@@ -52,11 +65,17 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
             raft_index: rev as u64,
             raft_term: RAFT_TERM,
             raft_applied_index: rev as u64,
-            errors: vec![],
+            // etcd lists raised alarms as their protobuf text form.
+            errors: s
+                .alarms
+                .get(pb::AlarmType::None as i32)
+                .into_iter()
+                .map(|(m, a)| format!("memberID:{m} alarm:{} ", super::alarm::alarm_name(a)))
+                .collect(),
             db_size_in_use: size,
             is_learner: false,
             storage_version: storage_version(&s.config.emulated_version),
-            db_size_quota: DEFAULT_QUOTA_BYTES,
+            db_size_quota: s.alarms.quota_bytes(),
             downgrade_info: Some(pb::DowngradeInfo::default()),
         }))
     }

@@ -203,6 +203,13 @@ pub fn render(shared: &Shared) -> String {
     );
     single(
         o,
+        "etcd_server_quota_backend_bytes",
+        "Current backend storage quota size in bytes.",
+        "gauge",
+        shared.alarms.quota_bytes(),
+    );
+    single(
+        o,
         "etcd_debugging_mvcc_keys_total",
         "Total number of keys.",
         "gauge",

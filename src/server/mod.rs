@@ -3,6 +3,7 @@
 //! Services are thin: convert the request, call the store, fill the header, translate errors
 //! through [`status`]. Methods this server does not know answer UNIMPLEMENTED.
 
+pub mod alarm;
 pub mod auth;
 pub mod cluster;
 pub mod codec;
@@ -53,6 +54,8 @@ pub struct Shared {
     pub config: Config,
     /// gRPC calls started and handled, per method and code (for `/metrics`).
     pub grpc_stats: metrics::GrpcStats,
+    /// Raised alarms and the space quota every write that adds data checks.
+    pub alarms: alarm::Alarms,
 }
 
 impl Shared {
@@ -87,7 +90,8 @@ impl Shared {
         }
         store.attach_recovered_leases();
         let grpc_stats = metrics::GrpcStats::default();
-        Ok(Self { store, hub, lessor, cluster_id, member_id, config, grpc_stats })
+        let alarms = alarm::Alarms::new(config.quota_backend_bytes, member_id);
+        Ok(Self { store, hub, lessor, cluster_id, member_id, config, grpc_stats, alarms })
     }
 
     /// Writes out the WAL and stops its writer (after the listeners stopped).

@@ -16,7 +16,7 @@ struct CtlOutput {
     errors: Vec<String>,
 }
 
-fn etcdctl(
+pub fn etcdctl(
     bin: &Path,
     endpoint: &str,
     args: &[&str],
