@@ -73,7 +73,30 @@ pub struct Config {
     )]
     pub listen_client_urls: Vec<String>,
 
-    /// Extra URLs serving only /metrics and the health probes (http://host:port),
+    /// The server's certificate (PEM, chain first) for https:// listen URLs.
+    #[arg(long, env = "ETCD_CERT_FILE")]
+    pub cert_file: Option<PathBuf>,
+
+    /// The private key of --cert-file (PEM).
+    #[arg(long, env = "ETCD_KEY_FILE")]
+    pub key_file: Option<PathBuf>,
+
+    /// CA certificates (PEM) that client certificates must chain to (with --client-cert-auth).
+    #[arg(long, env = "ETCD_TRUSTED_CA_FILE")]
+    pub trusted_ca_file: Option<PathBuf>,
+
+    /// Refuse https clients without a certificate signed by --trusted-ca-file.
+    #[arg(
+        long,
+        env = "ETCD_CLIENT_CERT_AUTH",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        default_value = "false",
+        action = clap::ArgAction::Set
+    )]
+    pub client_cert_auth: bool,
+
+    /// Extra URLs serving only /metrics and the health probes (http:// or https://host:port),
     /// comma-separated; the client URLs serve them too.
     #[arg(long, env = "ETCD_LISTEN_METRICS_URLS", value_delimiter = ',')]
     pub listen_metrics_urls: Vec<String>,
@@ -172,6 +195,20 @@ pub struct Config {
     pub initial_cluster_state: Option<String>,
     #[arg(long = "initial-cluster-token", env = "ETCD_INITIAL_CLUSTER_TOKEN", hide = true)]
     pub initial_cluster_token: Option<String>,
+    #[arg(long = "peer-cert-file", env = "ETCD_PEER_CERT_FILE", hide = true)]
+    pub peer_cert_file: Option<String>,
+    #[arg(long = "peer-key-file", env = "ETCD_PEER_KEY_FILE", hide = true)]
+    pub peer_key_file: Option<String>,
+    #[arg(long = "peer-trusted-ca-file", env = "ETCD_PEER_TRUSTED_CA_FILE", hide = true)]
+    pub peer_trusted_ca_file: Option<String>,
+    #[arg(
+        long = "peer-client-cert-auth",
+        env = "ETCD_PEER_CLIENT_CERT_AUTH",
+        hide = true,
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub peer_client_cert_auth: Option<String>,
     #[arg(long = "snapshot-count", env = "ETCD_SNAPSHOT_COUNT", hide = true)]
     pub snapshot_count: Option<u64>,
     #[arg(long = "heartbeat-interval", env = "ETCD_HEARTBEAT_INTERVAL", hide = true)]

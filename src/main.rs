@@ -39,9 +39,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    let tls = match server::tls::server_config(&config) {
+        Ok(tls) => tls,
+        Err(e) => {
+            eprintln!("mem_etcd: cannot start: {e}");
+            std::process::exit(1);
+        }
+    };
     let mut listeners = Vec::new();
     for url in &config.listen_client_urls {
-        listeners.push(Listener::bind(url).await.map_err(|e| format!("listen on {url}: {e}"))?);
+        let l = Listener::bind(url, tls.as_ref()).await;
+        listeners.push(l.map_err(|e| format!("listen on {url}: {e}"))?);
     }
     tracing::info!(
         name = %config.name,
@@ -51,7 +59,8 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     );
     let mut metrics_listeners = Vec::new();
     for url in &config.listen_metrics_urls {
-        let l = Listener::bind(url).await.map_err(|e| format!("listen on {url}: {e}"))?;
+        let l =
+            Listener::bind(url, tls.as_ref()).await.map_err(|e| format!("listen on {url}: {e}"))?;
         metrics_listeners.push(l);
     }
     let shared = match Shared::new(config) {

@@ -15,6 +15,7 @@ pub mod lease;
 pub mod maintenance;
 pub mod metrics;
 pub mod status;
+pub mod tls;
 pub mod watch;
 
 use std::future::Future;
@@ -134,12 +135,18 @@ impl Shared {
 #[derive(Debug)]
 pub enum Listener {
     Tcp(TcpListener),
+    /// An `https://` listener and the TLS settings its connections get.
+    Tls(TcpListener, Arc<tokio_rustls::rustls::ServerConfig>),
     Unix(tokio::net::UnixListener, String),
 }
 
 impl Listener {
-    /// Binds `url` (`http://host:port` or `unix://path`).
-    pub async fn bind(url: &str) -> std::io::Result<Self> {
+    /// Binds `url` (`http://host:port`, `https://host:port` or `unix://path`); an https URL
+    /// needs `tls` (from --cert-file and --key-file).
+    pub async fn bind(
+        url: &str,
+        tls: Option<&Arc<tokio_rustls::rustls::ServerConfig>>,
+    ) -> std::io::Result<Self> {
         let bad = || {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("bad listen URL {url:?}"))
         };
@@ -147,17 +154,36 @@ impl Listener {
             let _ = std::fs::remove_file(path);
             return Ok(Listener::Unix(tokio::net::UnixListener::bind(path)?, path.to_string()));
         }
-        let hostport = url.strip_prefix("http://").ok_or_else(bad)?.trim_end_matches('/');
+        let (hostport, tls) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(h), _) => (h, None),
+            (_, Some(h)) => {
+                let tls = tls.ok_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!("{url}: an https URL needs --cert-file and --key-file"),
+                    )
+                })?;
+                (h, Some(tls.clone()))
+            }
+            _ => return Err(bad()),
+        };
+        let hostport = hostport.trim_end_matches('/');
         let addr: SocketAddr = match hostport.parse() {
             Ok(a) => a,
             Err(_) => tokio::net::lookup_host(hostport).await?.next().ok_or_else(bad)?,
         };
-        Ok(Listener::Tcp(TcpListener::bind(addr).await?))
+        let l = TcpListener::bind(addr).await?;
+        Ok(match tls {
+            Some(tls) => Listener::Tls(l, tls),
+            None => Listener::Tcp(l),
+        })
     }
 
     pub fn describe(&self) -> String {
         match self {
-            Listener::Tcp(l) => l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            Listener::Tcp(l) | Listener::Tls(l, _) => {
+                l.local_addr().map(|a| a.to_string()).unwrap_or_default()
+            }
             Listener::Unix(_, p) => format!("unix://{p}"),
         }
     }
@@ -237,6 +263,9 @@ pub async fn serve(
                 // Without TCP_NODELAY small responses wait for delayed ACKs (tens of ms).
                 let incoming = TcpIncoming::from(t).with_nodelay(Some(true));
                 tasks.spawn(r.serve_with_incoming_shutdown(incoming, signal))
+            }
+            Listener::Tls(t, tls) => {
+                tasks.spawn(r.serve_with_incoming_shutdown(tls::incoming(t, tls), signal))
             }
             Listener::Unix(u, _) => {
                 tasks.spawn(r.serve_with_incoming_shutdown(UnixListenerStream::new(u), signal))

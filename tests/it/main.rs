@@ -15,6 +15,7 @@ mod limits;
 mod model;
 mod operations;
 mod services;
+mod tls;
 mod txn;
 mod watch;
 mod watch_diff;

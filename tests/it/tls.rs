@@ -1,0 +1,224 @@
+//! TLS (issue 8): https:// listeners with etcd's flags, checked with the real etcdctl 3.6
+//! (grpc-go, which insists on ALPN h2) and with an HTTP/1.1 client (as Go's health checkers
+//! connect), with and without client certificates. kube-apiserver over TLS is in k8s_e2e.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_rustls::rustls;
+
+use crate::etcdctl::etcdctl;
+use crate::support::*;
+
+/// A CA, a server certificate for 127.0.0.1/localhost and a client certificate from it, and a
+/// client certificate from another CA, as PEM files in a temporary directory.
+#[derive(Debug)]
+pub struct Certs {
+    pub dir: tempfile::TempDir,
+}
+
+impl Certs {
+    pub fn new() -> Certs {
+        let dir = tempfile::Builder::new().prefix("mem_etcd-tls-").tempdir().expect("temp dir");
+        let write = |name: &str, pem: String| std::fs::write(dir.path().join(name), pem).unwrap();
+        let ca = |name: &str| {
+            let key = KeyPair::generate().unwrap();
+            let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            p.distinguished_name.push(DnType::CommonName, name);
+            let cert = p.self_signed(&key).unwrap();
+            (cert.pem(), Issuer::new(p, key))
+        };
+        let leaf = |issuer: &Issuer<'_, KeyPair>, cn: &str, sans: &[&str]| {
+            let key = KeyPair::generate().unwrap();
+            let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
+            let mut p = CertificateParams::new(sans).unwrap();
+            p.distinguished_name.push(DnType::CommonName, cn);
+            p.extended_key_usages = vec![
+                rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+                rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+            ];
+            let cert = p.signed_by(&key, issuer).unwrap();
+            (cert.pem(), key.serialize_pem())
+        };
+        let (ca_pem, issuer) = ca("mem_etcd test CA");
+        write("ca.crt", ca_pem);
+        let (c, k) = leaf(&issuer, "mem_etcd", &["127.0.0.1", "localhost"]);
+        write("server.crt", c);
+        write("server.key", k);
+        let (c, k) = leaf(&issuer, "client", &[]);
+        write("client.crt", c);
+        write("client.key", k);
+        let (_, other) = ca("some other CA");
+        let (c, k) = leaf(&other, "rogue", &[]);
+        write("rogue.crt", c);
+        write("rogue.key", k);
+        Certs { dir }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn arg(&self, flag: &str, name: &str) -> String {
+        format!("{flag}={}", self.path(name).display())
+    }
+
+    /// The server flags: certificate and key, and with `client_auth` the CA and
+    /// --client-cert-auth.
+    pub fn server_flags(&self, client_auth: bool) -> Vec<String> {
+        let mut f =
+            vec![self.arg("--cert-file", "server.crt"), self.arg("--key-file", "server.key")];
+        if client_auth {
+            f.push(self.arg("--trusted-ca-file", "ca.crt"));
+            f.push("--client-cert-auth".into());
+        }
+        f
+    }
+}
+
+/// Starts mem_etcd with a plain listener (which the harness waits on) and an https one with
+/// `flags`; returns the server and the https address.
+pub async fn start_tls(flags: &[String]) -> (Server, SocketAddr) {
+    let mut args = vec!["--listen-client-urls=http://127.0.0.1:0,https://127.0.0.1:0".to_string()];
+    args.extend(flags.iter().cloned());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let s = Server::start(Kind::MemEtcd, &args).await.expect("mem_etcd");
+    let https = s
+        .grep_log("ready to serve client requests")
+        .iter()
+        .filter_map(|l| parse_address(l))
+        .find(|a| *a != s.addr())
+        .unwrap_or_else(|| panic!("no second listener in the log:\n{}", s.log_tail()));
+    (s, https)
+}
+
+/// etcdctl over https with `auth` (pairs of flag and file), e.g. `put k v`; returns the exit
+/// code, stdout and stderr.
+fn ctl(
+    certs: &Certs,
+    addr: SocketAddr,
+    auth: &[(&str, &str)],
+    args: &[&str],
+) -> (Option<i32>, String, String) {
+    let bin = peer_binary("etcdctl").expect("etcdctl peer");
+    let mut all: Vec<String> = auth.iter().map(|(f, n)| certs.arg(f, n)).collect();
+    all.extend(args.iter().map(|a| a.to_string()));
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    etcdctl(&bin, &format!("https://{addr}"), &all, None)
+}
+
+const CLIENT: [(&str, &str); 3] =
+    [("--cacert", "ca.crt"), ("--cert", "client.crt"), ("--key", "client.key")];
+
+#[tokio::test]
+async fn etcdctl_works_over_mutual_tls() {
+    let certs = Certs::new();
+    let (s, https) = start_tls(&certs.server_flags(true)).await;
+    let (code, out, err) = ctl(&certs, https, &CLIENT, &["put", "k", "v"]);
+    assert_eq!((code, out.trim()), (Some(0), "OK"), "{err}");
+    let (code, out, err) = ctl(&certs, https, &CLIENT, &["get", "k", "--print-value-only"]);
+    assert_eq!((code, out.trim()), (Some(0), "v"), "{err}");
+    let (code, out, err) = ctl(&certs, https, &CLIENT, &["endpoint", "health"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    // The same store over the plain listener.
+    let mut c = s.client().await;
+    assert_eq!(c.get("k", None).await.unwrap().kvs()[0].value(), b"v");
+}
+
+#[tokio::test]
+async fn clients_without_a_trusted_certificate_are_refused() {
+    let certs = Certs::new();
+    let (s, https) = start_tls(&certs.server_flags(true)).await;
+    let timeout = ["--command-timeout=3s", "put", "k", "v"];
+    let (code, _, err) = ctl(&certs, https, &[("--cacert", "ca.crt")], &timeout);
+    assert_ne!(code, Some(0), "put without a client certificate succeeded: {err}");
+    let rogue = [("--cacert", "ca.crt"), ("--cert", "rogue.crt"), ("--key", "rogue.key")];
+    let (code, _, err) = ctl(&certs, https, &rogue, &timeout);
+    assert_ne!(code, Some(0), "put with a certificate from another CA succeeded: {err}");
+    // A client that does not trust the server's CA refuses the server.
+    let (code, _, err) = ctl(&certs, https, &[], &timeout);
+    assert_ne!(code, Some(0), "put without the server's CA succeeded: {err}");
+    // Nothing was written, and the server goes on serving.
+    let mut c = s.client().await;
+    assert!(c.get("k", None).await.unwrap().kvs().is_empty());
+    assert!(!s.grep_log("tls: handshake refused").is_empty(), "{}", s.log_tail());
+    let (code, out, err) = ctl(&certs, https, &CLIENT, &["put", "k", "v"]);
+    assert_eq!((code, out.trim()), (Some(0), "OK"), "{err}");
+}
+
+#[tokio::test]
+async fn server_tls_without_client_auth_serves_any_client() {
+    let certs = Certs::new();
+    let (_s, https) = start_tls(&certs.server_flags(false)).await;
+    let (code, out, err) = ctl(&certs, https, &[("--cacert", "ca.crt")], &["put", "k", "v"]);
+    assert_eq!((code, out.trim()), (Some(0), "OK"), "{err}");
+}
+
+/// `GET path` over TLS offering only ALPN http/1.1, with the client certificate.
+async fn https_get(certs: &Certs, addr: SocketAddr, path: &str) -> String {
+    use rustls::pki_types::pem::PemObject;
+    let load = |name: &str| {
+        rustls::pki_types::CertificateDer::pem_file_iter(certs.path(name))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap()
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for c in load("ca.crt") {
+        roots.add(c).unwrap();
+    }
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(certs.path("client.key")).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(load("client.crt"), key)
+        .unwrap();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = connector.connect(name, tcp).await.expect("TLS handshake with ALPN http/1.1");
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    tls.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tls.read_to_end(&mut out).await;
+    String::from_utf8(out).unwrap()
+}
+
+/// Go's HTTP/1.1 health checkers (kubeadm) offer only http/1.1: the server must accept it.
+#[tokio::test]
+async fn health_over_tls_with_http1_alpn() {
+    let certs = Certs::new();
+    let (_s, https) = start_tls(&certs.server_flags(true)).await;
+    let answer = https_get(&certs, https, "/health").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with(r#"{"health":"true","reason":""}"#), "{answer}");
+}
+
+#[tokio::test]
+async fn https_without_a_certificate_or_with_a_bad_one_is_refused_at_start() {
+    let dir = DataDir::new();
+    let certs = Certs::new();
+    let ex = dir.start_expecting_failure(&["--listen-client-urls=https://127.0.0.1:0"]).await;
+    assert!(
+        !ex.grep("an https URL needs --cert-file and --key-file").is_empty(),
+        "{}",
+        ex.output()
+    );
+    let only_cert = certs.arg("--cert-file", "server.crt");
+    let ex = dir.start_expecting_failure(&[&only_cert]).await;
+    assert!(!ex.grep("--cert-file and --key-file go together").is_empty(), "{}", ex.output());
+    let wrong_key = certs.arg("--key-file", "ca.crt");
+    let ex = dir.start_expecting_failure(&[&only_cert, &wrong_key]).await;
+    assert!(!ex.grep("no usable private key").is_empty(), "{}", ex.output());
+    let key = certs.arg("--key-file", "server.key");
+    let ex = dir.start_expecting_failure(&[&only_cert, &key, "--client-cert-auth"]).await;
+    assert!(!ex.grep("--client-cert-auth needs --trusted-ca-file").is_empty(), "{}", ex.output());
+}
