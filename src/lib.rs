@@ -4,11 +4,15 @@
 //!
 //! ## Architecture
 //! Dependencies point one way: `server` → (`watch`, `lease`) → `mvcc` → `wal`, and everything
-//! → (`revision`, `keyspace`, `error`). The storage layers never see gRPC types.
+//! → (`revision`, `keyspace`, `error`, `metrics`). The storage layers never see gRPC types.
 //!
 //! - [`server`]: the gRPC services (KV, Watch, Lease, Maintenance, Cluster, Auth) over tonic.
 //!   Each handler converts the wire request into the store's types, calls the store, fills the
 //!   response header, and translates errors through the single table in `server::status`.
+//!   Around them: TLS for https listeners (`server::tls`), the HTTP endpoints and gRPC call
+//!   counting in front of the routes (`server::http`, `server::metrics`), alarms and the space
+//!   quota checked before writes that add data (`server::alarm`), and auto-compaction
+//!   (`server::compactor`).
 //! - [`mvcc`]: the store. The key space is split into partitions, one per Kubernetes resource
 //!   (`/registry/[group/]resource/`, see [`keyspace`]) plus a default one; each partition has a
 //!   hash map for point lookups, an ordered index with live counts for ranges and exact counts,
