@@ -7,8 +7,10 @@
 //! - [`request`]: the KV API's requests and responses, free of any wire format;
 //! - [`validate`]: etcd's request checks;
 //! - [`event_log`]: every committed revision's events, for watchers;
-//! - [`persist`]: recovery from the WAL into the store, and snapshots of the store.
+//! - [`persist`]: recovery from the WAL into the store, and snapshots of the store;
+//! - [`backup`]: backups of the store at one revision (Maintenance.Snapshot).
 
+pub mod backup;
 pub mod event_log;
 pub mod index;
 pub mod key_index;

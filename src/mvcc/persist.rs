@@ -137,7 +137,7 @@ impl Store {
     }
 }
 
-fn to_version(r: KeyRecord) -> Version {
+pub(super) fn to_version(r: KeyRecord) -> Version {
     Version {
         main: r.rev.main,
         sub: r.rev.sub,

@@ -1,4 +1,4 @@
-//! The Maintenance service: Status, Alarm, Defragment, Hash, HashKV.
+//! The Maintenance service: Status, Alarm, Defragment, Hash, HashKV, Snapshot.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -117,7 +117,10 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         &self,
         _req: Request<pb::SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
-        Err(Status::unimplemented("snapshot is not implemented yet"))
+        let (tx, rx) = tokio::sync::mpsc::channel(SNAPSHOT_QUEUE);
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || send_snapshot(&shared, &tx));
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 
     async fn move_leader(
@@ -139,4 +142,69 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
 fn storage_version(version: &str) -> String {
     let mut parts = version.split('.');
     format!("{}.{}.0", parts.next().unwrap_or("3"), parts.next().unwrap_or("6"))
+}
+
+/// etcd's blob size (`snapshotSendBufferSize`).
+const SNAPSHOT_BLOB: usize = 32 << 10;
+/// Blobs queued for a slow client: the backup waits (holding off compactions, see
+/// `mvcc::backup`) rather than buffering the store.
+const SNAPSHOT_QUEUE: usize = 16;
+
+/// Streams a backup (`wal::backup` format) as etcd streams its database: blobs of 32 KiB, each
+/// with the bytes still to come, then the sha256 of all of them in a message of its own. Runs
+/// on a blocking thread: it reads the whole store.
+fn send_snapshot(
+    shared: &Shared,
+    tx: &tokio::sync::mpsc::Sender<Result<pb::SnapshotResponse, Status>>,
+) {
+    let started = std::time::Instant::now();
+    // etcd sends its storage version here, not its binary's.
+    let version = storage_version(&shared.config.emulated_version);
+    let backup = shared.store.backup(|| shared.lessor.snapshot());
+    let rev = backup.revision();
+    let total = backup.size() as usize;
+    tracing::info!(revision = rev, total_bytes = total, "sending database snapshot to client");
+    let mut header = shared.header(rev);
+    let mut pending = bytes::BytesMut::new();
+    let mut sent = 0;
+    let mut send = |blob: bytes::Bytes, remaining: usize| {
+        // The first header says which revision the snapshot holds (etcd leaves it empty).
+        let resp = pb::SnapshotResponse {
+            header: header.take(),
+            remaining_bytes: remaining as u64,
+            blob,
+            version: version.clone(),
+        };
+        tx.blocking_send(Ok(resp)).is_ok()
+    };
+    let done = backup.write(&mut |piece| {
+        pending.extend_from_slice(&piece);
+        while pending.len() >= SNAPSHOT_BLOB && sent + SNAPSHOT_BLOB <= total {
+            sent += SNAPSHOT_BLOB;
+            if !send(pending.split_to(SNAPSHOT_BLOB).freeze(), total - sent) {
+                return false;
+            }
+        }
+        true
+    });
+    drop(backup);
+    if !done {
+        tracing::warn!(revision = rev, "snapshot: the client went away; stopped sending");
+        return;
+    }
+    if pending.len() != total - sent + crate::wal::backup::SHA_LEN {
+        let msg = format!("snapshot: {} bytes, {total} expected", sent + pending.len());
+        tracing::error!("{msg}");
+        let _ = tx.blocking_send(Err(Status::internal(msg)));
+        return;
+    }
+    let sha = pending.split_off(total - sent).freeze();
+    if (pending.is_empty() || send(pending.freeze(), 0)) && send(sha, 0) {
+        tracing::info!(
+            revision = rev,
+            total_bytes = total,
+            seconds = format!("{:.3}", started.elapsed().as_secs_f64()),
+            "sent database snapshot to client"
+        );
+    }
 }

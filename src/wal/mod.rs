@@ -30,6 +30,7 @@
 //! reads keep being served at the last durable revision, and the writes caught in the failed
 //! batch are acknowledged once it goes through. Nothing acknowledged is lost.
 
+pub mod backup;
 pub mod record;
 pub mod recover;
 pub mod segment;

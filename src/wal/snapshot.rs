@@ -208,6 +208,14 @@ impl SnapshotWriter {
         w.finish()
     }
 
+    /// Makes the snapshot complete in a data directory that has no log yet (one being restored
+    /// from a backup): synced, then renamed into place.
+    pub fn commit_new(self) -> io::Result<()> {
+        sync_dir(&self.tmp)?;
+        fs::rename(&self.tmp, &self.done)?;
+        sync_dir(self.done.parent().expect("snap dir"))
+    }
+
     /// Makes the snapshot the one recovery uses, then deletes what it makes redundant: older
     /// snapshots and WAL segments holding only revisions (meta records) it covers.
     pub fn commit(self, wal: &Wal) -> io::Result<()> {

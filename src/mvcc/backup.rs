@@ -1,0 +1,110 @@
+//! Backups of the store (what Maintenance.Snapshot streams): the state at one revision, every
+//! key's history since the compaction and the leases, encoded as `wal::backup` describes.
+//!
+//! A backup reads the partitions in chunks, as a WAL snapshot does, so writers wait for one
+//! chunk at a time, never for the whole dump; it reads only versions at or below its revision,
+//! so concurrent writes (all above it) cannot tear it. Compaction is what could: it trims the
+//! histories not read yet. So a backup holds the compaction lock from the moment its revision
+//! is fixed until it is dropped, and a compaction meanwhile waits.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use parking_lot::MutexGuard;
+
+use super::partition::Partition;
+use super::persist::to_version;
+use super::store::Store;
+use crate::wal::backup::{Encoder, SHA_LEN};
+
+/// Keys read per partition lock.
+const CHUNK_KEYS: usize = 1024;
+/// About how many bytes [`Backup::write`] hands out at a time.
+const PIECE_BYTES: usize = 256 << 10;
+
+/// A backup of the store fixed at one revision. Compactions wait while it lives.
+pub struct Backup<'a> {
+    store: &'a Store,
+    _serial: MutexGuard<'a, ()>,
+    rev: i64,
+    compacted: i64,
+    leases: Vec<(i64, i64)>,
+    parts: Vec<Arc<Partition>>,
+}
+
+impl std::fmt::Debug for Backup<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backup")
+            .field("rev", &self.rev)
+            .field("compacted", &self.compacted)
+            .finish()
+    }
+}
+
+impl Store {
+    /// Fixes a backup at the current revision. `leases` lists the leases (id, granted TTL).
+    pub fn backup(&self, leases: impl FnOnce() -> Vec<(i64, i64)>) -> Backup<'_> {
+        let serial = self.compaction.lock();
+        let rev = self.commit.clock.committed();
+        let compacted = self.compact_rev.load(Ordering::SeqCst);
+        let leases = leases();
+        // A partition created after `rev` holds no version at or below it: an empty group.
+        let parts = self.table.read().all.clone();
+        Backup { store: self, _serial: serial, rev, compacted, leases, parts }
+    }
+}
+
+impl Backup<'_> {
+    /// The revision whose state the backup holds.
+    pub fn revision(&self) -> i64 {
+        self.rev
+    }
+
+    /// The backup's size without its trailing sha256 (what etcd reports as the snapshot's
+    /// size), found by encoding it once without keeping the bytes.
+    pub fn size(&self) -> u64 {
+        let mut e = Encoder::new(self.rev, self.compacted);
+        self.encode(&mut e, &mut |e| {
+            e.discard();
+            true
+        });
+        e.len() - SHA_LEN as u64
+    }
+
+    /// Hands the backup's bytes to `out` in pieces of about 256 KiB, the sha256 in the last.
+    /// Stops early, returning false, if `out` returns false (the receiver is gone).
+    pub fn write(&self, out: &mut dyn FnMut(Vec<u8>) -> bool) -> bool {
+        let mut e = Encoder::new(self.rev, self.compacted);
+        self.encode(&mut e, &mut |e| out(e.take()))
+    }
+
+    fn encode(&self, e: &mut Encoder, flush: &mut dyn FnMut(&mut Encoder) -> bool) -> bool {
+        let wal = self.store.wal();
+        for p in &self.parts {
+            e.partition(&p.prefix);
+            let mut after = None;
+            loop {
+                let chunk = p.state.read().chunk_at(after.as_ref(), self.rev, CHUNK_KEYS);
+                let Some(last) = chunk.last() else { break };
+                after = Some(last.0.clone());
+                for (key, recs) in chunk {
+                    // What the server would not recover after a restart either: restored, such
+                    // keys would come back stale after the restored server's next restart,
+                    // since their later changes are not logged.
+                    if wal.is_some_and(|w| w.excluded(&key)) {
+                        continue;
+                    }
+                    e.key(key, recs.into_iter().map(to_version).collect());
+                    if e.buffered() >= PIECE_BYTES && !flush(e) {
+                        return false;
+                    }
+                }
+            }
+        }
+        for &(id, ttl) in &self.leases {
+            e.lease(id, ttl);
+        }
+        e.end();
+        flush(e)
+    }
+}

@@ -1,0 +1,524 @@
+//! Backups: the whole store at one revision as one file. It is what Maintenance.Snapshot
+//! streams (so `etcdctl snapshot save` writes it) and what `mem_etcd snapshot restore` turns
+//! into a data directory.
+//!
+//! # Format
+//! ```text
+//! header   "MEMETCDB", format version (u32 LE), 4 reserved bytes         16 bytes
+//! records  framed and encoded as in the WAL (see `record`):
+//!            SnapHeader { rev, compacted, meta_seq: 0, prefix }   starts a partition's keys
+//!            SnapKey { key, versions }...                          its keys, in key order
+//!            ... one such group per partition
+//!            SnapLease { id, ttl }...                              the leases, granted TTLs
+//!            SnapEnd { records }                                   records before it
+//! padding  zero bytes up to a multiple of 512
+//! sha256   of everything above                                     32 bytes
+//! ```
+//! Every header carries the same revision (the state's) and compaction revision (-1 if none).
+//! A key's versions are those retained at or below the revision, oldest first, tombstones
+//! included, as in a WAL snapshot; so a restored store has the source's history since its
+//! compaction, not only the latest values.
+//!
+//! The padding is for etcdctl: it takes a saved file's size modulo 512 being 32 as the sign
+//! that a sha256 follows (etcd's bbolt files are page-aligned) and deletes the file otherwise.
+
+use std::fs::{self, File};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::path::Path;
+
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+
+use super::record::{self, FRAME_LEN, MAX_BODY, Record, Version};
+use super::segment::sync_dir;
+use super::snapshot::{PartitionWriter, SnapshotWriter};
+
+/// First bytes of a backup. Not the WAL's magic: a backup is one file holding every partition,
+/// a WAL snapshot file holds one.
+pub const MAGIC: &[u8; 8] = b"MEMETCDB";
+/// The backup format this code writes and reads.
+pub const VERSION: u32 = 1;
+const HEADER_LEN: usize = 16;
+/// The data before the checksum is padded to a multiple of this.
+pub const ALIGN: u64 = 512;
+pub const SHA_LEN: usize = 32;
+
+/// bbolt's meta page magic, at offset 16 of an etcd snapshot (after the page header).
+const BBOLT_MAGIC: [u8; 4] = 0xED0C_DAEDu32.to_le_bytes();
+
+fn file_header() -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    h
+}
+
+/// Produces a backup's bytes. Call [`partition`](Self::partition) before each partition's
+/// [`key`](Self::key)s, then [`lease`](Self::lease)s and [`end`](Self::end); take the bytes
+/// produced so far with [`take`](Self::take) whenever convenient. Without `take` (a dry run
+/// for the size) the bytes are counted and dropped.
+#[derive(Debug)]
+pub struct Encoder {
+    rev: i64,
+    compacted: i64,
+    buf: Vec<u8>,
+    scratch: Vec<u8>,
+    records: u64,
+    /// Bytes produced, including those still in `buf`.
+    len: u64,
+    /// The sha256 of the bytes produced, up to `buf[..hashed]`.
+    sha: Sha256,
+    hashed: usize,
+}
+
+impl Encoder {
+    pub fn new(rev: i64, compacted: i64) -> Self {
+        let mut e = Self {
+            rev,
+            compacted,
+            buf: Vec::new(),
+            scratch: Vec::new(),
+            records: 0,
+            len: 0,
+            sha: Sha256::new(),
+            hashed: 0,
+        };
+        e.put_raw(&file_header());
+        e
+    }
+
+    fn put_raw(&mut self, b: &[u8]) {
+        self.buf.extend_from_slice(b);
+        self.len += b.len() as u64;
+    }
+
+    fn put(&mut self, r: &Record) {
+        self.scratch.clear();
+        r.encode(&mut self.scratch);
+        let before = self.buf.len();
+        record::frame(&mut self.buf, &self.scratch);
+        self.len += (self.buf.len() - before) as u64;
+        self.records += 1;
+    }
+
+    /// Starts partition `prefix`'s keys.
+    pub fn partition(&mut self, prefix: &Bytes) {
+        let (rev, compacted) = (self.rev, self.compacted);
+        self.put(&Record::SnapHeader { rev, compacted, meta_seq: 0, prefix: prefix.clone() });
+    }
+
+    /// One key's retained versions at or below the revision, oldest first.
+    pub fn key(&mut self, key: Bytes, versions: Vec<Version>) {
+        self.put(&Record::SnapKey { key, versions });
+    }
+
+    /// A lease and its granted TTL.
+    pub fn lease(&mut self, id: i64, ttl: i64) {
+        self.put(&Record::SnapLease { id, ttl });
+    }
+
+    /// Ends the records, pads, and appends the checksum: the backup is complete.
+    pub fn end(&mut self) {
+        let records = self.records;
+        self.put(&Record::SnapEnd { records });
+        let pad = (ALIGN - self.len % ALIGN) % ALIGN;
+        self.put_raw(&vec![0u8; pad as usize]);
+        self.sha.update(&self.buf[self.hashed..]);
+        self.hashed = self.buf.len();
+        let sum: [u8; SHA_LEN] = self.sha.clone().finalize().into();
+        self.put_raw(&sum);
+    }
+
+    /// Bytes produced so far: the whole backup once [`end`](Self::end) was called.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes waiting to be taken.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Takes the bytes produced since the last call.
+    pub fn take(&mut self) -> Vec<u8> {
+        self.sha.update(&self.buf[self.hashed..]);
+        self.hashed = 0;
+        std::mem::take(&mut self.buf)
+    }
+
+    /// Drops the bytes produced since the last call (they still count in [`len`](Self::len)):
+    /// for a dry run that only measures.
+    pub fn discard(&mut self) {
+        self.hashed = 0;
+        self.buf.clear();
+    }
+}
+
+/// Why a backup cannot be read or restored. The text is for an operator.
+#[derive(Debug)]
+pub struct BackupError(pub String);
+
+impl std::fmt::Display for BackupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BackupError {}
+
+fn err(msg: impl Into<String>) -> BackupError {
+    BackupError(msg.into())
+}
+
+/// What a backup holds besides its keys.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Summary {
+    pub rev: i64,
+    /// The compaction revision, -1 if none.
+    pub compacted: i64,
+    /// Keys (with at least one retained version), and versions of them, tombstones included.
+    pub keys: u64,
+    pub versions: u64,
+    /// (id, granted TTL).
+    pub leases: Vec<(i64, i64)>,
+    /// The file's size and its sha256 (hex).
+    pub size: u64,
+    pub sha256: String,
+}
+
+/// One thing a backup holds, in file order.
+#[derive(Debug)]
+pub enum Item {
+    /// A partition's keys follow; every partition is of the same revision.
+    Partition {
+        prefix: Bytes,
+        rev: i64,
+        compacted: i64,
+    },
+    Key(Bytes, Vec<Version>),
+}
+
+/// Reads the backup at `path`, handing partitions and keys to `visit` in file order. Unless
+/// `skip_hash_check`, the sha256 is verified before anything is handed out, so a damaged file
+/// is refused before anything was written from it.
+pub fn read(
+    path: &Path,
+    skip_hash_check: bool,
+    visit: &mut dyn FnMut(Item) -> Result<(), BackupError>,
+) -> Result<Summary, BackupError> {
+    let name = path.display();
+    let io_err = |e: io::Error| err(format!("{name}: {e}"));
+    let mut f = File::open(path).map_err(io_err)?;
+    let size = f.metadata().map_err(io_err)?.len();
+    let mut head = [0u8; 20];
+    let got = read_up_to(&mut f, &mut head).map_err(io_err)?;
+    if got == head.len() && head[16..20] == BBOLT_MAGIC {
+        return Err(err(format!(
+            "{name} is a snapshot of etcd (a bbolt database), not of mem_etcd: mem_etcd cannot \
+             read etcd's format. Restore it with `etcdutl snapshot restore` for an etcd, or copy \
+             the keys from a running etcd into mem_etcd with a client (`etcdctl make-mirror`)"
+        )));
+    }
+    if got < 12 || head[..8] != MAGIC[..] {
+        return Err(err(format!("{name} is not a mem_etcd snapshot (no {MAGIC:?} header)")));
+    }
+    let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+    if version != VERSION {
+        return Err(err(format!(
+            "{name} is a mem_etcd snapshot of format version {version}; this mem_etcd reads \
+             version {VERSION}"
+        )));
+    }
+    let data_len = size.saturating_sub(SHA_LEN as u64);
+    let has_sha = size >= (HEADER_LEN + SHA_LEN) as u64 && data_len % ALIGN == 0;
+    let mut sha256 = String::new();
+    if !skip_hash_check {
+        if !has_sha {
+            return Err(err(format!(
+                "{name} is truncated or damaged: its size ({size} bytes) is not a multiple of \
+                 {ALIGN} plus the 32-byte sha256 a complete snapshot ends with"
+            )));
+        }
+        f.seek(SeekFrom::Start(0)).map_err(io_err)?;
+        let mut r = BufReader::with_capacity(1 << 20, (&mut f).take(data_len));
+        let mut sha = Sha256::new();
+        io::copy(&mut r, &mut sha).map_err(io_err)?;
+        let mut want = [0u8; SHA_LEN];
+        f.seek(SeekFrom::Start(data_len)).map_err(io_err)?;
+        f.read_exact(&mut want).map_err(io_err)?;
+        let got: [u8; SHA_LEN] = sha.finalize().into();
+        if got != want {
+            return Err(err(format!(
+                "{name} is damaged: its sha256 is {}, the snapshot says {} (use \
+                 --skip-hash-check to read it anyway)",
+                hex(&got),
+                hex(&want)
+            )));
+        }
+        sha256 = hex(&got);
+    }
+    f.seek(SeekFrom::Start(HEADER_LEN as u64)).map_err(io_err)?;
+    let mut r = BufReader::with_capacity(1 << 20, f);
+    let mut out = Summary { rev: -1, size, sha256, ..Default::default() };
+    let mut offset = HEADER_LEN as u64;
+    let mut count = 0u64;
+    let at = |offset: u64, what: String| err(format!("{name}: at offset {offset}: {what}"));
+    loop {
+        let mut frame = [0u8; FRAME_LEN];
+        r.read_exact(&mut frame).map_err(|_| at(offset, "the snapshot ends early".into()))?;
+        let len = u32::from_le_bytes(frame[..4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_le_bytes(frame[4..].try_into().expect("4 bytes"));
+        if len == 0 || len > MAX_BODY {
+            return Err(at(offset, format!("impossible record length {len}")));
+        }
+        let mut body = vec![0u8; len];
+        r.read_exact(&mut body).map_err(|_| at(offset, "the snapshot ends early".into()))?;
+        if crc32c::crc32c(&body) != crc {
+            return Err(at(offset, "record checksum mismatch".into()));
+        }
+        let rec = Record::decode(&Bytes::from(body))
+            .ok_or_else(|| at(offset, "record does not decode".into()))?;
+        match rec {
+            Record::SnapHeader { rev, compacted, prefix, .. } => {
+                if out.rev >= 0 && (rev, compacted) != (out.rev, out.compacted) {
+                    return Err(at(offset, "partitions of different revisions".into()));
+                }
+                (out.rev, out.compacted) = (rev, compacted);
+                visit(Item::Partition { prefix, rev, compacted })?;
+            }
+            Record::SnapKey { key, versions } if out.rev >= 0 && out.leases.is_empty() => {
+                out.keys += 1;
+                out.versions += versions.len() as u64;
+                visit(Item::Key(key, versions))?;
+            }
+            Record::SnapLease { id, ttl } if out.rev >= 0 => out.leases.push((id, ttl)),
+            Record::SnapEnd { records } if records == count && out.rev >= 0 => return Ok(out),
+            other => return Err(at(offset, format!("unexpected record {}", kind(&other)))),
+        }
+        count += 1;
+        offset += (FRAME_LEN + len) as u64;
+    }
+}
+
+fn kind(r: &Record) -> &'static str {
+    match r {
+        Record::SnapHeader { .. } => "partition header",
+        Record::SnapKey { .. } => "key",
+        Record::SnapLease { .. } => "lease",
+        Record::SnapEnd { .. } => "end (with a wrong record count)",
+        _ => "of the WAL",
+    }
+}
+
+fn read_up_to(f: &mut File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Writes the backup at `file` as a new data directory `dir` (which must not exist or be
+/// empty): a WAL snapshot at the backup's revision, from which `mem_etcd --data-dir dir`
+/// recovers every key, version and lease and continues after the revision. On failure
+/// nothing is left in `dir`.
+pub fn restore(file: &Path, dir: &Path, skip_hash_check: bool) -> Result<Summary, BackupError> {
+    let created = !dir.exists();
+    if !created {
+        let mut entries = fs::read_dir(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
+        if entries.next().is_some() {
+            return Err(err(format!(
+                "data dir {} is not empty: restore into a new or empty directory",
+                dir.display()
+            )));
+        }
+    }
+    let result = restore_into(file, dir, skip_hash_check);
+    if result.is_err() {
+        // Best effort: what is left is an incomplete data directory nothing should start on.
+        if created {
+            let _ = fs::remove_dir_all(dir);
+        } else if let Ok(entries) = fs::read_dir(dir) {
+            for e in entries.flatten() {
+                let p = e.path();
+                let _ = if p.is_dir() { fs::remove_dir_all(&p) } else { fs::remove_file(&p) };
+            }
+        }
+    }
+    result
+}
+
+fn restore_into(file: &Path, dir: &Path, skip_hash_check: bool) -> Result<Summary, BackupError> {
+    let io_err = |e: io::Error| err(format!("{}: {e}", dir.display()));
+    // Opened at the first header (which carries the revision), so that a file refused before
+    // it (not a backup, a bad checksum) leaves nothing behind.
+    let mut out: Option<(std::fs::File, SnapshotWriter)> = None;
+    let mut seen = std::collections::HashSet::new();
+    let mut part: Option<PartitionWriter> = None;
+    let summary = read(file, skip_hash_check, &mut |item| {
+        match item {
+            Item::Partition { prefix, rev, compacted } => {
+                if out.is_none() {
+                    let lock = super::lock_dir(dir).map_err(io_err)?;
+                    let w = SnapshotWriter::new(dir, rev, compacted, 0).map_err(io_err)?;
+                    out = Some((lock, w));
+                }
+                if let Some(p) = part.take() {
+                    p.finish().map_err(io_err)?;
+                }
+                if !seen.insert(prefix.clone()) {
+                    return Err(err(format!("partition {prefix:?} appears twice")));
+                }
+                let (_, w) = out.as_ref().expect("opened above");
+                part = Some(w.partition(&prefix).map_err(io_err)?);
+            }
+            Item::Key(key, versions) => {
+                let p = part.as_mut().expect("read() hands out keys only after a header");
+                p.key(key, versions).map_err(io_err)?;
+            }
+        }
+        Ok(())
+    })?;
+    if let Some(p) = part.take() {
+        p.finish().map_err(io_err)?;
+    }
+    let (_lock, w) = out.expect("read() fails on a backup without a header");
+    w.leases(&summary.leases).map_err(io_err)?;
+    w.commit_new().map_err(io_err)?;
+    sync_dir(dir).map_err(io_err)?;
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(main: i64, value: &'static [u8]) -> Version {
+        let version = if value.is_empty() { 0 } else { 1 };
+        Version { main, sub: 0, create_rev: main, version, lease: 0, value: Bytes::from(value) }
+    }
+
+    /// A backup at revision 9 of two partitions and a lease, as one byte string.
+    fn sample() -> Vec<u8> {
+        let mut e = Encoder::new(9, 4);
+        let mut out = Vec::new();
+        e.partition(&Bytes::new());
+        e.key(Bytes::from_static(b"a"), vec![v(3, b"x"), v(5, b"")]);
+        out.extend(e.take());
+        e.partition(&Bytes::from_static(b"/registry/pods/"));
+        e.key(Bytes::from_static(b"/registry/pods/p"), vec![v(9, b"y")]);
+        e.lease(7, 60);
+        e.end();
+        let len = e.len();
+        out.extend(e.take());
+        assert_eq!(out.len() as u64, len);
+        out
+    }
+
+    fn file(bytes: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        fs::write(&path, bytes).unwrap();
+        (dir, path)
+    }
+
+    fn read_all(path: &Path, skip: bool) -> Result<(Summary, Vec<String>), BackupError> {
+        let mut items = Vec::new();
+        let s = read(path, skip, &mut |i| {
+            items.push(match i {
+                Item::Partition { prefix, .. } => format!("part {prefix:?}"),
+                Item::Key(k, vs) => format!("key {k:?} {}", vs.len()),
+            });
+            Ok(())
+        })?;
+        Ok((s, items))
+    }
+
+    #[test]
+    fn a_backup_reads_back_and_ends_with_its_sha256_after_padding_to_512() {
+        let bytes = sample();
+        assert_eq!(bytes.len() % 512, 32, "etcdctl recognises the checksum by this");
+        let body = &bytes[..bytes.len() - 32];
+        assert_eq!(&bytes[bytes.len() - 32..], &Sha256::digest(body)[..]);
+        let (_d, path) = file(&bytes);
+        let (s, items) = read_all(&path, false).unwrap();
+        assert_eq!((s.rev, s.compacted, s.keys, s.versions), (9, 4, 2, 3));
+        assert_eq!(s.leases, vec![(7, 60)]);
+        assert_eq!(s.sha256, hex(&Sha256::digest(body)));
+        assert_eq!(items.len(), 4, "{items:?}");
+    }
+
+    #[test]
+    fn damaged_truncated_and_foreign_files_are_refused() {
+        let good = sample();
+        let mut flipped = good.clone();
+        flipped[40] ^= 1;
+        let (_d, path) = file(&flipped);
+        let e = read_all(&path, false).unwrap_err().0;
+        assert!(e.contains("is damaged: its sha256"), "{e}");
+        // Without the hash check, the record's own checksum still catches it.
+        let e = read_all(&path, true).unwrap_err().0;
+        assert!(e.contains("checksum mismatch"), "{e}");
+
+        for cut in [good.len() - 1, good.len() - 32, 40, 10] {
+            let (_d, path) = file(&good[..cut]);
+            let e = read_all(&path, false).unwrap_err().0;
+            assert!(e.contains("truncated") || e.contains("not a mem_etcd"), "{cut}: {e}");
+            // Without the hash check only a cut into the records is noticed.
+            let skipped = read_all(&path, true);
+            match cut {
+                10 => assert!(skipped.unwrap_err().0.contains("not a mem_etcd")),
+                40 => assert!(skipped.unwrap_err().0.contains("ends early")),
+                _ => assert_eq!(skipped.unwrap().0.rev, 9),
+            }
+        }
+
+        let mut bolt = vec![0u8; 4096 * 4 + 32];
+        bolt[16..20].copy_from_slice(&BBOLT_MAGIC);
+        let (_d, path) = file(&bolt);
+        let e = read_all(&path, false).unwrap_err().0;
+        assert!(e.contains("is a snapshot of etcd (a bbolt database)"), "{e}");
+
+        let mut newer = good.clone();
+        newer[8] = 2;
+        let (_d, path) = file(&newer);
+        let e = read_all(&path, true).unwrap_err().0;
+        assert!(e.contains("format version 2"), "{e}");
+    }
+
+    #[test]
+    fn restore_wants_an_empty_dir_and_leaves_nothing_when_it_fails() {
+        let (d, path) = file(&sample());
+        let target = d.path().join("data");
+        let s = restore(&path, &target, false).unwrap();
+        assert_eq!(s.rev, 9);
+        let e = restore(&path, &target, false).unwrap_err().0;
+        assert!(e.contains("is not empty"), "{e}");
+
+        let mut bad = sample();
+        let n = bad.len();
+        bad[n - 1] ^= 1;
+        let (d, path) = file(&bad);
+        let target = d.path().join("data");
+        assert!(restore(&path, &target, false).is_err());
+        assert!(!target.exists());
+        // A bad record found only while writing (the hash check skipped).
+        let mut bad = sample();
+        bad[60] ^= 1;
+        fs::write(&path, &bad).unwrap();
+        fs::create_dir(&target).unwrap();
+        assert!(restore(&path, &target, true).is_err());
+        assert_eq!(fs::read_dir(&target).unwrap().count(), 0);
+    }
+}
