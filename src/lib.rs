@@ -55,6 +55,7 @@ pub mod metrics;
 pub mod mvcc;
 pub mod revision;
 pub mod server;
+pub mod snapshot_cmd;
 pub mod wal;
 pub mod watch;
 

@@ -16,6 +16,10 @@ use tracing_subscriber::EnvFilter;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // `mem_etcd snapshot restore|status ...`: offline tools, no server.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "snapshot") {
+        std::process::exit(mem_etcd::snapshot_cmd::run(std::env::args_os().skip(1)));
+    }
     let config = Config::parse();
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_new(&config.log_level)?)
