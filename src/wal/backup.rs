@@ -253,8 +253,8 @@ pub fn read(
         let got: [u8; SHA_LEN] = sha.finalize().into();
         if got != want {
             return Err(err(format!(
-                "{name} is damaged: its sha256 is {}, the snapshot says {} (use \
-                 --skip-hash-check to read it anyway)",
+                "{name} is damaged or truncated: the sha256 of its content is {}, its last 32 \
+                 bytes say {} (use --skip-hash-check to read it anyway)",
                 hex(&got),
                 hex(&want)
             )));
@@ -466,7 +466,7 @@ mod tests {
         flipped[40] ^= 1;
         let (_d, path) = file(&flipped);
         let e = read_all(&path, false).unwrap_err().0;
-        assert!(e.contains("is damaged: its sha256"), "{e}");
+        assert!(e.contains("is damaged or truncated: the sha256"), "{e}");
         // Without the hash check, the record's own checksum still catches it.
         let e = read_all(&path, true).unwrap_err().0;
         assert!(e.contains("checksum mismatch"), "{e}");
