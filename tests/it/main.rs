@@ -15,6 +15,7 @@ mod limits;
 mod model;
 mod operations;
 mod services;
+mod snapshot;
 mod tls;
 mod txn;
 mod watch;

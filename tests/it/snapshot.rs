@@ -1,0 +1,340 @@
+//! Backups: Maintenance.Snapshot streams what the real `etcdctl snapshot save` saves, and
+//! `mem_etcd snapshot restore` turns the file into a data directory on which mem_etcd has
+//! every key, version, lease and the revision of the moment the snapshot was taken. Damaged,
+//! truncated and etcd's own snapshot files are refused.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use etcd_client::{EventType, GetOptions, LeaseTimeToLiveOptions, WatchOptions};
+use tokio_stream::StreamExt;
+
+use crate::etcdctl::etcdctl;
+use crate::support::*;
+
+fn mem_etcd() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_mem_etcd"))
+}
+
+/// `etcdctl snapshot save file` against `s`; panics unless it succeeds. Returns its stdout.
+async fn save(ctl: &Path, s: &Server, file: &Path) -> String {
+    let (ctl, ep, file) = (ctl.to_path_buf(), s.endpoint(), file.to_path_buf());
+    let (code, out, err) = tokio::task::spawn_blocking(move || {
+        etcdctl(&ctl, &ep, &["snapshot", "save", file.to_str().unwrap()], None)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(0), "etcdctl snapshot save failed:\n{out}\n{err}");
+    out
+}
+
+/// `mem_etcd snapshot <args>`: (exit code, stdout, stderr).
+fn snapshot_cmd(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(mem_etcd()).arg("snapshot").args(args).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Restores `file` into `dir`, which must succeed; returns the snapshot's revision.
+fn restore(file: &Path, dir: &Path) -> i64 {
+    let (code, out, err) =
+        snapshot_cmd(&["restore", file.to_str().unwrap(), "--data-dir", dir.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "restore failed:\n{out}\n{err}");
+    let rev = out.split("revision ").nth(1).and_then(|r| r.split(',').next());
+    rev.and_then(|r| r.parse().ok()).unwrap_or_else(|| panic!("no revision in {out:?}"))
+}
+
+/// Restoring `file` into a fresh directory must fail with a message containing `want`, and
+/// leave no data directory behind.
+fn assert_refused(file: &Path, want: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (code, out, err) =
+        snapshot_cmd(&["restore", file.to_str().unwrap(), "--data-dir", data.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "restore of {} should fail:\n{out}\n{err}", file.display());
+    assert!(err.contains(want), "expected {want:?} in:\n{err}");
+    assert!(!data.exists(), "a refused restore left {}", data.display());
+}
+
+async fn put(c: &mut etcd_client::Client, k: &str, v: impl Into<Vec<u8>>) -> i64 {
+    rev(c.put(k, v, None).await.unwrap().header())
+}
+
+/// Everything at `at` (0: now), values included.
+async fn all_at(c: &mut etcd_client::Client, at: i64) -> (i64, Vec<Kv>) {
+    let r = c.get("", Some(GetOptions::new().with_all_keys().with_revision(at))).await.unwrap();
+    (rev(r.header()), kvs(r.kvs()))
+}
+
+/// Every event from `from` through `to`, with previous values, in order.
+async fn events(c: &mut etcd_client::Client, from: i64, to: i64) -> Vec<(i32, Kv, Option<Kv>)> {
+    let opts = WatchOptions::new().with_all_keys().with_start_revision(from).with_prev_key();
+    let mut stream = c.watch("", Some(opts)).await.unwrap();
+    let mut out = Vec::new();
+    let mut last = 0;
+    while last < to {
+        let resp = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .unwrap_or_else(|_| panic!("no events after revision {last} (want up to {to})"))
+            .unwrap()
+            .expect("the watch ended");
+        for e in resp.events() {
+            let kv = e.kv().expect("an event has a kv");
+            last = kv.mod_revision();
+            if last <= to {
+                let kind = if e.event_type() == EventType::Put { 0 } else { 1 };
+                out.push((kind, Kv::from(kv), e.prev_kv().map(Kv::from)));
+            }
+        }
+    }
+    out
+}
+
+/// Leases as (id, granted TTL, attached keys), sorted.
+async fn leases(c: &mut etcd_client::Client) -> Vec<(i64, i64, Vec<Vec<u8>>)> {
+    let ids: Vec<i64> = c.leases().await.unwrap().leases().iter().map(|l| l.id()).collect();
+    let mut out = Vec::new();
+    for id in ids {
+        let t = c.lease_time_to_live(id, Some(LeaseTimeToLiveOptions::new().with_keys())).await;
+        let t = t.unwrap();
+        let mut keys = t.keys().to_vec();
+        keys.sort();
+        out.push((id, t.granted_ttl(), keys));
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn etcdctl_snapshot_save_gets_etcds_stream_shape() {
+    let Some(ctl) = peer_binary("etcdctl") else { return };
+    let s = Server::start(Kind::MemEtcd, &[]).await.unwrap();
+    let mut c = s.client().await;
+    // Big enough for several 32 KiB blobs.
+    for i in 0..100 {
+        put(&mut c, &format!("/registry/configmaps/ns/c{i}"), vec![b'x'; 1000 + i]).await;
+    }
+    let at = put(&mut c, "last", "v").await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("s.db");
+    let out = save(&ctl, &s, &file).await;
+    assert!(out.contains("Snapshot saved at"), "{out}");
+    // etcd sends its storage version (major.minor.0).
+    assert!(out.contains("Server version 3.6.0"), "{out}");
+    let bytes = std::fs::read(&file).unwrap();
+    assert_eq!(bytes.len() % 512, 32, "etcdctl keeps only files whose size says a sha256 follows");
+
+    // The raw stream: 32 KiB blobs counting down to 0, then the 32-byte sha256.
+    let mut raw = s.raw().await.unwrap();
+    let mut stream = raw.maint.snapshot(pb::SnapshotRequest {}).await.unwrap().into_inner();
+    let mut msgs = Vec::new();
+    while let Some(m) = stream.next().await {
+        msgs.push(m.unwrap());
+    }
+    let (sha, body) = msgs.split_last().unwrap();
+    assert_eq!(body[0].header.as_ref().map(|h| h.revision), Some(at), "the point in time");
+    let total: usize = body.iter().map(|m| m.blob.len()).sum();
+    let mut left = total;
+    for (i, m) in body.iter().enumerate() {
+        left -= m.blob.len();
+        assert_eq!(m.remaining_bytes as usize, left, "blob {i}");
+        assert!(m.blob.len() == 32 << 10 || i == body.len() - 1, "blob {i}: {}", m.blob.len());
+        assert_eq!(m.version, "3.6.0");
+    }
+    assert!(body.len() > 3, "{} blobs", body.len());
+    assert_eq!((sha.blob.len(), sha.remaining_bytes), (32, 0));
+    let streamed: Vec<u8> = msgs.iter().flat_map(|m| m.blob.to_vec()).collect();
+    assert_eq!(streamed, bytes, "nothing written since: the same snapshot");
+
+    let (code, out, err) = snapshot_cmd(&["status", file.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains(&format!("revision: {at}\n")) && out.contains("keys: 101 "), "{out}");
+}
+
+#[tokio::test]
+async fn a_restored_snapshot_is_the_source_at_the_snapshots_revision() {
+    let Some(ctl) = peer_binary("etcdctl") else { return };
+    // No data dir at the source: a snapshot is of the memory, not of a log.
+    let src = Server::start(Kind::MemEtcd, &["--wal-mode", "none"]).await.unwrap();
+    let mut c = src.client().await;
+    let big = |i: usize| format!("{i:04}").repeat(500);
+    for i in 0..300 {
+        put(&mut c, &format!("/registry/pods/ns{}/p{i}", i % 3), big(i)).await;
+    }
+    for i in 0..60 {
+        put(&mut c, &format!("/registry/configmaps/ns/c{}", i % 12), format!("c{i}")).await;
+        put(&mut c, &format!("plain/{}", i % 7), format!("p{i}")).await;
+    }
+    c.delete("/registry/pods/ns1/", Some(etcd_client::DeleteOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let compacted = put(&mut c, "plain/0", "at the compaction").await;
+    for i in 0..40 {
+        put(&mut c, &format!("/registry/configmaps/ns/c{}", i % 5), format!("after {i}")).await;
+    }
+    c.delete("plain/3", None).await.unwrap();
+    c.compact(compacted, None).await.unwrap();
+    let mut granted = Vec::new();
+    for ttl in [600, 1200, 3000] {
+        let id = c.lease_grant(ttl, None).await.unwrap().id();
+        for k in 0..2 {
+            let opts = etcd_client::PutOptions::new().with_lease(id);
+            c.put(format!("/registry/leases/l{ttl}-{k}"), "held", Some(opts)).await.unwrap();
+        }
+        granted.push(id);
+    }
+    // A revoked lease: its keys' deletions are history, the lease is gone.
+    c.lease_revoke(granted[1]).await.unwrap();
+    let before_writers = put(&mut c, "plain/marker", "m").await;
+
+    // Writers keep writing (overwriting keys the snapshot reads, adding and deleting keys in
+    // every partition) until well after the snapshot was taken.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..2 {
+        let (mut c, stop) = (src.client().await, stop.clone());
+        writers.push(tokio::spawn(async move {
+            let mut n = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let k = format!("/registry/pods/ns{}/p{}", n % 3, (n * 7 + w) % 300);
+                c.put(k.as_str(), format!("w{w}-{n}"), None).await.unwrap();
+                c.put(format!("plain/w{w}-{}", n % 50), "new", None).await.unwrap();
+                if n.is_multiple_of(5) {
+                    c.delete(format!("/registry/configmaps/ns/c{}", n % 12), None).await.unwrap();
+                }
+                n += 1;
+            }
+            n
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("s.db");
+    save(&ctl, &src, &file).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        assert!(w.await.unwrap() > 10, "the writers did write");
+    }
+
+    let data = DataDir::new();
+    let at = restore(&file, data.path());
+    let now = put(&mut c, "plain/after", "x").await;
+    assert!(
+        before_writers < at && at < now,
+        "snapshot at {at}: writers wrote {before_writers}..{now}"
+    );
+    let dst = data.start(&[]).await;
+    let mut r = dst.client().await;
+
+    // The state at the snapshot's revision, and nothing after it.
+    let (head, restored) = all_at(&mut r, 0).await;
+    assert_eq!(head, at, "the restored server is at the snapshot's revision");
+    let (_, source) = all_at(&mut c, at).await;
+    assert_eq!(restored.len(), source.len());
+    assert!(restored == source, "the state at revision {at} differs");
+    // The history since the compaction: the state there, and every event after it (values
+    // and previous values included), which is every key's every version at every revision.
+    assert_eq!(all_at(&mut r, compacted).await.1, all_at(&mut c, compacted).await.1);
+    assert_err(
+        r.get("plain/0", Some(GetOptions::new().with_revision(compacted - 1))).await,
+        tonic::Code::OutOfRange,
+        E_COMPACTED,
+    );
+    let (want, got) =
+        (events(&mut c, compacted + 1, at).await, events(&mut r, compacted + 1, at).await);
+    assert_eq!(want.len(), got.len());
+    assert!(want == got, "events {}..={at} differ", compacted + 1);
+    // Ranges at sampled revisions (keys only), counts included.
+    for at_rev in (compacted..=at).step_by(((at - compacted) / 20).max(1) as usize) {
+        let opts =
+            || Some(GetOptions::new().with_all_keys().with_revision(at_rev).with_keys_only());
+        let (a, b) = (c.get("", opts()).await.unwrap(), r.get("", opts()).await.unwrap());
+        assert_eq!((a.count(), kvs(a.kvs())), (b.count(), kvs(b.kvs())), "at {at_rev}");
+    }
+
+    // Leases: the same ids, granted TTLs and keys (no lease changed while writers ran).
+    let want = leases(&mut c).await;
+    assert_eq!(want.iter().map(|l| l.0).collect::<Vec<_>>(), [granted[0], granted[2]]);
+    assert_eq!(leases(&mut r).await, want);
+
+    // Revisions go on from the snapshot's, also after a restart.
+    assert_eq!(put(&mut r, "plain/restored", "r").await, at + 1);
+    dst.stop(Duration::from_secs(10)).await;
+    let dst = data.start(&[]).await;
+    let mut r = dst.client().await;
+    assert_eq!(put(&mut r, "plain/restored", "again").await, at + 2);
+    assert_eq!(leases(&mut r).await, want);
+}
+
+#[tokio::test]
+async fn damaged_or_truncated_snapshots_and_used_data_dirs_are_refused() {
+    let Some(ctl) = peer_binary("etcdctl") else { return };
+    let s = Server::start(Kind::MemEtcd, &[]).await.unwrap();
+    let mut c = s.client().await;
+    for i in 0..50 {
+        put(&mut c, &format!("/registry/secrets/s{i}"), vec![b'v'; 300]).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.db");
+    save(&ctl, &s, &good).await;
+    let bytes = std::fs::read(&good).unwrap();
+
+    let flipped = dir.path().join("flipped.db");
+    let mut b = bytes.clone();
+    b[bytes.len() / 2] ^= 0x10;
+    std::fs::write(&flipped, &b).unwrap();
+    assert_refused(&flipped, "is damaged or truncated: the sha256");
+
+    let truncated = dir.path().join("truncated.db");
+    std::fs::write(&truncated, &bytes[..bytes.len() - 100]).unwrap();
+    assert_refused(&truncated, "is truncated or damaged: its size");
+    // Cut where a sha256 could end: the last 32 bytes are not the content's sha256.
+    std::fs::write(&truncated, &bytes[..bytes.len() - 512]).unwrap();
+    assert_refused(&truncated, "is damaged or truncated: the sha256");
+
+    let garbage = dir.path().join("garbage.db");
+    std::fs::write(&garbage, b"hello").unwrap();
+    assert_refused(&garbage, "is not a mem_etcd snapshot");
+
+    // A used data dir is refused; the snapshot itself is fine.
+    let used = tempfile::tempdir().unwrap();
+    std::fs::write(used.path().join("x"), "x").unwrap();
+    let (code, _, err) = snapshot_cmd(&[
+        "restore",
+        good.to_str().unwrap(),
+        "--data-dir",
+        used.path().to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("is not empty"), "{err}");
+    let fresh = tempfile::tempdir().unwrap();
+    restore(&good, &fresh.path().join("data"));
+}
+
+#[tokio::test]
+async fn a_snapshot_of_etcd_is_refused_with_a_clear_message() {
+    let Some(ctl) = peer_binary("etcdctl") else { return };
+    let etcd = server_of!(Kind::Etcd);
+    let mut c = etcd.client().await;
+    put(&mut c, "k", "v").await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("etcd.db");
+    let from_etcd = save(&ctl, &etcd, &file).await;
+    assert_refused(&file, "is a snapshot of etcd (a bbolt database), not of mem_etcd");
+
+    // etcdctl prints the same server version for both.
+    let mem = Server::start(Kind::MemEtcd, &[]).await.unwrap();
+    let from_mem = save(&ctl, &mem, &dir.path().join("mem.db")).await;
+    let version =
+        |out: &str| out.lines().find(|l| l.starts_with("Server version")).map(str::to_owned);
+    assert_eq!(version(&from_mem), version(&from_etcd));
+    assert!(version(&from_etcd).is_some(), "{from_etcd}");
+}
