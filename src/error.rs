@@ -42,6 +42,8 @@ pub enum Error {
     WalUnavailable,
     /// A write that adds data past `--quota-backend-bytes`, or while the NOSPACE alarm is up.
     NoSpace,
+    /// A Maintenance.Snapshot stream that could not be completed.
+    SnapshotFailed,
 }
 
 impl Error {
@@ -64,6 +66,8 @@ impl Error {
             Error::AuthNotEnabled => "etcdserver: authentication is not enabled",
             Error::MemberChangeUnsupported => "etcdserver: not capable",
             Error::NoSpace => "etcdserver: mvcc: database space exceeded",
+            // Not an etcd error (etcd's snapshot fails only with its disk); etcd's style.
+            Error::SnapshotFailed => "etcdserver: snapshot was not completed (see the server log)",
             // Not an etcd error (etcd stops on a failed WAL write); worded in etcd's style.
             Error::WalUnavailable => {
                 "etcdserver: WAL write failed (disk full or I/O error); writes are refused until \

@@ -2,11 +2,15 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use super::{RAFT_TERM, Shared};
+use crate::error::Error;
 use crate::proto::etcdserverpb as pb;
 
 #[derive(Debug)]
@@ -118,9 +122,14 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         _req: Request<pb::SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
         let (tx, rx) = tokio::sync::mpsc::channel(SNAPSHOT_QUEUE);
-        let shared = self.shared.clone();
-        tokio::task::spawn_blocking(move || send_snapshot(&shared, &tx));
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+        let complete = Arc::new(AtomicBool::new(false));
+        let (shared, done) = (self.shared.clone(), complete.clone());
+        tokio::task::spawn_blocking(move || {
+            if send_snapshot(&shared, &tx) {
+                done.store(true, Ordering::Release);
+            }
+        });
+        Ok(Response::new(Box::pin(SnapshotBody { rx, complete, ended: false })))
     }
 
     async fn move_leader(
@@ -149,15 +158,46 @@ const SNAPSHOT_BLOB: usize = 32 << 10;
 /// Blobs queued for a slow client: the backup waits (holding off compactions, see
 /// `mvcc::backup`) rather than buffering the store.
 const SNAPSHOT_QUEUE: usize = 16;
+/// How long a client may read nothing before its snapshot is abandoned, so that a stalled
+/// client does not hold off compactions for good.
+const SNAPSHOT_STALL: Duration = Duration::from_secs(60);
+
+type SnapshotItem = Result<pb::SnapshotResponse, Status>;
+
+/// The blobs as the sender queues them, ended by an error unless the sender finished: a
+/// stream cut short must not look complete.
+struct SnapshotBody {
+    rx: tokio::sync::mpsc::Receiver<SnapshotItem>,
+    complete: Arc<AtomicBool>,
+    ended: bool,
+}
+
+impl Stream for SnapshotBody {
+    type Item = SnapshotItem;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<SnapshotItem>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(None) => {
+                self.ended = true;
+                Poll::Ready(
+                    (!self.complete.load(Ordering::Acquire))
+                        .then(|| Err(Error::SnapshotFailed.into())),
+                )
+            }
+            other => other,
+        }
+    }
+}
 
 /// Streams a backup (`wal::backup` format) as etcd streams its database: blobs of 32 KiB, each
 /// with the bytes still to come, then the sha256 of all of them in a message of its own. Runs
-/// on a blocking thread: it reads the whole store.
-fn send_snapshot(
-    shared: &Shared,
-    tx: &tokio::sync::mpsc::Sender<Result<pb::SnapshotResponse, Status>>,
-) {
+/// on a blocking thread: it reads the whole store. Returns whether everything was queued.
+fn send_snapshot(shared: &Shared, tx: &tokio::sync::mpsc::Sender<SnapshotItem>) -> bool {
     let started = std::time::Instant::now();
+    let runtime = tokio::runtime::Handle::current();
     // etcd sends its storage version here, not its binary's.
     let version = storage_version(&shared.config.emulated_version);
     let backup = shared.store.backup(|| shared.lessor.snapshot());
@@ -167,6 +207,7 @@ fn send_snapshot(
     let mut header = shared.header(rev);
     let mut pending = bytes::BytesMut::new();
     let mut sent = 0;
+    let mut stalled = false;
     let mut send = |blob: bytes::Bytes, remaining: usize| {
         // The first header says which revision the snapshot holds (etcd leaves it empty).
         let resp = pb::SnapshotResponse {
@@ -175,7 +216,14 @@ fn send_snapshot(
             blob,
             version: version.clone(),
         };
-        tx.blocking_send(Ok(resp)).is_ok()
+        match runtime.block_on(tx.send_timeout(Ok(resp), SNAPSHOT_STALL)) {
+            Ok(()) => true,
+            Err(tokio::sync::mpsc::error::SendTimeoutError::Timeout(_)) => {
+                stalled = true;
+                false
+            }
+            Err(tokio::sync::mpsc::error::SendTimeoutError::Closed(_)) => false,
+        }
     };
     let done = backup.write(&mut |piece| {
         pending.extend_from_slice(&piece);
@@ -189,22 +237,30 @@ fn send_snapshot(
     });
     drop(backup);
     if !done {
-        tracing::warn!(revision = rev, "snapshot: the client went away; stopped sending");
-        return;
+        tracing::warn!(
+            revision = rev,
+            "snapshot: {}; stopped sending",
+            if stalled { "the client read nothing for 60 s" } else { "the client went away" }
+        );
+        return false;
     }
     if pending.len() != total - sent + crate::wal::backup::SHA_LEN {
-        let msg = format!("snapshot: {} bytes, {total} expected", sent + pending.len());
-        tracing::error!("{msg}");
-        let _ = tx.blocking_send(Err(Status::internal(msg)));
-        return;
+        tracing::error!(
+            revision = rev,
+            "snapshot: {} bytes, {total} expected; ending the stream with an error",
+            (sent + pending.len()).saturating_sub(crate::wal::backup::SHA_LEN)
+        );
+        return false;
     }
     let sha = pending.split_off(total - sent).freeze();
-    if (pending.is_empty() || send(pending.freeze(), 0)) && send(sha, 0) {
-        tracing::info!(
-            revision = rev,
-            total_bytes = total,
-            seconds = format!("{:.3}", started.elapsed().as_secs_f64()),
-            "sent database snapshot to client"
-        );
+    if !((pending.is_empty() || send(pending.freeze(), 0)) && send(sha, 0)) {
+        return false;
     }
+    tracing::info!(
+        revision = rev,
+        total_bytes = total,
+        seconds = format!("{:.3}", started.elapsed().as_secs_f64()),
+        "sent database snapshot to client"
+    );
+    true
 }

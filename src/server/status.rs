@@ -25,6 +25,7 @@ pub fn code(e: &Error) -> Code {
         // Unavailable: clients retry elsewhere or later, as for a member that lost its disk.
         Error::WalUnavailable => Code::Unavailable,
         Error::NoSpace => Code::ResourceExhausted,
+        Error::SnapshotFailed => Code::Internal,
     }
 }
 

@@ -159,6 +159,36 @@ async fn etcdctl_snapshot_save_gets_etcds_stream_shape() {
 }
 
 #[tokio::test]
+async fn a_client_leaving_mid_stream_releases_compaction() {
+    let s = Server::start(Kind::MemEtcd, &["--wal-mode", "none"]).await.unwrap();
+    let mut c = s.client().await;
+    // Far more than the queue and the connection's windows hold: the sender has to wait.
+    for i in 0..64 {
+        put(&mut c, &format!("/registry/configmaps/ns/c{i}"), vec![b'x'; 64 << 10]).await;
+    }
+    let at = put(&mut c, "last", "v").await;
+    let mut raw = s.raw().await.unwrap();
+    let mut stream = raw.maint.snapshot(pb::SnapshotRequest {}).await.unwrap().into_inner();
+    stream.next().await.unwrap().unwrap();
+    drop(stream);
+    drop(raw);
+    // A backup holds compactions off while it streams; a cancelled one must stop doing so.
+    let compacted = tokio::time::timeout(Duration::from_secs(10), c.compact(at, None)).await;
+    compacted.expect("compaction still held off after the client left").unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while s.grep_log("the client went away").is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .is_ok(),
+        "{}",
+        s.log_tail()
+    );
+}
+
+#[tokio::test]
 async fn a_restored_snapshot_is_the_source_at_the_snapshots_revision() {
     let Some(ctl) = peer_binary("etcdctl") else { return };
     // No data dir at the source: a snapshot is of the memory, not of a log.
