@@ -13,7 +13,10 @@ const MIN_EMULATED_VERSION: (u64, u64, u64) = (3, 5, 13);
 #[command(
     name = "mem_etcd",
     version,
-    about = "An in-memory, etcd v3 compatible server for Kubernetes"
+    about = "An in-memory, etcd v3 compatible server for Kubernetes",
+    after_help = "Backups (taken with `etcdctl snapshot save`):\n  \
+                  mem_etcd snapshot restore FILE --data-dir DIR [--skip-hash-check]\n  \
+                  mem_etcd snapshot status FILE"
 )]
 pub struct Config {
     /// Human-readable name for this member.

@@ -11,8 +11,10 @@
 //!   response header, and translates errors through the single table in `server::status`.
 //!   Around them: TLS for https listeners (`server::tls`), the HTTP endpoints and gRPC call
 //!   counting in front of the routes (`server::http`, `server::metrics`), alarms and the space
-//!   quota checked before writes that add data (`server::alarm`), and auto-compaction
-//!   (`server::compactor`).
+//!   quota checked before writes that add data (`server::alarm`), auto-compaction
+//!   (`server::compactor`), and Maintenance.Snapshot, which streams a backup the store takes at
+//!   one revision (`mvcc::backup`, in the format of `wal::backup`; `mem_etcd snapshot restore`
+//!   turns it into a data directory).
 //! - [`mvcc`]: the store. The key space is split into partitions, one per Kubernetes resource
 //!   (`/registry/[group/]resource/`, see [`keyspace`]) plus a default one; each partition has a
 //!   hash map for point lookups, an ordered index with live counts for ranges and exact counts,

@@ -85,7 +85,14 @@ async fn by_revision(store: &Store, retention: i64, every: Duration) {
 /// Compacts at `rev`, waiting until the log has it; a compaction that someone else already did
 /// (at `rev` or later) counts as done.
 async fn compact(store: &Store, rev: i64) -> Result<(), Error> {
-    match store.compact(rev) {
+    // A compaction waits for a snapshot being streamed: hand this worker's other tasks to
+    // another thread meanwhile (the runtime may have only one or two). A single-threaded
+    // runtime (the paused-time tests) has no other thread to hand them to.
+    let multi = tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread;
+    let compacted =
+        if multi { tokio::task::block_in_place(|| store.compact(rev)) } else { store.compact(rev) };
+    match compacted {
         Ok(c) => {
             store.wait_logged(&c).await;
             Ok(())
