@@ -169,7 +169,7 @@ pub fn incoming(
                     }
                     // A client that hung up mid-handshake (a TCP probe, a dial raced and
                     // abandoned) is not worth an operator's attention; a refused certificate is.
-                    Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    Ok(Err(e)) if client_left(&e) => {
                         tracing::debug!(%peer, "tls: client left during the handshake")
                     }
                     Ok(Err(e)) => tracing::info!(%peer, error = %e, "tls: handshake refused"),
@@ -179,4 +179,11 @@ pub fn incoming(
         }
     });
     ReceiverStream::new(rx)
+}
+
+/// Whether a handshake failed because the client went away (hung up, reset) rather than
+/// because it was refused.
+fn client_left(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(e.kind(), UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe)
 }
