@@ -274,13 +274,22 @@ async fn a_closed_watch_stream_is_counted_as_handled() {
 #[tokio::test]
 async fn a_metrics_listener_serves_metrics_and_probes_only() {
     let s = server!(["--listen-metrics-urls=http://127.0.0.1:0"]);
-    let line = s.grep_log("serving /metrics and health probes");
-    let addr: SocketAddr = line
-        .first()
-        .and_then(|l| l.split("metrics_address=").nth(1))
-        .and_then(|a| a.split_whitespace().next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no metrics address in the log:\n{}", s.log_tail()));
+    // The harness returns once the client listener answers; the metrics listener's line may
+    // still be on its way through the log reader.
+    let start = Instant::now();
+    let addr: SocketAddr = loop {
+        let line = s.grep_log("serving /metrics and health probes");
+        let addr = line
+            .first()
+            .and_then(|l| l.split("metrics_address=").nth(1))
+            .and_then(|a| a.split_whitespace().next())
+            .and_then(|a| a.parse().ok());
+        if let Some(a) = addr {
+            break a;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no metrics address:\n{}", s.log_tail());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_ne!(addr, s.addr());
     let m = http_get(addr, "/metrics").await;
     assert_eq!(m.status, 200);

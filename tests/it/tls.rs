@@ -87,13 +87,19 @@ pub async fn start_tls(flags: &[String]) -> (Server, SocketAddr) {
     args.extend(flags.iter().cloned());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let s = Server::start(Kind::MemEtcd, &args).await.expect("mem_etcd");
-    let https = s
-        .grep_log("ready to serve client requests")
-        .iter()
-        .filter_map(|l| parse_address(l))
-        .find(|a| *a != s.addr())
-        .unwrap_or_else(|| panic!("no second listener in the log:\n{}", s.log_tail()));
-    (s, https)
+    // The harness returns once the first listener answers; the second one's line may still be
+    // on its way through the log reader.
+    let start = std::time::Instant::now();
+    loop {
+        let lines = s.grep_log("ready to serve client requests");
+        if let Some(a) = lines.iter().filter_map(|l| parse_address(l)).find(|a| *a != s.addr()) {
+            return (s, a);
+        }
+        if start.elapsed() > std::time::Duration::from_secs(10) {
+            panic!("no second listener in the log:\n{}", s.log_tail());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 /// etcdctl over https with `auth` (pairs of flag and file), e.g. `put k v`; returns the exit
