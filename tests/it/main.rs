@@ -6,6 +6,7 @@ mod support;
 mod consistency;
 mod differential;
 mod durability;
+mod history;
 mod etcdctl;
 mod k8s_e2e;
 mod k8s_shapes;

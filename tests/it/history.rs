@@ -1,0 +1,1166 @@
+//! History checking: concurrent clients send Kubernetes-shaped traffic to one server, every
+//! request and response is recorded with its timing, and the history is then validated.
+//!
+//! * KV operations must be linearizable against a model of etcd's MVCC store. The search is
+//!   Wing & Gong's with Lowe's memoization (a set of linearized operations plus a model state is
+//!   explored at most once). Revisions are global, so the history cannot be partitioned by key;
+//!   runs are kept to a few hundred operations instead, with several seeds.
+//! * Reads at a pinned revision are checked outside the search, exactly, against the state the
+//!   linearization had at that revision.
+//! * Watches started from a list's revision must deliver exactly the linearization's events
+//!   (ordered, unique, atomic, reliable, with prev_kv and the create flag right), continue
+//!   seamlessly when resumed from the last revision + 1, never report progress past an event they
+//!   have not delivered, and refuse a compacted start revision with its compact_revision.
+//!
+//! `MEM_ETCD_HISTORY_SOAK=<seconds>` keeps running new seeds for that long.
+
+use std::collections::{BTreeMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mvccpb::event::EventType;
+use pb::compare::{CompareResult, CompareTarget, TargetUnion};
+use pb::request_op::Request as Rq;
+use pb::response_op::Response as Rs;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::support::*;
+use crate::watch::{CreateExt, Ev, Ws, b, hrev, is_progress, on_prefix, prefix_end};
+
+const PREFIX: &str = "/registry/pods/ns/";
+/// Few keys, so creates, updates and deletes of different clients collide.
+const KEYS: usize = 10;
+/// Small pages, so a list of ten keys takes several requests at a pinned revision.
+const PAGE: i64 = 3;
+const CLIENTS: usize = 8;
+/// Operations each client starts per run (a list counts once but sends several pages).
+const OPS_PER_CLIENT: usize = 25;
+/// How long one request may take before its outcome counts as unknown.
+const DEADLINE: Duration = Duration::from_secs(5);
+/// Model states the search may visit before it gives up (and the test fails, saying so).
+const SEARCH_BUDGET: usize = 2_000_000;
+
+// ---------------------------------------------------------------------------------------------
+// The model
+
+/// What the model keeps of a key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Val {
+    value: Vec<u8>,
+    create: i64,
+    modr: i64,
+    version: i64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+struct State {
+    kvs: BTreeMap<Vec<u8>, Val>,
+    rev: i64,
+    compacted: i64,
+}
+
+impl State {
+    fn hash64(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        self.hash(&mut h);
+        h.finish()
+    }
+
+    fn kv(&self, key: &[u8]) -> Option<Kv> {
+        self.kvs.get(key).map(|v| Kv {
+            key: key.to_vec(),
+            value: v.value.clone(),
+            create_revision: v.create,
+            mod_revision: v.modr,
+            version: v.version,
+            lease: 0,
+        })
+    }
+
+    /// A page of `[start, end of PREFIX)`: (kvs, count, more).
+    fn page(&self, start: &[u8], limit: i64) -> (Vec<Kv>, i64, bool) {
+        let end = prefix_end(PREFIX.as_bytes());
+        let all: Vec<Kv> = self
+            .kvs
+            .range(start.to_vec()..end)
+            .map(|(k, _)| self.kv(k).expect("listed key"))
+            .collect();
+        let count = all.len() as i64;
+        let kvs: Vec<Kv> = all.into_iter().take(limit as usize).collect();
+        let more = (kvs.len() as i64) < count;
+        (kvs, count, more)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Req {
+    /// Txn: create_revision == 0 ? put : range.
+    Create {
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    /// Txn: mod_revision == seen ? put : range.
+    Update {
+        key: Vec<u8>,
+        seen: i64,
+        value: Vec<u8>,
+    },
+    /// Txn: mod_revision == seen ? delete : range.
+    Delete {
+        key: Vec<u8>,
+        seen: i64,
+    },
+    /// A linearizable Range of one key.
+    Get {
+        key: Vec<u8>,
+    },
+    /// A Range from `start` to the end of the prefix; `rev` 0 is the current revision.
+    List {
+        start: Vec<u8>,
+        rev: i64,
+        limit: i64,
+    },
+    Compact {
+        rev: i64,
+    },
+}
+
+impl Req {
+    fn is_write(&self) -> bool {
+        matches!(
+            self,
+            Req::Create { .. } | Req::Update { .. } | Req::Delete { .. } | Req::Compact { .. }
+        )
+    }
+}
+
+/// The fields of an answer the model predicts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Resp {
+    rev: i64,
+    succeeded: bool,
+    kvs: Vec<Kv>,
+    count: i64,
+    more: bool,
+    deleted: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ErrKind {
+    Compacted,
+    FutureRev,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Out {
+    Ok(Resp),
+    Err(ErrKind),
+    /// No answer (a timeout or a transport error): a write may or may not have taken effect.
+    Unknown,
+}
+
+/// One recorded operation; times are nanoseconds since the run began.
+#[derive(Clone, Debug)]
+struct Op {
+    client: usize,
+    call: u64,
+    /// `u64::MAX` when the outcome is unknown: the operation may take effect any time after
+    /// its call, or never.
+    ret: u64,
+    req: Req,
+    out: Out,
+}
+
+/// What etcd does with `req` in state `s`: the next state and the answer.
+fn apply(s: &State, req: &Req) -> (State, Result<Resp, ErrKind>) {
+    let mut n = s.clone();
+    let failed = |key: &[u8]| {
+        let kvs: Vec<Kv> = s.kv(key).into_iter().collect();
+        Resp { rev: s.rev, count: kvs.len() as i64, kvs, ..Default::default() }
+    };
+    let put = |n: &mut State, key: &[u8], value: &[u8]| {
+        n.rev += 1;
+        let prev = s.kvs.get(key);
+        n.kvs.insert(
+            key.to_vec(),
+            Val {
+                value: value.to_vec(),
+                create: prev.map_or(n.rev, |p| p.create),
+                modr: n.rev,
+                version: prev.map_or(1, |p| p.version + 1),
+            },
+        );
+        Resp { rev: n.rev, succeeded: true, ..Default::default() }
+    };
+    let r = match req {
+        Req::Create { key, value } => {
+            if s.kvs.contains_key(key) {
+                Ok(failed(key))
+            } else {
+                Ok(put(&mut n, key, value))
+            }
+        }
+        Req::Update { key, seen, value } => {
+            if s.kvs.get(key).is_some_and(|v| v.modr == *seen) {
+                Ok(put(&mut n, key, value))
+            } else {
+                Ok(failed(key))
+            }
+        }
+        Req::Delete { key, seen } => {
+            if s.kvs.get(key).is_some_and(|v| v.modr == *seen) {
+                n.rev += 1;
+                n.kvs.remove(key);
+                Ok(Resp { rev: n.rev, succeeded: true, deleted: 1, ..Default::default() })
+            } else {
+                Ok(failed(key))
+            }
+        }
+        Req::Get { key } => {
+            let kvs: Vec<Kv> = s.kv(key).into_iter().collect();
+            Ok(Resp { rev: s.rev, count: kvs.len() as i64, kvs, ..Default::default() })
+        }
+        Req::List { start, rev, limit } => {
+            if *rev > s.rev {
+                Err(ErrKind::FutureRev)
+            } else if *rev > 0 && *rev < s.compacted {
+                Err(ErrKind::Compacted)
+            } else if *rev > 0 {
+                // The data of a pinned read is checked against the state at `rev`, outside
+                // the search (see check_pinned_reads); only the header is the current state's.
+                Ok(Resp { rev: s.rev, ..Default::default() })
+            } else {
+                let (kvs, count, more) = s.page(start, *limit);
+                Ok(Resp { rev: s.rev, kvs, count, more, ..Default::default() })
+            }
+        }
+        Req::Compact { rev } => {
+            if *rev <= s.compacted {
+                Err(ErrKind::Compacted)
+            } else if *rev > s.rev {
+                Err(ErrKind::FutureRev)
+            } else {
+                n.compacted = *rev;
+                Ok(Resp { rev: s.rev, ..Default::default() })
+            }
+        }
+    };
+    (n, r)
+}
+
+/// Can `op` take effect in state `s`? The state after it if so.
+fn step(s: &State, op: &Op) -> Option<State> {
+    let (n, want) = apply(s, &op.req);
+    let ok = match (&op.out, &want) {
+        (Out::Unknown, _) => true,
+        (Out::Err(got), Err(w)) => got == w,
+        (Out::Ok(got), Ok(w)) => match &op.req {
+            Req::List { rev, .. } if *rev > 0 => got.rev == w.rev,
+            _ => got == w,
+        },
+        _ => false,
+    };
+    ok.then_some(n)
+}
+
+/// A linearization: the order in which the operations took effect (unknown-outcome operations
+/// that never took effect are left out).
+#[derive(Debug)]
+struct Linearization {
+    order: Vec<usize>,
+}
+
+/// Wing & Gong's search with memoization of (linearized set, state). Iterative, so a history of
+/// a few hundred operations cannot overflow the stack.
+fn linearize(ops: &[Op], init: &State) -> Result<Linearization, String> {
+    let n = ops.len();
+    let words = n.div_ceil(64).max(1);
+    let required: Vec<usize> = (0..n).filter(|&i| ops[i].ret != u64::MAX).collect();
+    // Candidates of a frame: every not-yet-linearized operation called before the earliest
+    // return among the required ones still pending (none of those may come after it).
+    let candidates = |done: &[u64]| -> Vec<usize> {
+        let is_done = |i: usize| done[i / 64] >> (i % 64) & 1 == 1;
+        let min_ret = required.iter().filter(|&&i| !is_done(i)).map(|&i| ops[i].ret).min();
+        let min_ret = min_ret.unwrap_or(u64::MAX);
+        (0..n).filter(|&i| !is_done(i) && ops[i].call <= min_ret).collect()
+    };
+    let all_required = |done: &[u64]| required.iter().all(|&i| done[i / 64] >> (i % 64) & 1 == 1);
+
+    struct Frame {
+        done: Vec<u64>,
+        state: State,
+        cands: Vec<usize>,
+        next: usize,
+    }
+    let mut seen: HashSet<(Vec<u64>, u64)> = HashSet::new();
+    let done0 = vec![0u64; words];
+    let mut stack =
+        vec![Frame { cands: candidates(&done0), done: done0, state: init.clone(), next: 0 }];
+    let mut order: Vec<usize> = Vec::new();
+    let mut visited = 0usize;
+    let mut deepest: Vec<usize> = Vec::new();
+    while let Some(top) = stack.last_mut() {
+        if all_required(&top.done) {
+            return Ok(Linearization { order });
+        }
+        if top.next == top.cands.len() {
+            stack.pop();
+            order.pop();
+            continue;
+        }
+        let i = top.cands[top.next];
+        top.next += 1;
+        let Some(state) = step(&top.state, &ops[i]) else { continue };
+        let mut done = top.done.clone();
+        done[i / 64] |= 1 << (i % 64);
+        if !seen.insert((done.clone(), state.hash64())) {
+            continue;
+        }
+        visited += 1;
+        if visited > SEARCH_BUDGET {
+            return Err(format!(
+                "the search gave up after {SEARCH_BUDGET} states ({n} operations); shrink the history"
+            ));
+        }
+        order.push(i);
+        if order.len() > deepest.len() {
+            deepest = order.clone();
+        }
+        stack.push(Frame { cands: candidates(&done), done, state, next: 0 });
+    }
+    // Explain with the longest prefix found: the state it reached and what could not follow.
+    let mut s = init.clone();
+    for &i in &deepest {
+        s = step(&s, &ops[i]).expect("a prefix the search linearized replays");
+    }
+    let mut done = vec![0u64; words];
+    for &i in &deepest {
+        done[i / 64] |= 1 << (i % 64);
+    }
+    let stuck: Vec<String> = candidates(&done)
+        .into_iter()
+        .map(|i| {
+            format!(
+                "  #{i} client {} {:?} -> {:?} (model: {:?})",
+                ops[i].client,
+                ops[i].req,
+                ops[i].out,
+                apply(&s, &ops[i].req).1
+            )
+        })
+        .collect();
+    Err(format!(
+        "not linearizable: {} of {} operations linearized at best; then at revision {} (compacted {}) none of these fits:\n{}",
+        deepest.len(),
+        n,
+        s.rev,
+        s.compacted,
+        stuck.join("\n")
+    ))
+}
+
+/// The states of a linearization by revision (the state right after the write that produced
+/// each revision; `init` for revisions up to its own) and every event, in revision order.
+fn replay(ops: &[Op], init: &State, lin: &Linearization) -> (BTreeMap<i64, State>, Vec<Ev>) {
+    let mut states = BTreeMap::from([(init.rev, init.clone())]);
+    let mut events = Vec::new();
+    let mut s = init.clone();
+    for &i in &lin.order {
+        let n = step(&s, &ops[i]).expect("the linearization replays");
+        if n.rev > s.rev {
+            let key = match &ops[i].req {
+                Req::Create { key, .. } | Req::Update { key, .. } | Req::Delete { key, .. } => key,
+                other => panic!("a revision from a non-writing request {other:?}"),
+            };
+            let prev = s.kv(key);
+            match n.kv(key) {
+                Some(kv) => events.push(Ev { put: true, kv, prev }),
+                None => events.push(Ev {
+                    put: false,
+                    kv: Kv {
+                        key: key.clone(),
+                        value: Vec::new(),
+                        create_revision: 0,
+                        mod_revision: n.rev,
+                        version: 0,
+                        lease: 0,
+                    },
+                    prev,
+                }),
+            }
+        }
+        if n.rev != s.rev || n.compacted != s.compacted {
+            states.insert(n.rev, n.clone());
+        }
+        s = n;
+    }
+    (states, events)
+}
+
+/// Every answered read at a pinned revision must be the page of the state at that revision.
+fn check_pinned_reads(ops: &[Op], states: &BTreeMap<i64, State>) -> Result<(), String> {
+    for (i, op) in ops.iter().enumerate() {
+        let (Req::List { start, rev, limit }, Out::Ok(got)) = (&op.req, &op.out) else { continue };
+        if *rev == 0 {
+            continue;
+        }
+        let Some((_, at)) = states.range(..=*rev).next_back() else {
+            return Err(format!("#{i}: a read at revision {rev}, before the history began"));
+        };
+        let (kvs, count, more) = at.page(start, *limit);
+        if (&got.kvs, got.count, got.more) != (&kvs, count, more) {
+            return Err(format!(
+                "#{i} client {}: a list at revision {rev} from {:?}: expected {count} keys, more {more}, {:?}; got {} keys, more {}, {:?}",
+                op.client,
+                String::from_utf8_lossy(start),
+                kvs,
+                got.count,
+                got.more,
+                got.kvs
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The whole KV check; returns the states by revision and the events for the watch checks.
+fn check_history(ops: &[Op], init: &State) -> Result<(BTreeMap<i64, State>, Vec<Ev>), String> {
+    let lin = linearize(ops, init)?;
+    let (states, events) = replay(ops, init, &lin);
+    check_pinned_reads(ops, &states)?;
+    Ok((states, events))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Watch checks
+
+/// One watch stream's responses for a watch created at `start`.
+#[derive(Debug, Default)]
+struct WatchLog {
+    start: i64,
+    responses: Vec<pb::WatchResponse>,
+}
+
+/// Checks the responses of `segments` (a watch and its resumptions, each from the previous
+/// one's last revision + 1) against `events`, the history's events on the watched prefix, up to
+/// revision `end`.
+fn check_watch(segments: &[WatchLog], events: &[Ev], end: i64) -> Result<(), String> {
+    let first = segments.first().ok_or("no watch")?.start;
+    let mut got: Vec<Ev> = Vec::new();
+    let mut delivered = first - 1;
+    for (n, seg) in segments.iter().enumerate() {
+        if n > 0 && seg.start != delivered + 1 {
+            return Err(format!(
+                "segment {n} resumed at {}, expected {}",
+                seg.start,
+                delivered + 1
+            ));
+        }
+        for r in &seg.responses {
+            if r.created || r.canceled {
+                continue;
+            }
+            if is_progress(r) {
+                // A bookmark: everything at or below its revision has been delivered already.
+                if hrev(r) < delivered {
+                    return Err(format!(
+                        "segment {n}: progress at revision {} after events up to {delivered}",
+                        hrev(r)
+                    ));
+                }
+                delivered = delivered.max(hrev(r));
+                continue;
+            }
+            let revs: Vec<i64> =
+                r.events.iter().map(|e| e.kv.as_ref().map_or(0, |k| k.mod_revision)).collect();
+            // Ordered and atomic: a response continues strictly after everything delivered
+            // before it (a revision is never split across responses), in revision order.
+            if revs.first().is_some_and(|&f| f <= delivered) || !revs.is_sorted() {
+                return Err(format!(
+                    "segment {n}: events at revisions {revs:?} after everything up to {delivered} was delivered or reported"
+                ));
+            }
+            if revs.last().is_some_and(|&l| l > hrev(r)) {
+                return Err(format!(
+                    "segment {n}: events {revs:?} beyond the header's revision {}",
+                    hrev(r)
+                ));
+            }
+            for e in &r.events {
+                let ev = Ev::from(e);
+                let kv = e.kv.as_ref().expect("an event has a kv");
+                let is_create =
+                    e.r#type == EventType::Put as i32 && kv.create_revision == kv.mod_revision;
+                if is_create != (ev.put && ev.kv.version == 1) {
+                    return Err(format!("segment {n}: the create flag is wrong on {}", ev.brief()));
+                }
+                got.push(ev);
+            }
+            delivered = revs.last().copied().unwrap_or(delivered);
+        }
+    }
+    // Reliable and unique, with prev_kv: exactly the history's events from the first start on.
+    let want: Vec<&Ev> =
+        events.iter().filter(|e| e.kv.mod_revision >= first && e.kv.mod_revision <= end).collect();
+    let got_upto: Vec<&Ev> = got.iter().filter(|e| e.kv.mod_revision <= end).collect();
+    if got_upto != want {
+        let brief = |v: &[&Ev]| v.iter().map(|e| e.brief()).collect::<Vec<_>>().join(", ");
+        return Err(format!(
+            "watch from {first}: expected the events [{}], got [{}]",
+            brief(&want),
+            brief(&got_upto)
+        ));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Traffic
+
+fn key_name(i: usize) -> Vec<u8> {
+    format!("{PREFIX}pod-{i}").into_bytes()
+}
+
+fn cmp(key: &[u8], target: CompareTarget, union: TargetUnion) -> pb::Compare {
+    pb::Compare {
+        result: CompareResult::Equal as i32,
+        target: target as i32,
+        key: key.to_vec().into(),
+        target_union: Some(union),
+        ..Default::default()
+    }
+}
+
+fn range_of(key: &[u8]) -> pb::RequestOp {
+    pb::RequestOp {
+        request: Some(Rq::RequestRange(pb::RangeRequest {
+            key: key.to_vec().into(),
+            ..Default::default()
+        })),
+    }
+}
+
+fn txn_of(req: &Req) -> pb::TxnRequest {
+    let (compare, success) = match req {
+        Req::Create { key, value } => (
+            cmp(key, CompareTarget::Create, TargetUnion::CreateRevision(0)),
+            Rq::RequestPut(pb::PutRequest {
+                key: key.to_vec().into(),
+                value: value.to_vec().into(),
+                ..Default::default()
+            }),
+        ),
+        Req::Update { key, seen, value } => (
+            cmp(key, CompareTarget::Mod, TargetUnion::ModRevision(*seen)),
+            Rq::RequestPut(pb::PutRequest {
+                key: key.to_vec().into(),
+                value: value.to_vec().into(),
+                ..Default::default()
+            }),
+        ),
+        Req::Delete { key, seen } => (
+            cmp(key, CompareTarget::Mod, TargetUnion::ModRevision(*seen)),
+            Rq::RequestDeleteRange(pb::DeleteRangeRequest {
+                key: key.to_vec().into(),
+                ..Default::default()
+            }),
+        ),
+        other => unreachable!("not a txn: {other:?}"),
+    };
+    let key = match req {
+        Req::Create { key, .. } | Req::Update { key, .. } | Req::Delete { key, .. } => key,
+        _ => unreachable!(),
+    };
+    pb::TxnRequest {
+        compare: vec![compare],
+        success: vec![pb::RequestOp { request: Some(success) }],
+        failure: vec![range_of(key)],
+    }
+}
+
+fn kvs_of(kvs: &[mvccpb::KeyValue]) -> Vec<Kv> {
+    kvs.iter().map(Kv::from).collect()
+}
+
+/// Sends `req` and records what came back. `None` for a read that failed without an answer
+/// (it constrains nothing).
+async fn send(raw: &mut Raw, req: &Req) -> Option<Out> {
+    let header = |h: Option<pb::ResponseHeader>| h.map_or(0, |h| h.revision);
+    let call = async {
+        match req {
+            Req::Create { .. } | Req::Update { .. } | Req::Delete { .. } => {
+                raw.kv.txn(txn_of(req)).await.map(|r| {
+                    let r = r.into_inner();
+                    let mut out = Resp {
+                        rev: header(r.header),
+                        succeeded: r.succeeded,
+                        ..Default::default()
+                    };
+                    for op in r.responses {
+                        match op.response {
+                            Some(Rs::ResponseRange(rr)) => {
+                                out.kvs = kvs_of(&rr.kvs);
+                                out.count = rr.count;
+                                out.more = rr.more;
+                            }
+                            Some(Rs::ResponseDeleteRange(d)) => out.deleted = d.deleted,
+                            _ => {}
+                        }
+                    }
+                    out
+                })
+            }
+            Req::Get { key } => raw
+                .kv
+                .range(pb::RangeRequest { key: key.to_vec().into(), ..Default::default() })
+                .await
+                .map(|r| {
+                    let r = r.into_inner();
+                    Resp {
+                        rev: header(r.header),
+                        kvs: kvs_of(&r.kvs),
+                        count: r.count,
+                        more: r.more,
+                        ..Default::default()
+                    }
+                }),
+            Req::List { start, rev, limit } => raw
+                .kv
+                .range(pb::RangeRequest {
+                    key: start.to_vec().into(),
+                    range_end: prefix_end(PREFIX.as_bytes()).into(),
+                    limit: *limit,
+                    revision: *rev,
+                    ..Default::default()
+                })
+                .await
+                .map(|r| {
+                    let r = r.into_inner();
+                    Resp {
+                        rev: header(r.header),
+                        kvs: kvs_of(&r.kvs),
+                        count: r.count,
+                        more: r.more,
+                        ..Default::default()
+                    }
+                }),
+            Req::Compact { rev } => raw
+                .kv
+                .compact(pb::CompactionRequest { revision: *rev, physical: false })
+                .await
+                .map(|r| Resp { rev: header(r.into_inner().header), ..Default::default() }),
+        }
+    };
+    match tokio::time::timeout(DEADLINE, call).await {
+        Ok(Ok(r)) => Some(Out::Ok(r)),
+        Ok(Err(s)) if s.message().contains("required revision has been compacted") => {
+            Some(Out::Err(ErrKind::Compacted))
+        }
+        Ok(Err(s)) if s.message().contains("required revision is a future revision") => {
+            Some(Out::Err(ErrKind::FutureRev))
+        }
+        _ if req.is_write() => Some(Out::Unknown),
+        _ => None,
+    }
+}
+
+/// One client's traffic: what a controller does through kube-apiserver's storage layer.
+async fn client(id: usize, mut raw: Raw, seed: u64, t0: Instant) -> Vec<Op> {
+    let mut rng = SmallRng::seed_from_u64(seed ^ (id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut ops = Vec::new();
+    // The mod revision this client last saw per key, as an informer's cache would hold it.
+    let mut seen: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
+    let mut list_revs: Vec<i64> = Vec::new();
+    let mut serial = 0;
+    let record = async |raw: &mut Raw, ops: &mut Vec<Op>, req: Req| -> Option<Resp> {
+        let call = t0.elapsed().as_nanos() as u64;
+        let out = send(raw, &req).await?;
+        let ret = if out == Out::Unknown { u64::MAX } else { t0.elapsed().as_nanos() as u64 };
+        let resp = match &out {
+            Out::Ok(r) => Some(r.clone()),
+            _ => None,
+        };
+        ops.push(Op { client: id, call, ret, req, out });
+        resp
+    };
+    for _ in 0..OPS_PER_CLIENT {
+        let key = key_name(rng.random_range(0..KEYS));
+        serial += 1;
+        let value = format!("c{id}-{serial}").into_bytes();
+        let roll = rng.random_range(0..100);
+        let req = if roll < 20 {
+            Req::Create { key: key.clone(), value }
+        } else if roll < 45 {
+            // An unseen key gets a revision no key has, so the update fails and reads it.
+            Req::Update {
+                key: key.clone(),
+                seen: seen.get(&key).copied().unwrap_or(1 << 40),
+                value,
+            }
+        } else if roll < 55 {
+            Req::Delete { key: key.clone(), seen: seen.get(&key).copied().unwrap_or(1 << 40) }
+        } else if roll < 72 {
+            Req::Get { key: key.clone() }
+        } else if roll < 97 {
+            // A paged list: the first page at the current revision (or, sometimes, at an
+            // earlier list's revision, which compaction may have removed), the rest pinned to
+            // the first page's.
+            let pinned =
+                if rng.random_bool(0.3) { list_revs.last().copied().unwrap_or(0) } else { 0 };
+            let mut start = PREFIX.as_bytes().to_vec();
+            let mut rev = pinned;
+            loop {
+                let Some(r) = record(
+                    &mut raw,
+                    &mut ops,
+                    Req::List { start: start.clone(), rev, limit: PAGE },
+                )
+                .await
+                else {
+                    break;
+                };
+                for kv in &r.kvs {
+                    seen.insert(kv.key.clone(), kv.mod_revision);
+                }
+                if rev == 0 {
+                    rev = r.rev;
+                    list_revs.push(rev);
+                }
+                match r.kvs.last() {
+                    Some(last) if r.more => {
+                        start = last.key.clone();
+                        start.push(0);
+                    }
+                    _ => break,
+                }
+            }
+            continue;
+        } else {
+            // Compact a little behind the newest revision this client knows of, as the
+            // apiserver's compactor does.
+            let newest = list_revs.last().copied().unwrap_or(1);
+            Req::Compact { rev: (newest - rng.random_range(0..8)).max(1) }
+        };
+        if let Some(r) = record(&mut raw, &mut ops, req.clone()).await {
+            match &req {
+                Req::Create { key, .. } | Req::Update { key, .. } if r.succeeded => {
+                    seen.insert(key.clone(), r.rev);
+                }
+                Req::Delete { key, .. } if r.succeeded => {
+                    seen.remove(key);
+                }
+                _ => {
+                    for kv in &r.kvs {
+                        seen.insert(kv.key.clone(), kv.mod_revision);
+                    }
+                }
+            }
+        }
+    }
+    ops
+}
+
+/// A watcher from `start` on the prefix with prev_kv, asking for progress now and then, until it
+/// has everything up to the revision `end` sends. With `resume_after`, it drops its stream after
+/// that many event responses and continues on a new one from its last revision + 1.
+async fn watcher(
+    s: Arc<Server>,
+    start: i64,
+    resume_after: Option<usize>,
+    mut end: tokio::sync::watch::Receiver<i64>,
+) -> Vec<WatchLog> {
+    let mut segments = Vec::new();
+    let mut from = start;
+    let mut resume_after = resume_after;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    'streams: loop {
+        let mut ws = Ws::open(&s).await;
+        ws.create(on_prefix(PREFIX).since(from).prev().notify());
+        let mut log = WatchLog { start: from, responses: Vec::new() };
+        let mut delivered = from - 1;
+        let mut event_responses = 0;
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "watcher from {start}: expected to catch up within 60 s"
+            );
+            let target = *end.borrow_and_update();
+            if target > 0 && delivered >= target {
+                segments.push(log);
+                break 'streams;
+            }
+            if target > 0 {
+                ws.progress();
+            }
+            match ws.next_within(Duration::from_millis(50)).await {
+                Ok(Some(r)) => {
+                    if let Some(l) = r.events.last().and_then(|e| e.kv.as_ref()) {
+                        delivered = l.mod_revision;
+                        event_responses += 1;
+                    } else if is_progress(&r) {
+                        delivered = delivered.max(hrev(&r));
+                    }
+                    let canceled = r.canceled;
+                    log.responses.push(r);
+                    if canceled {
+                        segments.push(log);
+                        break 'streams;
+                    }
+                    if resume_after.is_some_and(|n| event_responses >= n) {
+                        resume_after = None;
+                        from = delivered + 1;
+                        segments.push(log);
+                        continue 'streams;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => panic!(
+                    "watcher from {start}: expected the stream to stay open, it ended: {e:?}"
+                ),
+            }
+        }
+    }
+    segments
+}
+
+/// One run: a fresh server, `CLIENTS` clients and three watchers; then every check.
+async fn run(seed: u64) -> (usize, usize) {
+    let Some(s) = Server::start(Kind::MemEtcd, &[]).await else { return (0, 0) };
+    let s = Arc::new(s);
+    let mut raw = s.raw_clients().await;
+    // The store starts empty; its revision 1 is the model's initial state.
+    let r0 = raw
+        .kv
+        .range(pb::RangeRequest { key: b(PREFIX), ..Default::default() })
+        .await
+        .expect("initial range");
+    let init =
+        State { rev: r0.into_inner().header.expect("header").revision, ..Default::default() };
+    let (end_tx, end_rx) = tokio::sync::watch::channel(0i64);
+    let watchers: Vec<_> = [(init.rev + 1, None), (init.rev + 1, Some(5)), (init.rev + 1, Some(2))]
+        .into_iter()
+        .map(|(start, resume)| tokio::spawn(watcher(s.clone(), start, resume, end_rx.clone())))
+        .collect();
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for id in 0..CLIENTS {
+        let raw = s.raw_clients().await;
+        tasks.push(tokio::spawn(client(id, raw, seed, t0)));
+    }
+    let mut ops = Vec::new();
+    for t in tasks {
+        ops.extend(t.await.expect("a client task panicked"));
+    }
+    let last = raw
+        .kv
+        .range(pb::RangeRequest { key: b(PREFIX), ..Default::default() })
+        .await
+        .expect("final range");
+    let end = last.into_inner().header.expect("header").revision;
+    end_tx.send(end).expect("the watchers listen");
+    let mut logs = Vec::new();
+    for w in watchers {
+        logs.push(w.await.expect("a watcher panicked"));
+    }
+    ops.sort_by_key(|o| o.call);
+    let (states, events) =
+        check_history(&ops, &init).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    let final_state = states.values().next_back().expect("a state");
+    assert_eq!(
+        final_state.rev, end,
+        "seed {seed}: expected the linearization to end at the server's revision"
+    );
+    for (n, segments) in logs.iter().enumerate() {
+        let canceled = segments.last().and_then(|l| l.responses.last()).filter(|r| r.canceled);
+        if let Some(c) = canceled {
+            // A resumption raced a compaction past its start: etcd's answer is a cancel
+            // naming the compaction, which must cover that start.
+            let seg = segments.last().expect("a segment");
+            assert!(
+                c.compact_revision > seg.start && c.compact_revision <= final_state.compacted,
+                "seed {seed} watcher {n}: expected a cancel only for a compacted start, got compact_revision {} for start {} (compacted at most {})",
+                c.compact_revision,
+                seg.start,
+                final_state.compacted
+            );
+            let done = &segments[..segments.len() - 1];
+            let upto = seg.start - 1;
+            if !done.is_empty() {
+                check_watch(done, &events, upto)
+                    .unwrap_or_else(|e| panic!("seed {seed} watcher {n}: {e}"));
+            }
+            continue;
+        }
+        check_watch(segments, &events, end)
+            .unwrap_or_else(|e| panic!("seed {seed} watcher {n}: {e}"));
+    }
+    // A watch from before the compaction must be refused with the compaction's revision.
+    if final_state.compacted > init.rev + 1 {
+        let mut ws = Ws::open(&s).await;
+        ws.create(on_prefix(PREFIX).since(init.rev + 1));
+        let r = loop {
+            let r = ws.next().await;
+            if r.canceled {
+                break r;
+            }
+            assert!(
+                r.created && r.events.is_empty(),
+                "seed {seed}: expected a refusal of a compacted start, got {r:?}"
+            );
+        };
+        assert_eq!(
+            r.compact_revision,
+            final_state.compacted,
+            "seed {seed}: expected a watch from {} to be canceled with the compaction revision",
+            init.rev + 1
+        );
+    }
+    (ops.len(), events.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn history_is_linearizable_and_watches_keep_their_guarantees() {
+    let soak = std::env::var("MEM_ETCD_HISTORY_SOAK").ok().and_then(|v| v.parse::<u64>().ok());
+    let until = Instant::now() + Duration::from_secs(soak.unwrap_or(0));
+    let base: u64 =
+        std::env::var("MEM_ETCD_HISTORY_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let mut seed = base;
+    loop {
+        let t = Instant::now();
+        let (ops, events) = run(seed).await;
+        eprintln!(
+            "history seed {seed}: {ops} operations, {events} events, checked in {:?}",
+            t.elapsed()
+        );
+        seed += 1;
+        let runs = seed - base;
+        if runs >= 3 && Instant::now() >= until {
+            break;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checker's own tests
+
+fn k(i: usize) -> Vec<u8> {
+    key_name(i)
+}
+
+fn op(client: usize, call: u64, ret: u64, req: Req, out: Out) -> Op {
+    Op { client, call, ret, req, out }
+}
+
+fn ok(rev: i64, succeeded: bool) -> Out {
+    Out::Ok(Resp { rev, succeeded, ..Default::default() })
+}
+
+fn got(rev: i64, kvs: Vec<Kv>) -> Out {
+    Out::Ok(Resp { rev, count: kvs.len() as i64, kvs, ..Default::default() })
+}
+
+fn kv_at(i: usize, value: &str, create: i64, modr: i64, version: i64) -> Kv {
+    Kv {
+        key: k(i),
+        value: value.into(),
+        create_revision: create,
+        mod_revision: modr,
+        version,
+        lease: 0,
+    }
+}
+
+fn init1() -> State {
+    State { rev: 1, ..Default::default() }
+}
+
+#[test]
+fn checker_accepts_concurrent_writes_in_either_order() {
+    // Two overlapping creates of different keys: the one that returned revision 3 came second,
+    // whatever their call order; a read overlapping both may see either state.
+    let ops = vec![
+        op(0, 0, 10, Req::Create { key: k(0), value: b"a".to_vec() }, ok(3, true)),
+        op(1, 1, 9, Req::Create { key: k(1), value: b"b".to_vec() }, ok(2, true)),
+        op(2, 2, 8, Req::Get { key: k(0) }, got(2, vec![])),
+        op(2, 11, 12, Req::Get { key: k(1) }, got(3, vec![kv_at(1, "b", 2, 2, 1)])),
+        op(3, 13, 14, Req::Update { key: k(0), seen: 3, value: b"c".to_vec() }, ok(4, true)),
+        op(
+            3,
+            15,
+            16,
+            Req::Delete { key: k(1), seen: 2 },
+            Out::Ok(Resp { rev: 5, succeeded: true, deleted: 1, ..Default::default() }),
+        ),
+        op(
+            4,
+            17,
+            18,
+            Req::List { start: PREFIX.into(), rev: 0, limit: 1 },
+            Out::Ok(Resp {
+                rev: 5,
+                kvs: vec![kv_at(0, "c", 3, 4, 2)],
+                count: 1,
+                ..Default::default()
+            }),
+        ),
+        op(
+            4,
+            19,
+            20,
+            Req::List { start: PREFIX.into(), rev: 3, limit: 1 },
+            Out::Ok(Resp {
+                rev: 5,
+                kvs: vec![kv_at(0, "a", 3, 3, 1)],
+                count: 2,
+                more: true,
+                ..Default::default()
+            }),
+        ),
+    ];
+    let (states, events) = check_history(&ops, &init1()).expect("a linearizable history");
+    assert_eq!(
+        states.keys().copied().collect::<Vec<_>>(),
+        vec![1, 2, 3, 4, 5],
+        "expected a state per revision"
+    );
+    assert_eq!(events.len(), 4, "expected one event per write");
+}
+
+#[test]
+fn checker_accepts_an_unknown_write_either_way() {
+    let lost = op(0, 0, u64::MAX, Req::Create { key: k(0), value: b"a".to_vec() }, Out::Unknown);
+    let applied = vec![
+        lost.clone(),
+        op(1, 5, 6, Req::Get { key: k(0) }, got(2, vec![kv_at(0, "a", 2, 2, 1)])),
+    ];
+    check_history(&applied, &init1()).expect("an unknown write that took effect");
+    let not_applied = vec![lost, op(1, 5, 6, Req::Get { key: k(0) }, got(1, vec![]))];
+    check_history(&not_applied, &init1()).expect("an unknown write that did not");
+}
+
+#[test]
+fn checker_rejects_a_stale_read() {
+    let ops = vec![
+        op(0, 0, 1, Req::Create { key: k(0), value: b"a".to_vec() }, ok(2, true)),
+        op(1, 2, 3, Req::Get { key: k(0) }, got(1, vec![])),
+    ];
+    let e = check_history(&ops, &init1())
+        .expect_err("a read after a completed write saw the old state");
+    assert!(e.contains("not linearizable"), "expected a linearizability failure, got {e}");
+}
+
+#[test]
+fn checker_rejects_two_writes_with_one_revision() {
+    let ops = vec![
+        op(0, 0, 5, Req::Create { key: k(0), value: b"a".to_vec() }, ok(2, true)),
+        op(1, 0, 5, Req::Create { key: k(1), value: b"b".to_vec() }, ok(2, true)),
+    ];
+    check_history(&ops, &init1()).expect_err("two writes cannot both produce revision 2");
+}
+
+#[test]
+fn checker_rejects_a_revision_going_backwards() {
+    let ops = vec![
+        op(0, 0, 1, Req::Create { key: k(0), value: b"a".to_vec() }, ok(2, true)),
+        op(0, 2, 3, Req::Create { key: k(1), value: b"b".to_vec() }, ok(3, true)),
+        op(1, 4, 5, Req::Get { key: k(2) }, got(2, vec![])),
+    ];
+    check_history(&ops, &init1()).expect_err("a read after revision 3 reported revision 2");
+}
+
+#[test]
+fn checker_rejects_a_wrong_pinned_read_and_a_missed_compaction() {
+    let create = op(0, 0, 1, Req::Create { key: k(0), value: b"a".to_vec() }, ok(2, true));
+    let update = op(0, 2, 3, Req::Update { key: k(0), seen: 2, value: b"b".to_vec() }, ok(3, true));
+    // At revision 2 the key still had its first value.
+    let wrong = op(
+        1,
+        4,
+        5,
+        Req::List { start: PREFIX.into(), rev: 2, limit: 5 },
+        got(3, vec![kv_at(0, "b", 2, 3, 2)]),
+    );
+    let e = check_history(&[create.clone(), update.clone(), wrong], &init1())
+        .expect_err("a pinned read of the wrong state");
+    assert!(e.contains("at revision 2"), "expected the pinned read named, got {e}");
+    let compact = op(2, 6, 7, Req::Compact { rev: 3 }, ok(3, false));
+    let served = op(
+        1,
+        8,
+        9,
+        Req::List { start: PREFIX.into(), rev: 2, limit: 5 },
+        got(3, vec![kv_at(0, "a", 2, 2, 1)]),
+    );
+    check_history(&[create.clone(), update.clone(), compact.clone(), served], &init1())
+        .expect_err("a read below the compaction after it completed");
+    let refused = op(
+        1,
+        8,
+        9,
+        Req::List { start: PREFIX.into(), rev: 2, limit: 5 },
+        Out::Err(ErrKind::Compacted),
+    );
+    check_history(&[create, update, compact, refused], &init1())
+        .expect("a refused read below the compaction");
+}
+
+#[test]
+fn watch_checker_rejects_gaps_duplicates_and_wrong_progress() {
+    let put = |i: usize, v: &str, create: i64, modr: i64, version: i64, prev: Option<Kv>| Ev {
+        put: true,
+        kv: kv_at(i, v, create, modr, version),
+        prev,
+    };
+    let events = vec![
+        put(0, "a", 2, 2, 1, None),
+        put(1, "b", 3, 3, 1, None),
+        put(0, "c", 2, 4, 2, Some(kv_at(0, "a", 2, 2, 1))),
+    ];
+    let to_pb = |e: &Ev| mvccpb::Event {
+        r#type: if e.put { EventType::Put as i32 } else { EventType::Delete as i32 },
+        kv: Some(mvcc_kv(&e.kv)),
+        prev_kv: e.prev.as_ref().map(mvcc_kv),
+    };
+    let resp = |rev: i64, evs: &[&Ev]| pb::WatchResponse {
+        header: Some(pb::ResponseHeader { revision: rev, ..Default::default() }),
+        events: evs.iter().map(|e| to_pb(e)).collect(),
+        ..Default::default()
+    };
+    let log = |start: i64, responses: Vec<pb::WatchResponse>| WatchLog { start, responses };
+    let all = vec![log(2, vec![resp(2, &[&events[0]]), resp(4, &[&events[1], &events[2]])])];
+    check_watch(&all, &events, 4).expect("every event once, in order");
+    let resumed = vec![
+        log(2, vec![resp(3, &[&events[0], &events[1]])]),
+        log(4, vec![resp(4, &[&events[2]])]),
+    ];
+    check_watch(&resumed, &events, 4).expect("a seamless resumption");
+    let gap = vec![log(2, vec![resp(2, &[&events[0]]), resp(4, &[&events[2]])])];
+    check_watch(&gap, &events, 4).expect_err("a missed event");
+    let dup = vec![log(
+        2,
+        vec![resp(3, &[&events[0], &events[1]]), resp(3, &[&events[1]]), resp(4, &[&events[2]])],
+    )];
+    check_watch(&dup, &events, 4).expect_err("a duplicated event");
+    let early_progress = vec![log(
+        2,
+        vec![resp(3, &[]), resp(3, &[&events[0], &events[1]]), resp(4, &[&events[2]])],
+    )];
+    check_watch(&early_progress, &events, 4).expect_err("progress past undelivered events");
+    let mut no_prev = events.clone();
+    no_prev[2].prev = None;
+    let wrong_prev = vec![log(2, vec![resp(4, &[&no_prev[0], &no_prev[1], &no_prev[2]])])];
+    check_watch(&wrong_prev, &events, 4).expect_err("a missing prev_kv");
+}
+
+fn mvcc_kv(k: &Kv) -> mvccpb::KeyValue {
+    mvccpb::KeyValue {
+        key: k.key.clone().into(),
+        value: k.value.clone().into(),
+        create_revision: k.create_revision,
+        mod_revision: k.mod_revision,
+        version: k.version,
+        lease: k.lease,
+    }
+}
