@@ -36,7 +36,7 @@ const KEYS: usize = 10;
 const PAGE: i64 = 3;
 const CLIENTS: usize = 8;
 /// Operations each client starts per run (a list counts once but sends several pages).
-const OPS_PER_CLIENT: usize = 25;
+const OPS_PER_CLIENT: usize = 40;
 /// How long one request may take before its outcome counts as unknown.
 const DEADLINE: Duration = Duration::from_secs(5);
 /// Model states the search may visit before it gives up (and the test fails, saying so).
@@ -270,6 +270,8 @@ fn step(s: &State, op: &Op) -> Option<State> {
 #[derive(Debug)]
 struct Linearization {
     order: Vec<usize>,
+    /// Search states explored, to show how hard the history was.
+    visited: usize,
 }
 
 /// Wing & Gong's search with memoization of (linearized set, state). Iterative, so a history of
@@ -303,7 +305,7 @@ fn linearize(ops: &[Op], init: &State) -> Result<Linearization, String> {
     let mut deepest: Vec<usize> = Vec::new();
     while let Some(top) = stack.last_mut() {
         if all_required(&top.done) {
-            return Ok(Linearization { order });
+            return Ok(Linearization { order, visited });
         }
         if top.next == top.cands.len() {
             stack.pop();
@@ -427,10 +429,50 @@ fn check_pinned_reads(ops: &[Op], states: &BTreeMap<i64, State>) -> Result<(), S
 
 /// The whole KV check; returns the states by revision and the events for the watch checks.
 fn check_history(ops: &[Op], init: &State) -> Result<(BTreeMap<i64, State>, Vec<Ev>), String> {
+    check_history_counting(ops, init).map(|(s, e, _)| (s, e))
+}
+
+/// [`check_history`], also returning how many search states it explored.
+fn check_history_counting(
+    ops: &[Op],
+    init: &State,
+) -> Result<(BTreeMap<i64, State>, Vec<Ev>, usize), String> {
     let lin = linearize(ops, init)?;
     let (states, events) = replay(ops, init, &lin);
     check_pinned_reads(ops, &states)?;
-    Ok((states, events))
+    Ok((states, events, lin.visited))
+}
+
+/// What a run exercised, so a run that silently stopped exercising something shows.
+fn summary(ops: &[Op], logs: &[Vec<WatchLog>], visited: usize) -> String {
+    let count = |f: &dyn Fn(&Op) -> bool| ops.iter().filter(|o| f(o)).count();
+    let ok = |o: &Op| matches!(&o.out, Out::Ok(r) if r.succeeded);
+    let writes =
+        count(&|o| matches!(o.req, Req::Create { .. } | Req::Update { .. } | Req::Delete { .. }));
+    let applied = count(&|o| ok(o) && !matches!(o.req, Req::Compact { .. }));
+    let pinned = count(&|o| matches!(o.req, Req::List { rev, .. } if rev > 0));
+    let compacted = count(&|o| o.out == Out::Err(ErrKind::Compacted));
+    let compacts = count(&|o| matches!(o.req, Req::Compact { .. }) && matches!(o.out, Out::Ok(_)));
+    let unknown = count(&|o| o.out == Out::Unknown);
+    // The most operations in flight at once: how much the search had to reorder.
+    let mut edges: Vec<(u64, i32)> = ops.iter().flat_map(|o| [(o.call, 1), (o.ret, -1)]).collect();
+    edges.sort();
+    let overlap = edges
+        .iter()
+        .scan(0, |n, e| {
+            *n += e.1;
+            Some(*n)
+        })
+        .max()
+        .unwrap_or(0);
+    let segments: usize = logs.iter().map(Vec::len).sum();
+    let progress =
+        logs.iter().flatten().flat_map(|l| &l.responses).filter(|r| is_progress(r)).count();
+    format!(
+        "{} ops ({writes} txns, {applied} applied; {pinned} pinned list pages; {compacts} compactions; {compacted} compacted refusals; {unknown} unknown), at most {overlap} in flight, {visited} search states; {} watchers, {segments} streams, {progress} progress responses",
+        ops.len(),
+        logs.len()
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -690,18 +732,18 @@ async fn client(id: usize, mut raw: Raw, seed: u64, t0: Instant) -> Vec<Op> {
         serial += 1;
         let value = format!("c{id}-{serial}").into_bytes();
         let roll = rng.random_range(0..100);
-        let req = if roll < 20 {
+        let req = if roll < 18 {
             Req::Create { key: key.clone(), value }
-        } else if roll < 45 {
+        } else if roll < 48 {
             // An unseen key gets a revision no key has, so the update fails and reads it.
             Req::Update {
                 key: key.clone(),
                 seen: seen.get(&key).copied().unwrap_or(1 << 40),
                 value,
             }
-        } else if roll < 55 {
+        } else if roll < 60 {
             Req::Delete { key: key.clone(), seen: seen.get(&key).copied().unwrap_or(1 << 40) }
-        } else if roll < 72 {
+        } else if roll < 73 {
             Req::Get { key: key.clone() }
         } else if roll < 97 {
             // A paged list: the first page at the current revision (or, sometimes, at an
@@ -791,16 +833,16 @@ async fn watcher(
                 segments.push(log);
                 break 'streams;
             }
-            if target > 0 {
-                ws.progress();
-            }
-            match ws.next_within(Duration::from_millis(50)).await {
+            match ws.next_within(Duration::from_millis(20)).await {
                 Ok(Some(r)) => {
                     if let Some(l) = r.events.last().and_then(|e| e.kv.as_ref()) {
                         delivered = l.mod_revision;
                         event_responses += 1;
                     } else if is_progress(&r) {
                         delivered = delivered.max(hrev(&r));
+                    }
+                    if log.responses.len() % 7 == 6 {
+                        ws.progress();
                     }
                     let canceled = r.canceled;
                     log.responses.push(r);
@@ -815,7 +857,9 @@ async fn watcher(
                         continue 'streams;
                     }
                 }
-                Ok(None) => {}
+                // Bookmarks are asked for when the stream is quiet and while events flow, so
+                // both a synced and a busy stream get them checked.
+                Ok(None) => ws.progress(),
                 Err(e) => panic!(
                     "watcher from {start}: expected the stream to stay open, it ended: {e:?}"
                 ),
@@ -826,8 +870,8 @@ async fn watcher(
 }
 
 /// One run: a fresh server, `CLIENTS` clients and three watchers; then every check.
-async fn run(seed: u64) -> (usize, usize) {
-    let Some(s) = Server::start(Kind::MemEtcd, &[]).await else { return (0, 0) };
+async fn run(seed: u64) -> String {
+    let Some(s) = Server::start(Kind::MemEtcd, &[]).await else { return "skipped".into() };
     let s = Arc::new(s);
     let mut raw = s.raw_clients().await;
     // The store starts empty; its revision 1 is the model's initial state.
@@ -865,8 +909,8 @@ async fn run(seed: u64) -> (usize, usize) {
         logs.push(w.await.expect("a watcher panicked"));
     }
     ops.sort_by_key(|o| o.call);
-    let (states, events) =
-        check_history(&ops, &init).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    let (states, events, visited) =
+        check_history_counting(&ops, &init).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     let final_state = states.values().next_back().expect("a state");
     assert_eq!(
         final_state.rev, end,
@@ -917,7 +961,7 @@ async fn run(seed: u64) -> (usize, usize) {
             init.rev + 1
         );
     }
-    (ops.len(), events.len())
+    summary(&ops, &logs, visited)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -929,11 +973,8 @@ async fn history_is_linearizable_and_watches_keep_their_guarantees() {
     let mut seed = base;
     loop {
         let t = Instant::now();
-        let (ops, events) = run(seed).await;
-        eprintln!(
-            "history seed {seed}: {ops} operations, {events} events, checked in {:?}",
-            t.elapsed()
-        );
+        let summary = run(seed).await;
+        eprintln!("history seed {seed}: {summary}, in {:?}", t.elapsed());
         seed += 1;
         let runs = seed - base;
         if runs >= 3 && Instant::now() >= until {
