@@ -344,12 +344,15 @@ fn linearize(ops: &[Op], init: &State) -> Result<Linearization, String> {
     let stuck: Vec<String> = candidates(&done)
         .into_iter()
         .map(|i| {
+            let model = match apply(&s, &ops[i].req).1 {
+                Ok(r) => show_resp(&r),
+                Err(e) => format!("{e:?}"),
+            };
             format!(
-                "  #{i} client {} {:?} -> {:?} (model: {:?})",
+                "  #{i} client {} {} -> {} (the model answers {model})",
                 ops[i].client,
-                ops[i].req,
-                ops[i].out,
-                apply(&s, &ops[i].req).1
+                show_req(&ops[i].req),
+                show_out(&ops[i].out),
             )
         })
         .collect();
@@ -361,6 +364,64 @@ fn linearize(ops: &[Op], init: &State) -> Result<Linearization, String> {
         s.compacted,
         stuck.join("\n")
     ))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `key=value@create/mod/version`, with the prefix left out.
+fn show_kvs(kvs: &[Kv]) -> String {
+    let one = |k: &Kv| {
+        let key = text(&k.key);
+        format!(
+            "{}={}@{}/{}/v{}",
+            key.strip_prefix(PREFIX).unwrap_or(&key),
+            text(&k.value),
+            k.create_revision,
+            k.mod_revision,
+            k.version
+        )
+    };
+    kvs.iter().map(one).collect::<Vec<_>>().join(" ")
+}
+
+fn show_req(r: &Req) -> String {
+    let short = |k: &[u8]| {
+        let key = text(k);
+        key.strip_prefix(PREFIX).unwrap_or(&key).to_string()
+    };
+    match r {
+        Req::Create { key, value } => format!("create {}={}", short(key), text(value)),
+        Req::Update { key, seen, value } => {
+            format!("update {}={} if mod {seen}", short(key), text(value))
+        }
+        Req::Delete { key, seen } => format!("delete {} if mod {seen}", short(key)),
+        Req::Get { key } => format!("get {}", short(key)),
+        Req::List { start, rev, limit } => {
+            format!("list from {:?} at {rev} limit {limit}", short(start))
+        }
+        Req::Compact { rev } => format!("compact {rev}"),
+    }
+}
+
+fn show_resp(r: &Resp) -> String {
+    format!(
+        "rev {} succeeded {} deleted {} count {} more {} [{}]",
+        r.rev,
+        r.succeeded,
+        r.deleted,
+        r.count,
+        r.more,
+        show_kvs(&r.kvs)
+    )
+}
+
+fn show_out(o: &Out) -> String {
+    match o {
+        Out::Ok(r) => show_resp(r),
+        other => format!("{other:?}"),
+    }
 }
 
 /// The states of a linearization by revision (the state right after the write that produced
@@ -414,33 +475,36 @@ fn check_pinned_reads(ops: &[Op], states: &BTreeMap<i64, State>) -> Result<(), S
         let (kvs, count, more) = at.page(start, *limit);
         if (&got.kvs, got.count, got.more) != (&kvs, count, more) {
             return Err(format!(
-                "#{i} client {}: a list at revision {rev} from {:?}: expected {count} keys, more {more}, {:?}; got {} keys, more {}, {:?}",
+                "#{i} client {}: a list at revision {rev} from {}: expected count {count}, more {more}, [{}]; got count {}, more {}, [{}]",
                 op.client,
-                String::from_utf8_lossy(start),
-                kvs,
+                text(start),
+                show_kvs(&kvs),
                 got.count,
                 got.more,
-                got.kvs
+                show_kvs(&got.kvs)
             ));
         }
     }
     Ok(())
 }
 
-/// The whole KV check; returns the states by revision and the events for the watch checks.
-fn check_history(ops: &[Op], init: &State) -> Result<(BTreeMap<i64, State>, Vec<Ev>), String> {
-    check_history_counting(ops, init).map(|(s, e, _)| (s, e))
+/// What a history that passed the KV checks yields for the watch checks.
+#[derive(Debug)]
+struct Checked {
+    /// The state after each revision's write (and after each compaction).
+    states: BTreeMap<i64, State>,
+    /// Every event, in revision order.
+    events: Vec<Ev>,
+    /// Search states explored, to show how hard the history was.
+    visited: usize,
 }
 
-/// [`check_history`], also returning how many search states it explored.
-fn check_history_counting(
-    ops: &[Op],
-    init: &State,
-) -> Result<(BTreeMap<i64, State>, Vec<Ev>, usize), String> {
+/// The whole KV check.
+fn check_history(ops: &[Op], init: &State) -> Result<Checked, String> {
     let lin = linearize(ops, init)?;
     let (states, events) = replay(ops, init, &lin);
     check_pinned_reads(ops, &states)?;
-    Ok((states, events, lin.visited))
+    Ok(Checked { states, events, visited: lin.visited })
 }
 
 /// What a run exercised, so a run that silently stopped exercising something shows.
@@ -909,8 +973,8 @@ async fn run(seed: u64) -> String {
         logs.push(w.await.expect("a watcher panicked"));
     }
     ops.sort_by_key(|o| o.call);
-    let (states, events, visited) =
-        check_history_counting(&ops, &init).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    let Checked { states, events, visited } =
+        check_history(&ops, &init).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     let final_state = states.values().next_back().expect("a state");
     assert_eq!(
         final_state.rev, end,
@@ -1060,7 +1124,8 @@ fn checker_accepts_concurrent_writes_in_either_order() {
             }),
         ),
     ];
-    let (states, events) = check_history(&ops, &init1()).expect("a linearizable history");
+    let Checked { states, events, .. } =
+        check_history(&ops, &init1()).expect("a linearizable history");
     assert_eq!(
         states.keys().copied().collect::<Vec<_>>(),
         vec![1, 2, 3, 4, 5],
