@@ -125,14 +125,35 @@ enum Req {
     Compact {
         rev: i64,
     },
+    /// Txn: every key's create_revision == 0 ? put them all : range each. Kubernetes writes
+    /// one key per txn; this is here so watches see revisions with several events.
+    CreateAll {
+        keys: Vec<Vec<u8>>,
+        value: Vec<u8>,
+    },
 }
 
 impl Req {
     fn is_write(&self) -> bool {
         matches!(
             self,
-            Req::Create { .. } | Req::Update { .. } | Req::Delete { .. } | Req::Compact { .. }
+            Req::Create { .. }
+                | Req::Update { .. }
+                | Req::Delete { .. }
+                | Req::Compact { .. }
+                | Req::CreateAll { .. }
         )
+    }
+
+    /// The keys a txn writes, in its operations' order.
+    fn keys(&self) -> Vec<Vec<u8>> {
+        match self {
+            Req::Create { key, .. } | Req::Update { key, .. } | Req::Delete { key, .. } => {
+                vec![key.clone()]
+            }
+            Req::CreateAll { keys, .. } => keys.clone(),
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -234,6 +255,19 @@ fn apply(s: &State, req: &Req) -> (State, Result<Resp, ErrKind>) {
             } else {
                 let (kvs, count, more) = s.page(start, *limit);
                 Ok(Resp { rev: s.rev, kvs, count, more, ..Default::default() })
+            }
+        }
+        Req::CreateAll { keys, value } => {
+            if keys.iter().all(|k| !s.kvs.contains_key(k)) {
+                n.rev += 1;
+                for k in keys {
+                    let v = Val { value: value.clone(), create: n.rev, modr: n.rev, version: 1 };
+                    n.kvs.insert(k.clone(), v);
+                }
+                Ok(Resp { rev: n.rev, succeeded: true, ..Default::default() })
+            } else {
+                let kvs: Vec<Kv> = keys.iter().filter_map(|k| s.kv(k)).collect();
+                Ok(Resp { rev: s.rev, count: kvs.len() as i64, kvs, ..Default::default() })
             }
         }
         Req::Compact { rev } => {
@@ -402,6 +436,10 @@ fn show_req(r: &Req) -> String {
             format!("list from {:?} at {rev} limit {limit}", short(start))
         }
         Req::Compact { rev } => format!("compact {rev}"),
+        Req::CreateAll { keys, value } => {
+            let keys: Vec<String> = keys.iter().map(|k| short(k)).collect();
+            format!("create {} = {}", keys.join(","), text(value))
+        }
     }
 }
 
@@ -432,11 +470,9 @@ fn replay(ops: &[Op], init: &State, lin: &Linearization) -> (BTreeMap<i64, State
     let mut s = init.clone();
     for &i in &lin.order {
         let n = step(&s, &ops[i]).expect("the linearization replays");
-        if n.rev > s.rev {
-            let key = match &ops[i].req {
-                Req::Create { key, .. } | Req::Update { key, .. } | Req::Delete { key, .. } => key,
-                other => panic!("a revision from a non-writing request {other:?}"),
-            };
+        let keys = ops[i].req.keys();
+        assert!(n.rev == s.rev || !keys.is_empty(), "a revision from {:?}", ops[i].req);
+        for key in keys.iter().filter(|_| n.rev > s.rev) {
             let prev = s.kv(key);
             match n.kv(key) {
                 Some(kv) => events.push(Ev { put: true, kv, prev }),
@@ -511,8 +547,8 @@ fn check_history(ops: &[Op], init: &State) -> Result<Checked, String> {
 fn summary(ops: &[Op], logs: &[Vec<WatchLog>], visited: usize) -> String {
     let count = |f: &dyn Fn(&Op) -> bool| ops.iter().filter(|o| f(o)).count();
     let ok = |o: &Op| matches!(&o.out, Out::Ok(r) if r.succeeded);
-    let writes =
-        count(&|o| matches!(o.req, Req::Create { .. } | Req::Update { .. } | Req::Delete { .. }));
+    let writes = count(&|o| o.req.is_write() && !matches!(o.req, Req::Compact { .. }));
+    let multi = count(&|o| ok(o) && o.req.keys().len() > 1);
     let applied = count(&|o| ok(o) && !matches!(o.req, Req::Compact { .. }));
     let pinned = count(&|o| matches!(o.req, Req::List { rev, .. } if rev > 0));
     let compacted = count(&|o| o.out == Out::Err(ErrKind::Compacted));
@@ -533,7 +569,7 @@ fn summary(ops: &[Op], logs: &[Vec<WatchLog>], visited: usize) -> String {
     let progress =
         logs.iter().flatten().flat_map(|l| &l.responses).filter(|r| is_progress(r)).count();
     format!(
-        "{} ops ({writes} txns, {applied} applied; {pinned} pinned list pages; {compacts} compactions; {compacted} compacted refusals; {unknown} unknown), at most {overlap} in flight, {visited} search states; {} watchers, {segments} streams, {progress} progress responses",
+        "{} ops ({writes} txns, {applied} applied, {multi} of them several keys; {pinned} pinned list pages; {compacts} compactions; {compacted} compacted refusals; {unknown} unknown), at most {overlap} in flight, {visited} search states; {} watchers, {segments} streams, {progress} progress responses",
         ops.len(),
         logs.len()
     )
@@ -649,6 +685,23 @@ fn range_of(key: &[u8]) -> pb::RequestOp {
 }
 
 fn txn_of(req: &Req) -> pb::TxnRequest {
+    if let Req::CreateAll { keys, value } = req {
+        let put = |k: &Vec<u8>| pb::RequestOp {
+            request: Some(Rq::RequestPut(pb::PutRequest {
+                key: k.to_vec().into(),
+                value: value.to_vec().into(),
+                ..Default::default()
+            })),
+        };
+        return pb::TxnRequest {
+            compare: keys
+                .iter()
+                .map(|k| cmp(k, CompareTarget::Create, TargetUnion::CreateRevision(0)))
+                .collect(),
+            success: keys.iter().map(put).collect(),
+            failure: keys.iter().map(|k| range_of(k)).collect(),
+        };
+    }
     let (compare, success) = match req {
         Req::Create { key, value } => (
             cmp(key, CompareTarget::Create, TargetUnion::CreateRevision(0)),
@@ -696,28 +749,26 @@ async fn send(raw: &mut Raw, req: &Req) -> Option<Out> {
     let header = |h: Option<pb::ResponseHeader>| h.map_or(0, |h| h.revision);
     let call = async {
         match req {
-            Req::Create { .. } | Req::Update { .. } | Req::Delete { .. } => {
-                raw.kv.txn(txn_of(req)).await.map(|r| {
-                    let r = r.into_inner();
-                    let mut out = Resp {
-                        rev: header(r.header),
-                        succeeded: r.succeeded,
-                        ..Default::default()
-                    };
-                    for op in r.responses {
-                        match op.response {
-                            Some(Rs::ResponseRange(rr)) => {
-                                out.kvs = kvs_of(&rr.kvs);
-                                out.count = rr.count;
-                                out.more = rr.more;
-                            }
-                            Some(Rs::ResponseDeleteRange(d)) => out.deleted = d.deleted,
-                            _ => {}
+            Req::Create { .. }
+            | Req::Update { .. }
+            | Req::Delete { .. }
+            | Req::CreateAll { .. } => raw.kv.txn(txn_of(req)).await.map(|r| {
+                let r = r.into_inner();
+                let mut out =
+                    Resp { rev: header(r.header), succeeded: r.succeeded, ..Default::default() };
+                for op in r.responses {
+                    match op.response {
+                        Some(Rs::ResponseRange(rr)) => {
+                            out.kvs.extend(kvs_of(&rr.kvs));
+                            out.count += rr.count;
+                            out.more |= rr.more;
                         }
+                        Some(Rs::ResponseDeleteRange(d)) => out.deleted = d.deleted,
+                        _ => {}
                     }
-                    out
-                })
-            }
+                }
+                out
+            }),
             Req::Get { key } => raw
                 .kv
                 .range(pb::RangeRequest { key: key.to_vec().into(), ..Default::default() })
@@ -796,7 +847,20 @@ async fn client(id: usize, mut raw: Raw, seed: u64, t0: Instant) -> Vec<Op> {
         serial += 1;
         let value = format!("c{id}-{serial}").into_bytes();
         let roll = rng.random_range(0..100);
-        let req = if roll < 18 {
+        let req = if roll < 5 {
+            // Sorted, so the events of the revision have one expected order.
+            // Keys this client believes absent, so the create has a chance.
+            let absent: Vec<Vec<u8>> =
+                (0..KEYS).map(key_name).filter(|k| !seen.contains_key(k)).collect();
+            let mut pick = || match absent.len() {
+                0 => key_name(rng.random_range(0..KEYS)),
+                n => absent[rng.random_range(0..n)].clone(),
+            };
+            let mut keys = vec![pick(), pick(), pick()];
+            keys.sort();
+            keys.dedup();
+            Req::CreateAll { keys, value }
+        } else if roll < 18 {
             Req::Create { key: key.clone(), value }
         } else if roll < 48 {
             // An unseen key gets a revision no key has, so the update fails and reads it.
@@ -851,8 +915,10 @@ async fn client(id: usize, mut raw: Raw, seed: u64, t0: Instant) -> Vec<Op> {
         };
         if let Some(r) = record(&mut raw, &mut ops, req.clone()).await {
             match &req {
-                Req::Create { key, .. } | Req::Update { key, .. } if r.succeeded => {
-                    seen.insert(key.clone(), r.rev);
+                Req::Create { .. } | Req::Update { .. } | Req::CreateAll { .. } if r.succeeded => {
+                    for key in req.keys() {
+                        seen.insert(key, r.rev);
+                    }
                 }
                 Req::Delete { key, .. } if r.succeeded => {
                     seen.remove(key);
