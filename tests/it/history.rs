@@ -1324,6 +1324,18 @@ fn watch_checker_rejects_gaps_duplicates_and_wrong_progress() {
     no_prev[2].prev = None;
     let wrong_prev = vec![log(2, vec![resp(4, &[&no_prev[0], &no_prev[1], &no_prev[2]])])];
     check_watch(&wrong_prev, &events, 4).expect_err("a missing prev_kv");
+    // One txn wrote two keys at revision 3: its events must arrive in one response.
+    let txn =
+        vec![put(0, "a", 2, 2, 1, None), put(1, "b", 3, 3, 1, None), put(2, "d", 3, 3, 1, None)];
+    let whole = vec![log(2, vec![resp(2, &[&txn[0]]), resp(3, &[&txn[1], &txn[2]])])];
+    check_watch(&whole, &txn, 3).expect("a revision delivered whole");
+    let split = vec![log(2, vec![resp(3, &[&txn[0], &txn[1]]), resp(3, &[&txn[2]])])];
+    check_watch(&split, &txn, 3).expect_err("a revision split across responses");
+    // A second version whose create revision equals its mod revision claims to be a create.
+    let mut bad_create = events.clone();
+    bad_create[2].kv.create_revision = 4;
+    let bad = vec![log(2, vec![resp(4, &[&bad_create[0], &bad_create[1], &bad_create[2]])])];
+    check_watch(&bad, &events, 4).expect_err("a create flag on an update");
 }
 
 fn mvcc_kv(k: &Kv) -> mvccpb::KeyValue {
