@@ -1030,7 +1030,9 @@ async fn watcher(
 
 /// One run: a fresh server, `CLIENTS` clients and three watchers; then every check.
 async fn run(seed: u64) -> String {
-    let Some(s) = Server::start(target(), &[]).await else { return "skipped".into() };
+    // Periodic progress notifications too, not only answers to requests, while the runs last.
+    let flags = ["--watch-progress-notify-interval", "100ms"];
+    let Some(s) = Server::start(target(), &flags).await else { return "skipped".into() };
     let s = Arc::new(s);
     let mut raw = s.raw_clients().await;
     // The store starts empty; its revision 1 is the model's initial state.
