@@ -40,7 +40,7 @@ const KEYS: usize = 10;
 /// Small pages, so a list of ten keys takes several requests at a pinned revision.
 const PAGE: i64 = 3;
 const CLIENTS: usize = 8;
-/// Runs (seeds) in the default, CI-sized test: about a second in release, under ten in debug.
+/// Runs (seeds) in the default, CI-sized test: about a second in release, ten in debug.
 const RUNS: u64 = 10;
 /// Operations each client starts per run (a list counts once but sends several pages).
 const OPS_PER_CLIENT: usize = 40;
