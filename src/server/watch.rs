@@ -102,8 +102,12 @@ async fn run_stream(shared: Arc<Shared>, mut inbound: Streaming<pb::WatchRequest
                     requests_open = false;
                     true
                 }
-                // A broken stream (reset, transport error) ends it.
-                Err(_) => false,
+                // A request that does not decode ends the stream with its error, as etcd ends
+                // it (INTERNAL); after a reset or transport error nobody reads it any more.
+                Err(status) => {
+                    let _ = out.send(Err(status)).await;
+                    false
+                }
             },
             msg = rx.recv() => match msg {
                 Some(m) => drain(&shared, m, &mut rx, &out).await.is_ok(),
