@@ -8,6 +8,7 @@ mod differential;
 mod durability;
 mod etcdctl;
 mod history;
+mod hostile;
 mod k8s_e2e;
 mod k8s_shapes;
 mod kv;

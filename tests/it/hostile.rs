@@ -1,0 +1,1345 @@
+//! Hostile input (issue 9): malformed protobuf on every unary method, structured requests that
+//! etcd rejects, binary metadata, and clients that abuse connections and streams.
+//!
+//! Every case ends with the server still answering Status. Where a real etcd is at hand the same
+//! bytes or request go to it too and the gRPC codes (and, for etcd's own checks, the messages)
+//! must match. The random cases are seeded; `MEM_ETCD_FUZZ_ITERS` raises the per-method count
+//! for a soak (the default keeps the file to seconds in release mode).
+
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BufMut};
+use prost::Message;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tonic::Code;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::http::uri::PathAndQuery;
+use tonic::transport::Channel;
+
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::support::*;
+
+/// Iterations per method for the random cases.
+fn fuzz_iters() -> usize {
+    match std::env::var("MEM_ETCD_FUZZ_ITERS") {
+        Ok(v) if !v.is_empty() => {
+            v.parse().unwrap_or_else(|_| panic!("MEM_ETCD_FUZZ_ITERS={v:?}: expected a count"))
+        }
+        _ => 200,
+    }
+}
+
+/// A codec that sends the given bytes as the message and hands back the reply undecoded, so a
+/// request can be anything at all on the wire.
+#[derive(Debug, Clone, Copy, Default)]
+struct RawBytes;
+
+impl Codec for RawBytes {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawBytes;
+    type Decoder = RawBytes;
+    fn encoder(&mut self) -> RawBytes {
+        RawBytes
+    }
+    fn decoder(&mut self) -> RawBytes {
+        RawBytes
+    }
+}
+
+impl Encoder for RawBytes {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawBytes {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining()).to_vec()))
+    }
+}
+
+/// One unary call with `body` as the whole message.
+async fn call_raw(
+    ch: Channel,
+    path: &'static str,
+    body: Vec<u8>,
+) -> Result<Vec<u8>, tonic::Status> {
+    let mut g = tonic::client::Grpc::new(ch).max_decoding_message_size(64 << 20);
+    g.ready().await.map_err(|e| tonic::Status::unavailable(format!("not ready: {e}")))?;
+    g.unary(tonic::Request::new(body), PathAndQuery::from_static(path), RawBytes)
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// Every unary method of KV, Lease, Cluster and Maintenance.
+const UNARY: &[&str] = &[
+    "/etcdserverpb.KV/Range",
+    "/etcdserverpb.KV/Put",
+    "/etcdserverpb.KV/DeleteRange",
+    "/etcdserverpb.KV/Txn",
+    "/etcdserverpb.KV/Compact",
+    "/etcdserverpb.Lease/LeaseGrant",
+    "/etcdserverpb.Lease/LeaseRevoke",
+    "/etcdserverpb.Lease/LeaseTimeToLive",
+    "/etcdserverpb.Lease/LeaseLeases",
+    "/etcdserverpb.Cluster/MemberAdd",
+    "/etcdserverpb.Cluster/MemberRemove",
+    "/etcdserverpb.Cluster/MemberUpdate",
+    "/etcdserverpb.Cluster/MemberList",
+    "/etcdserverpb.Cluster/MemberPromote",
+    "/etcdserverpb.Maintenance/Alarm",
+    "/etcdserverpb.Maintenance/Status",
+    "/etcdserverpb.Maintenance/Defragment",
+    "/etcdserverpb.Maintenance/Hash",
+    "/etcdserverpb.Maintenance/HashKV",
+    "/etcdserverpb.Maintenance/MoveLeader",
+    "/etcdserverpb.Maintenance/Downgrade",
+];
+
+/// A well-formed message with a bit of everything, to truncate and mutate: a Txn with a compare,
+/// a nested txn, a put with a lease and a ranged delete.
+fn valid_sample() -> Vec<u8> {
+    let put = pb::RequestOp {
+        request: Some(pb::request_op::Request::RequestPut(pb::PutRequest {
+            key: "fuzz/k".into(),
+            value: vec![7; 40].into(),
+            lease: 0,
+            prev_kv: true,
+            ..Default::default()
+        })),
+    };
+    let del = pb::RequestOp {
+        request: Some(pb::request_op::Request::RequestDeleteRange(pb::DeleteRangeRequest {
+            key: "fuzz/".into(),
+            range_end: "fuzz0".into(),
+            prev_kv: false,
+        })),
+    };
+    let nested = pb::RequestOp {
+        request: Some(pb::request_op::Request::RequestTxn(pb::TxnRequest {
+            compare: vec![],
+            success: vec![put.clone()],
+            failure: vec![],
+        })),
+    };
+    pb::TxnRequest {
+        compare: vec![pb::Compare {
+            result: 0,
+            target: 1,
+            key: "fuzz/k".into(),
+            range_end: Default::default(),
+            target_union: Some(pb::compare::TargetUnion::ModRevision(3)),
+        }],
+        success: vec![put, nested],
+        failure: vec![del],
+    }
+    .encode_to_vec()
+}
+
+/// Hostile bodies by shape: random bytes, truncated and bit-flipped valid messages, wrong wire
+/// types, overlong varints, lengths that run past the end, and deep nesting.
+fn hostile_body(rng: &mut SmallRng, sample: &[u8]) -> Vec<u8> {
+    match rng.random_range(0..8) {
+        0 | 1 => {
+            let len = rng.random_range(0..96);
+            (0..len).map(|_| rng.random()).collect()
+        }
+        2 => sample[..rng.random_range(0..sample.len())].to_vec(),
+        3 => {
+            let mut b = sample.to_vec();
+            for _ in 0..rng.random_range(1..6) {
+                let i = rng.random_range(0..b.len());
+                b[i] ^= 1 << rng.random_range(0..8);
+            }
+            b
+        }
+        4 => {
+            // Field 1..15 with a wire type other than the declared one (6 and 7 do not exist).
+            let field: u8 = rng.random_range(1..16);
+            let wire: u8 = rng.random_range(0..8);
+            let mut b = vec![(field << 3) | wire];
+            b.extend((0..rng.random_range(0..12)).map(|_| rng.random::<u8>()));
+            b
+        }
+        5 => {
+            // A varint of more than 10 bytes.
+            let mut b = vec![0x08];
+            b.extend(std::iter::repeat_n(0xff, rng.random_range(10..20)));
+            b.push(0x01);
+            b
+        }
+        6 => {
+            // A length-delimited field whose length claims far more than follows.
+            let mut b = vec![0x0a];
+            prost::encoding::encode_varint(rng.random_range(1..u32::MAX as u64), &mut b);
+            b.extend_from_slice(&sample[..rng.random_range(0..sample.len())]);
+            b
+        }
+        _ => nested_txn_bytes(rng.random_range(1..400)),
+    }
+}
+
+/// A TxnRequest nested `depth` levels deep through `success` (field 2) -> RequestOp.request_txn
+/// (field 4), built by hand so any depth can be sent whatever the encoder's limits.
+fn nested_txn_bytes(depth: usize) -> Vec<u8> {
+    let mut txn = pb::TxnRequest {
+        success: vec![pb::RequestOp {
+            request: Some(pb::request_op::Request::RequestRange(pb::RangeRequest {
+                key: "deep".into(),
+                ..Default::default()
+            })),
+        }],
+        ..Default::default()
+    }
+    .encode_to_vec();
+    for _ in 1..depth {
+        let mut op = Vec::new();
+        prost::encoding::bytes::encode(4, &txn, &mut op);
+        txn.clear();
+        prost::encoding::bytes::encode(2, &op, &mut txn);
+    }
+    txn
+}
+
+/// What a hostile body may get back: an answer (the bytes happened to decode to a request the
+/// server handled) or a status that is a decision, never a crash, a reset or an internal error
+/// other than the decoder's.
+#[track_caller]
+fn assert_handled(path: &str, body: &[u8], r: &Result<Vec<u8>, tonic::Status>) {
+    let Err(st) = r else { return };
+    let decoded = st.code() == Code::Internal && st.message().contains("decode");
+    let decided = matches!(
+        st.code(),
+        Code::InvalidArgument
+            | Code::OutOfRange
+            | Code::NotFound
+            | Code::FailedPrecondition
+            | Code::Unimplemented
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+    );
+    assert!(
+        decoded || decided,
+        "{path} with body {body:02x?}: expected an answer, a decode error (INTERNAL) or an \
+         etcd-style refusal, got {st:?}"
+    );
+}
+
+/// The server still answers Status on a fresh connection and the process is alive.
+async fn assert_serving(s: &mut Server, after: &str) {
+    assert!(s.exited().is_none(), "the server exited after {after}\n{}", s.log_tail());
+    let mut raw = s.raw_clients().await;
+    let st = tokio::time::timeout(Duration::from_secs(10), raw.maint.status(pb::StatusRequest {}))
+        .await
+        .unwrap_or_else(|_| panic!("Status did not answer within 10 s after {after}"));
+    st.unwrap_or_else(|e| panic!("Status failed after {after}: {e:?}"));
+}
+
+#[tokio::test]
+async fn malformed_protobuf_on_every_unary_method() {
+    let mut s = server_of!(Kind::MemEtcd);
+    let ch = s.channel().await.expect("connect");
+    let sample = valid_sample();
+    let iters = fuzz_iters();
+    let started = Instant::now();
+    let mut tally = std::collections::BTreeMap::<(&str, String), usize>::new();
+    for (m, path) in UNARY.iter().enumerate() {
+        let seed = 0x9_0000 + m as u64;
+        let mut rng = SmallRng::seed_from_u64(seed);
+        for i in 0..iters {
+            let body = hostile_body(&mut rng, &sample);
+            let r = call_raw(ch.clone(), path, body.clone()).await;
+            assert_handled(&format!("{path} (seed {seed}, case {i})"), &body, &r);
+            let outcome = match &r {
+                Ok(_) => "OK".to_string(),
+                Err(st) => format!("{:?}", st.code()),
+            };
+            *tally.entry((path, outcome)).or_default() += 1;
+        }
+        assert_serving(&mut s, &format!("{iters} hostile bodies on {path} (seed {seed})")).await;
+    }
+    eprintln!("{} calls in {:?}: {tally:?}", iters * UNARY.len(), started.elapsed());
+    // Some bodies must have reached the decoder's error path, or the fuzzing tested nothing.
+    assert!(
+        tally.iter().any(|((_, o), _)| o == "Internal"),
+        "expected decode errors among the outcomes: {tally:?}"
+    );
+}
+
+/// Fixed malformed bodies that both servers must reject the same way. grpc-go words decode
+/// errors differently from prost ("grpc: error unmarshalling request: ..."), so for INTERNAL only
+/// the code is compared; etcd's own refusals must match word for word.
+#[tokio::test]
+async fn malformed_protobuf_matches_etcd() {
+    let Some(etcd) = Server::start(Kind::Etcd, &[]).await else { return };
+    let mut mem = server_of!(Kind::MemEtcd);
+    let sample = valid_sample();
+    let bodies: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", vec![]),
+        ("truncated", sample[..sample.len() / 2].to_vec()),
+        ("key as a varint", vec![0x08, 0x01]),
+        ("wire type 7", vec![0x0f, 0x00]),
+        ("overlong varint", [&[0x18][..], &[0xff; 11], &[0x01]].concat()),
+        ("length past the end", vec![0x0a, 0xff, 0xff, 0xff, 0x0f, b'a']),
+        ("end group without start", vec![0x0c]),
+        ("txn nested 10 deep", nested_txn_bytes(10)),
+    ];
+    let paths = [
+        "/etcdserverpb.KV/Range",
+        "/etcdserverpb.KV/Put",
+        "/etcdserverpb.KV/Txn",
+        "/etcdserverpb.Lease/LeaseGrant",
+        "/etcdserverpb.Maintenance/HashKV",
+    ];
+    let (ech, mch) = (etcd.channel().await.unwrap(), mem.channel().await.unwrap());
+    let mut differences = Vec::new();
+    for path in paths {
+        for (what, body) in &bodies {
+            let e = call_raw(ech.clone(), path, body.clone()).await;
+            let m = call_raw(mch.clone(), path, body.clone()).await;
+            assert_handled(path, body, &m);
+            let key = |r: &Result<Vec<u8>, tonic::Status>| match r {
+                Ok(_) => (Code::Ok, String::new()),
+                Err(s) if s.code() == Code::Internal => (Code::Internal, String::new()),
+                Err(s) => (s.code(), s.message().to_string()),
+            };
+            if key(&e) != key(&m) {
+                differences.push(format!("{path} {what}: etcd {e:?}, mem_etcd {m:?}"));
+            }
+        }
+    }
+    assert_serving(&mut mem, "the malformed bodies").await;
+    assert!(
+        differences.is_empty(),
+        "expected the same outcome as etcd:\n{}",
+        differences.join("\n")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Structured hostile requests, differential against etcd
+
+/// One hostile request through the generated clients.
+#[derive(Debug, Clone)]
+enum Req {
+    Range(pb::RangeRequest),
+    Put(pb::PutRequest),
+    Delete(pb::DeleteRangeRequest),
+    Txn(pb::TxnRequest),
+    Compact(pb::CompactionRequest),
+    Grant(pb::LeaseGrantRequest),
+    Revoke(pb::LeaseRevokeRequest),
+    TimeToLive(pb::LeaseTimeToLiveRequest),
+}
+
+/// What a request got, comparable across servers: the reply without its header (member and
+/// cluster ids differ), or the status. Transport-level refusals (a message over the receive
+/// limit, a decode error) are compared by code only: grpc-go and tonic word them differently.
+type Outcome = Result<String, (Code, String)>;
+
+fn outcome<T: std::fmt::Debug>(r: Result<tonic::Response<T>, tonic::Status>) -> Outcome {
+    match r {
+        Ok(resp) => {
+            let text = format!("{:?}", resp.into_inner());
+            // Strip the header: `header: Some(ResponseHeader { .. })` up to its closing brace.
+            Ok(match text.find("header: Some(ResponseHeader {") {
+                Some(at) => {
+                    let end = text[at..].find("}),").map_or(text.len(), |e| at + e + 3);
+                    format!("{}{}", &text[..at], &text[end..])
+                }
+                None => text,
+            })
+        }
+        Err(s) if matches!(s.code(), Code::ResourceExhausted | Code::Internal) => {
+            Err((s.code(), String::new()))
+        }
+        Err(s) => Err((s.code(), s.message().to_string())),
+    }
+}
+
+async fn send(
+    raw: &mut Raw,
+    lease: &mut pb::lease_client::LeaseClient<Channel>,
+    r: Req,
+) -> Outcome {
+    match r {
+        Req::Range(r) => outcome(raw.kv.range(r).await),
+        Req::Put(r) => outcome(raw.kv.put(r).await),
+        Req::Delete(r) => outcome(raw.kv.delete_range(r).await),
+        Req::Txn(r) => outcome(raw.kv.txn(r).await),
+        Req::Compact(r) => outcome(raw.kv.compact(r).await),
+        Req::Grant(r) => outcome(lease.lease_grant(r).await),
+        Req::Revoke(r) => outcome(lease.lease_revoke(r).await),
+        Req::TimeToLive(r) => outcome(lease.lease_time_to_live(r).await),
+    }
+}
+
+fn range(key: &str, end: &str) -> pb::RangeRequest {
+    pb::RangeRequest {
+        key: key.to_string().into(),
+        range_end: end.to_string().into(),
+        ..Default::default()
+    }
+}
+
+fn put_req(key: impl Into<bytes::Bytes>, len: usize) -> pb::PutRequest {
+    pb::PutRequest { key: key.into(), value: vec![b'v'; len].into(), ..Default::default() }
+}
+
+fn op_range(key: &str) -> pb::RequestOp {
+    pb::RequestOp { request: Some(pb::request_op::Request::RequestRange(range(key, ""))) }
+}
+
+/// A txn `depth` levels deep, one op per level, the innermost a read (so whether a server
+/// accepts it does not change the store for the cases after it).
+fn deep_txn(depth: usize) -> pb::TxnRequest {
+    let mut t = pb::TxnRequest { success: vec![op_range("a")], ..Default::default() };
+    for _ in 1..depth {
+        t = pb::TxnRequest {
+            success: vec![pb::RequestOp { request: Some(pb::request_op::Request::RequestTxn(t)) }],
+            ..Default::default()
+        };
+    }
+    t
+}
+
+fn compare(result: i32, target: i32, union: Option<pb::compare::TargetUnion>) -> pb::TxnRequest {
+    pb::TxnRequest {
+        compare: vec![pb::Compare {
+            result,
+            target,
+            key: "a".into(),
+            range_end: Default::default(),
+            target_union: union,
+        }],
+        success: vec![op_range("a")],
+        failure: vec![op_range("b")],
+    }
+}
+
+/// The structured hostile requests, in order (earlier ones change the store for later ones the
+/// same way on both servers).
+fn hostile_requests() -> Vec<(&'static str, Req)> {
+    use pb::compare::TargetUnion as U;
+    let big = MAX_REQUEST_BYTES;
+    vec![
+        ("range: empty key", Req::Range(range("", ""))),
+        ("range: inverted", Req::Range(range("b", "a"))),
+        ("range: end equal to key", Req::Range(range("a", "a"))),
+        ("range: end \\0 (from key)", Req::Range(range("a", "\0"))),
+        ("range: empty key, end \\0", Req::Range(range("", "\0"))),
+        (
+            "range: revision i64::MAX",
+            Req::Range(pb::RangeRequest { revision: i64::MAX, ..range("a", "") }),
+        ),
+        ("range: revision -5", Req::Range(pb::RangeRequest { revision: -5, ..range("a", "") })),
+        ("range: limit -1", Req::Range(pb::RangeRequest { limit: -1, ..range("\0", "\0") })),
+        (
+            "range: limit i64::MIN",
+            Req::Range(pb::RangeRequest { limit: i64::MIN, ..range("\0", "\0") }),
+        ),
+        (
+            "range: sort target 99",
+            Req::Range(pb::RangeRequest { sort_target: 99, ..range("a", "z") }),
+        ),
+        (
+            "range: sort order -1",
+            Req::Range(pb::RangeRequest { sort_order: -1, ..range("a", "z") }),
+        ),
+        (
+            "range: negative revision bounds",
+            Req::Range(pb::RangeRequest {
+                min_mod_revision: -1,
+                max_mod_revision: -1,
+                min_create_revision: i64::MIN,
+                max_create_revision: -7,
+                ..range("\0", "\0")
+            }),
+        ),
+        (
+            "range: key of max-request-bytes",
+            Req::Range(pb::RangeRequest { key: vec![b'k'; big].into(), ..Default::default() }),
+        ),
+        ("put: empty key", Req::Put(put_req("", 1))),
+        ("put: key of max-request-bytes", Req::Put(put_req(vec![b'k'; big], 0))),
+        (
+            "put: lease that does not exist",
+            Req::Put(pb::PutRequest { lease: 0x7a7a, ..put_req("a", 1) }),
+        ),
+        ("put: lease -1", Req::Put(pb::PutRequest { lease: -1, ..put_req("a", 1) })),
+        ("put: lease i64::MIN", Req::Put(pb::PutRequest { lease: i64::MIN, ..put_req("a", 1) })),
+        (
+            "put: ignore_value with a value",
+            Req::Put(pb::PutRequest { ignore_value: true, ..put_req("a", 1) }),
+        ),
+        (
+            "put: ignore_lease with a lease",
+            Req::Put(pb::PutRequest { ignore_lease: true, lease: 5, ..put_req("a", 0) }),
+        ),
+        (
+            "put: ignore_value on a missing key",
+            Req::Put(pb::PutRequest { ignore_value: true, ..put_req("missing", 0) }),
+        ),
+        (
+            "delete: empty key",
+            Req::Delete(pb::DeleteRangeRequest { key: Default::default(), ..Default::default() }),
+        ),
+        (
+            "delete: inverted",
+            Req::Delete(pb::DeleteRangeRequest {
+                key: "z".into(),
+                range_end: "y".into(),
+                prev_kv: true,
+            }),
+        ),
+        (
+            "delete: key of max-request-bytes",
+            Req::Delete(pb::DeleteRangeRequest {
+                key: vec![b'k'; big].into(),
+                ..Default::default()
+            }),
+        ),
+        ("txn: nested 10 deep", Req::Txn(deep_txn(10))),
+        ("txn: nested 40 deep", Req::Txn(deep_txn(40))),
+        ("txn: compare target 99", Req::Txn(compare(0, 99, Some(U::Version(1))))),
+        ("txn: compare result 99", Req::Txn(compare(99, 0, Some(U::Version(1))))),
+        ("txn: compare result -1", Req::Txn(compare(-1, 0, Some(U::Version(1))))),
+        ("txn: compare value without a union", Req::Txn(compare(0, 3, None))),
+        (
+            "txn: compare target and union disagree",
+            Req::Txn(compare(0, 0, Some(U::Value("x".into())))),
+        ),
+        ("txn: compare lease -1", Req::Txn(compare(0, 4, Some(U::Lease(-1))))),
+        (
+            "txn: compare with an empty key",
+            Req::Txn(pb::TxnRequest {
+                compare: vec![pb::Compare {
+                    key: Default::default(),
+                    target_union: Some(U::Version(0)),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+        ),
+        (
+            "txn: an empty RequestOp",
+            Req::Txn(pb::TxnRequest {
+                success: vec![pb::RequestOp { request: None }],
+                ..Default::default()
+            }),
+        ),
+        (
+            "txn: too many ops",
+            Req::Txn(pb::TxnRequest {
+                success: (0..=MAX_TXN_OPS).map(|_| op_range("a")).collect(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "compact: revision i64::MAX",
+            Req::Compact(pb::CompactionRequest { revision: i64::MAX, physical: false }),
+        ),
+        (
+            "compact: revision -1",
+            Req::Compact(pb::CompactionRequest { revision: -1, physical: true }),
+        ),
+        ("grant: ttl -5", Req::Grant(pb::LeaseGrantRequest { ttl: -5, id: 1001 })),
+        ("grant: ttl 0", Req::Grant(pb::LeaseGrantRequest { ttl: 0, id: 1002 })),
+        ("grant: ttl i64::MIN", Req::Grant(pb::LeaseGrantRequest { ttl: i64::MIN, id: 1003 })),
+        ("grant: id -1", Req::Grant(pb::LeaseGrantRequest { ttl: 60, id: -1 })),
+        ("grant: the same id again", Req::Grant(pb::LeaseGrantRequest { ttl: 60, id: 1001 })),
+        ("revoke: id 0", Req::Revoke(pb::LeaseRevokeRequest { id: 0 })),
+        ("revoke: id -1", Req::Revoke(pb::LeaseRevokeRequest { id: -1 })),
+        ("revoke: id that does not exist", Req::Revoke(pb::LeaseRevokeRequest { id: 0x7a7a })),
+        ("ttl: id -1", Req::TimeToLive(pb::LeaseTimeToLiveRequest { id: -1, keys: true })),
+        ("ttl: id 0", Req::TimeToLive(pb::LeaseTimeToLiveRequest { id: 0, keys: false })),
+        ("range: after all of the above", Req::Range(range("\0", "\0"))),
+    ]
+}
+
+/// Both servers get a few keys, then every hostile request in turn; the outcomes must match.
+#[tokio::test]
+async fn structured_hostile_requests_match_etcd() {
+    let Some(etcd) = Server::start(Kind::Etcd, &[]).await else { return };
+    let mut mem = server_of!(Kind::MemEtcd);
+    let mut sides = Vec::new();
+    for s in [&etcd, &mem] {
+        let raw = s.raw_clients().await;
+        let lease = pb::lease_client::LeaseClient::new(raw.channel.clone());
+        sides.push((raw, lease));
+    }
+    for (raw, _) in &mut sides {
+        for k in ["a", "b", "c"] {
+            raw.kv.put(put_req(k, 3)).await.expect("seed put");
+        }
+    }
+    let mut differences = Vec::new();
+    for (what, req) in hostile_requests() {
+        let (raw, lease) = &mut sides[0];
+        let e = send(raw, lease, req.clone()).await;
+        let (raw, lease) = &mut sides[1];
+        let m = send(raw, lease, req).await;
+        if e != m {
+            differences.push(format!("{what}:\n  etcd:     {e:?}\n  mem_etcd: {m:?}"));
+        }
+    }
+    assert_serving(&mut mem, "the structured hostile requests").await;
+    assert!(
+        differences.is_empty(),
+        "expected the same outcome as etcd:\n{}",
+        differences.join("\n")
+    );
+}
+
+/// A message over the gRPC receive limit (max-request-bytes + 512 KiB) is refused by the
+/// transport. grpc-go answers RESOURCE_EXHAUSTED, the code the gRPC spec gives for a message
+/// over the limit; tonic's decoder answers OUT_OF_RANGE, which clients read as an etcd error
+/// (etcd uses OUT_OF_RANGE for compacted and future revisions).
+#[tokio::test]
+#[ignore = "BUG: a request over the receive limit gets OUT_OF_RANGE (tonic's code) where etcd \
+            (grpc-go) answers RESOURCE_EXHAUSTED"]
+async fn request_over_the_receive_limit_is_resource_exhausted() {
+    let mut s = server_of!(Kind::MemEtcd);
+    let mut raw = s.raw_clients().await;
+    let over = MAX_REQUEST_BYTES + (512 << 10) + 1024;
+    let put = raw.kv.put(put_req("a", over)).await;
+    let range =
+        raw.kv.range(pb::RangeRequest { key: vec![b'k'; over].into(), ..Default::default() }).await;
+    assert_serving(&mut s, "requests over the receive limit").await;
+    for (what, r) in [("put", put.map(drop)), ("range", range.map(drop))] {
+        let st = r.expect_err(what);
+        assert_eq!(
+            st.code(),
+            Code::ResourceExhausted,
+            "{what} of {over} bytes: expected RESOURCE_EXHAUSTED as etcd answers, got {st:?}"
+        );
+    }
+}
+
+/// etcd applies a txn nested 64 deep (Go's protobuf has no nesting limit and etcd's only limit is
+/// --max-txn-ops per level); mem_etcd's decoder (prost, recursion limit 100 messages, two per
+/// txn level) refuses it with INTERNAL "failed to decode Protobuf message: recursion limit
+/// reached", which is no etcd error. Sent as raw bytes: tonic's client could not decode etcd's
+/// reply either, for the same reason.
+#[tokio::test]
+#[ignore = "BUG: a Txn nested deeper than ~49 levels is refused with INTERNAL (prost's recursion \
+            limit) where etcd applies it"]
+async fn deeply_nested_txn_is_accepted_like_etcd() {
+    let depth = 64;
+    let body = deep_txn(depth).encode_to_vec();
+    let mut outcomes = Vec::new();
+    let etcd = Server::start(Kind::Etcd, &[]).await;
+    let mut mem = server_of!(Kind::MemEtcd);
+    if let Some(etcd) = &etcd {
+        let r = call_raw(etcd.channel().await.unwrap(), "/etcdserverpb.KV/Txn", body.clone()).await;
+        assert!(r.is_ok(), "etcd was expected to accept a txn nested {depth} deep: {r:?}");
+    }
+    let r = call_raw(mem.channel().await.unwrap(), "/etcdserverpb.KV/Txn", body).await;
+    // The decoder's message repeats the path of every level; its start and end say enough.
+    outcomes.push(r.map(|b| b.len()).map_err(|st| {
+        let m = st.message();
+        format!(
+            "{:?} {} ... {}",
+            st.code(),
+            &m[..m.len().min(60)],
+            &m[m.len().saturating_sub(30)..]
+        )
+    }));
+    assert_serving(&mut mem, "a deeply nested txn").await;
+    assert!(
+        outcomes[0].is_ok(),
+        "expected a txn nested {depth} deep to be applied as etcd does: {outcomes:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Watch streams
+
+fn create(key: &str, end: &str, start_revision: i64) -> pb::watch_request::RequestUnion {
+    pb::watch_request::RequestUnion::CreateRequest(pb::WatchCreateRequest {
+        key: key.to_string().into(),
+        range_end: end.to_string().into(),
+        start_revision,
+        ..Default::default()
+    })
+}
+
+/// Sends `reqs` on a new watch stream, then a put to "a", and summarizes what comes back within
+/// `window` (responses without headers, then how the stream ended).
+async fn watch_outcome(s: &Server, reqs: Vec<pb::WatchRequest>, window: Duration) -> Vec<String> {
+    let raw = s.raw_clients().await;
+    let mut w = pb::watch_client::WatchClient::new(raw.channel.clone());
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    for r in reqs {
+        tx.send(r).await.unwrap();
+    }
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + window;
+    // grpc-go sends the response headers with the first message, so the call itself may wait.
+    let call = tokio::time::timeout_at(deadline, w.watch(ReceiverStream::new(rx))).await;
+    let mut stream = match call {
+        // The same as a stream that has said nothing yet.
+        Err(_) => return out,
+        Ok(Err(st)) => return vec![format!("refused: {:?} {}", st.code(), st.message())],
+        Ok(Ok(r)) => r.into_inner(),
+    };
+    let mut kv = raw.kv.clone();
+    let mut wrote = false;
+    loop {
+        let next = tokio::time::timeout_at(deadline, stream.message()).await;
+        match next {
+            Err(_) => break,
+            Ok(Ok(Some(r))) => out.push(format!(
+                "id={} created={} canceled={} reason={:?} compact={} events={}",
+                r.watch_id,
+                r.created,
+                r.canceled,
+                r.cancel_reason,
+                r.compact_revision,
+                r.events.len()
+            )),
+            Ok(Ok(None)) => {
+                out.push("stream ended".into());
+                break;
+            }
+            Ok(Err(st)) => {
+                out.push(format!("stream failed: {:?}", st.code()));
+                break;
+            }
+        }
+        if !wrote {
+            // One write after the first reply, so created watchers have an event to report.
+            wrote = true;
+            kv.put(put_req("a", 2)).await.expect("put during watch");
+        }
+    }
+    drop(tx);
+    out
+}
+
+#[tokio::test]
+async fn hostile_watch_requests_match_etcd() {
+    use pb::watch_request::RequestUnion as U;
+    let Some(etcd) = Server::start(Kind::Etcd, &[]).await else { return };
+    let mut mem = server_of!(Kind::MemEtcd);
+    let wr = |u: Option<U>| pb::WatchRequest { request_union: u };
+    let cases: Vec<(&str, Vec<pb::WatchRequest>)> = vec![
+        ("inverted range", vec![wr(Some(create("b", "a", 0)))]),
+        ("range end equal to key", vec![wr(Some(create("a", "a", 0)))]),
+        ("empty key", vec![wr(Some(create("", "", 0)))]),
+        ("start revision -1", vec![wr(Some(create("a", "", -1)))]),
+        ("start revision i64::MAX", vec![wr(Some(create("a", "", i64::MAX)))]),
+        (
+            "filter out of enum",
+            vec![wr(Some(U::CreateRequest(pb::WatchCreateRequest {
+                key: "a".into(),
+                filters: vec![7, -1],
+                ..Default::default()
+            })))],
+        ),
+        (
+            "watch id -5",
+            vec![wr(Some(U::CreateRequest(pb::WatchCreateRequest {
+                key: "a".into(),
+                watch_id: -5,
+                ..Default::default()
+            })))],
+        ),
+        (
+            "the same watch id twice",
+            vec![
+                wr(Some(U::CreateRequest(pb::WatchCreateRequest {
+                    key: "a".into(),
+                    watch_id: 9,
+                    ..Default::default()
+                }))),
+                wr(Some(U::CreateRequest(pb::WatchCreateRequest {
+                    key: "b".into(),
+                    watch_id: 9,
+                    ..Default::default()
+                }))),
+            ],
+        ),
+        ("no union set", vec![wr(None), wr(Some(create("a", "", 0)))]),
+        (
+            "cancel of an unknown id",
+            vec![
+                wr(Some(U::CancelRequest(pb::WatchCancelRequest { watch_id: 99 }))),
+                wr(Some(create("a", "", 0))),
+            ],
+        ),
+        (
+            "progress before any watch",
+            vec![wr(Some(U::ProgressRequest(pb::WatchProgressRequest {})))],
+        ),
+    ];
+    let mut differences = Vec::new();
+    for (what, reqs) in cases {
+        let window = Duration::from_millis(700);
+        let (e, m) = tokio::join!(
+            watch_outcome(&etcd, reqs.clone(), window),
+            watch_outcome(&mem, reqs, window)
+        );
+        if e != m {
+            differences.push(format!("{what}:\n  etcd:     {e:?}\n  mem_etcd: {m:?}"));
+        }
+    }
+    assert_serving(&mut mem, "the hostile watch requests").await;
+    assert!(
+        differences.is_empty(),
+        "expected the same outcome as etcd:\n{}",
+        differences.join("\n")
+    );
+}
+
+/// Garbage for watch streams: two fixed undecodable bodies and seeded hostile ones.
+fn watch_garbage() -> Vec<Vec<u8>> {
+    let mut rng = SmallRng::seed_from_u64(0x9_1000);
+    let sample = valid_sample();
+    let mut bodies = vec![vec![0x0a, 0xff, 0xff, 0xff, 0x0f], vec![0x08, 0x01]];
+    bodies.extend((0..6).map(|_| hostile_body(&mut rng, &sample)));
+    bodies
+}
+
+/// For each body, a watch stream that carries a valid create and then the body, and how the
+/// stream ended.
+async fn watch_garbage_outcomes(s: &Server, bodies: &[Vec<u8>]) -> Vec<String> {
+    let valid = pb::WatchRequest { request_union: Some(create("a", "", 0)) }.encode_to_vec();
+    let mut out = Vec::new();
+    for garbage in bodies {
+        let mut g = tonic::client::Grpc::new(s.channel().await.unwrap());
+        g.ready().await.unwrap();
+        let msgs = tokio_stream::iter(vec![valid.clone(), garbage.clone()]);
+        let path = PathAndQuery::from_static("/etcdserverpb.Watch/Watch");
+        let end = match g.streaming(tonic::Request::new(msgs), path, RawBytes).await {
+            // Whether the status comes before or after the created reply is a race.
+            Err(st) => format!("failed: {:?}", st.code()),
+            Ok(resp) => {
+                let mut stream = resp.into_inner();
+                let mut end = "no end within 3 s".to_string();
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+                while let Ok(m) = tokio::time::timeout_at(deadline, stream.message()).await {
+                    match m {
+                        Ok(Some(_)) => continue,
+                        Ok(None) => end = "ended".into(),
+                        Err(st) => end = format!("failed: {:?}", st.code()),
+                    }
+                    break;
+                }
+                end
+            }
+        };
+        out.push(end);
+    }
+    out
+}
+
+/// Garbage after a valid create on a watch stream ends that stream, and only that stream.
+#[tokio::test]
+async fn garbage_on_a_watch_stream_ends_it() {
+    let mut s = server_of!(Kind::MemEtcd);
+    let bodies = watch_garbage();
+    let outcomes = watch_garbage_outcomes(&s, &bodies).await;
+    for (body, end) in bodies.iter().zip(&outcomes) {
+        // Garbage that happens to decode as a WatchRequest is a request like any other.
+        let valid = pb::WatchRequest::decode(&body[..]).is_ok();
+        assert!(
+            end == "ended" || end == "failed: Internal" || valid,
+            "body {body:02x?}: expected the stream to end (cleanly or with INTERNAL), got {end}"
+        );
+    }
+    assert_serving(&mut s, "garbage on watch streams").await;
+}
+
+/// etcd fails a watch stream whose next message does not decode with INTERNAL (grpc-go's decode
+/// error); mem_etcd's receive loop treats any receive error as the client going away and ends
+/// the stream with OK, so a client cannot tell its own broken request from a server that closed
+/// the stream (src/server/watch.rs, `Err(_) => false` on `inbound.message()`).
+#[tokio::test]
+#[ignore = "BUG: an undecodable message on a watch stream ends the stream with OK instead of \
+            etcd's INTERNAL decode error"]
+async fn garbage_on_a_watch_stream_fails_it_like_etcd() {
+    let Some(etcd) = Server::start(Kind::Etcd, &[]).await else { return };
+    let mut mem = server_of!(Kind::MemEtcd);
+    // The fixed bodies only: whether etcd reports the random ones is racy.
+    let bodies = watch_garbage()[..2].to_vec();
+    let e = watch_garbage_outcomes(&etcd, &bodies).await;
+    let m = watch_garbage_outcomes(&mem, &bodies).await;
+    assert_serving(&mut mem, "garbage on watch streams").await;
+    let differences: Vec<String> = bodies
+        .iter()
+        .zip(e.iter().zip(&m))
+        .filter(|(_, (ee, me))| ee != me)
+        .map(|(body, (ee, me))| format!("body {body:02x?}: etcd {ee}, mem_etcd {me}"))
+        .collect();
+    assert!(differences.is_empty(), "expected etcd's outcome:\n{}", differences.join("\n"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metadata
+
+/// Binary and undecodable metadata is not the server's business when auth is off: etcd ignores
+/// it, and so must mem_etcd.
+#[tokio::test]
+async fn binary_and_garbage_metadata_is_ignored_like_etcd() {
+    use tonic::metadata::{AsciiMetadataValue, BinaryMetadataValue, MetadataValue};
+    let Some(etcd) = Server::start(Kind::Etcd, &[]).await else { return };
+    let mut mem = server_of!(Kind::MemEtcd);
+    let all_bytes: Vec<u8> = (0..=255).collect();
+    // http accepts obs-text (0x80..0xff) in header values; tonic passes it through as ASCII.
+    let obs_text = AsciiMetadataValue::try_from(&[b'x', 0x80, 0xfe, 0xff][..])
+        .expect("http allows obs-text header bytes");
+    let mut results = Vec::new();
+    for s in [&etcd, &mem] {
+        let mut raw = s.raw_clients().await;
+        let mut out = Vec::new();
+        for case in 0..5 {
+            let mut req = tonic::Request::new(range("a", ""));
+            let md = req.metadata_mut();
+            match case {
+                0 => {
+                    md.insert_bin("x-hostile-bin", BinaryMetadataValue::from_bytes(&all_bytes));
+                }
+                1 => {
+                    md.insert_bin("token-bin", BinaryMetadataValue::from_bytes(&[0, 0xff, 0]));
+                }
+                2 => {
+                    md.insert("token", MetadataValue::from_static("not-a-token"));
+                }
+                3 => {
+                    md.insert("authorization", obs_text.clone());
+                }
+                _ => {
+                    md.insert("x-hostile", obs_text.clone());
+                    md.insert("hasleader", MetadataValue::from_static("\t maybe"));
+                }
+            }
+            out.push(outcome(raw.kv.range(req).await));
+        }
+        results.push(out);
+    }
+    assert_serving(&mut mem, "binary metadata").await;
+    assert_eq!(results[1], results[0], "expected mem_etcd to treat the metadata as etcd does");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resource abuse: many connections, slow readers, clients that vanish
+
+/// The pid of the child process listening on `addr`: the listening socket's inode from
+/// /proc/net/tcp, then the child of this process that holds it.
+fn server_pid(addr: std::net::SocketAddr) -> u32 {
+    let tcp = std::fs::read_to_string("/proc/net/tcp").expect("read /proc/net/tcp");
+    let port = format!(":{:04X}", addr.port());
+    let inode = tcp
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() > 9 && f[1].ends_with(&port) && f[3] == "0A")
+        .map(|f| f[9].to_string())
+        .unwrap_or_else(|| panic!("no listening socket for {addr} in /proc/net/tcp"));
+    let target = format!("socket:[{inode}]");
+    let me = std::process::id().to_string();
+    for entry in std::fs::read_dir("/proc").expect("read /proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Field 4 (after the parenthesized name) is the parent pid.
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1));
+        if ppid != Some(me.as_str()) {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
+        if fds
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == target))
+        {
+            return pid;
+        }
+    }
+    panic!("no child of this process holds {target} (the listener on {addr})");
+}
+
+/// (VmRSS in bytes, thread count) from /proc/<pid>/status.
+fn rss_and_threads(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("read /proc/{pid}/status: {e}"));
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+    };
+    (field("VmRSS:") * 1024, field("Threads:"))
+}
+
+const MIB: u64 = 1 << 20;
+
+/// Makes sure this process (and so the servers it starts afterwards) may open `need` files,
+/// raising the soft limit with prlimit(1) when it is lower. Fails, rather than skips, when that
+/// is impossible: a silently smaller test would prove nothing.
+fn ensure_fd_limit(need: u64) {
+    let limits = std::fs::read_to_string("/proc/self/limits").expect("read /proc/self/limits");
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).expect("open files line");
+    let nums: Vec<u64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    let (soft, hard) = (nums[0], nums.get(1).copied().unwrap_or(u64::MAX));
+    if soft >= need {
+        return;
+    }
+    assert!(
+        hard >= need,
+        "need {need} open files but the hard limit is {hard}: raise it (ulimit -Hn)"
+    );
+    let st = std::process::Command::new("prlimit")
+        .args([format!("--pid={}", std::process::id()), format!("--nofile={need}:{hard}")])
+        .status();
+    assert!(
+        st.as_ref().is_ok_and(|s| s.success()),
+        "need {need} open files (soft limit {soft}); prlimit could not raise it: {st:?}"
+    );
+}
+
+/// A metric's value from the server's /metrics page (HTTP/1.0, so the body is not chunked).
+async fn metric(addr: std::net::SocketAddr, name: &str) -> f64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut c = tokio::net::TcpStream::connect(addr).await.expect("connect for /metrics");
+    c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.expect("send");
+    let mut page = String::new();
+    tokio::time::timeout(Duration::from_secs(10), c.read_to_string(&mut page))
+        .await
+        .expect("/metrics within 10 s")
+        .expect("read /metrics");
+    page.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name} on /metrics"))
+}
+
+/// Waits up to `within` for `name` to read `want`.
+async fn wait_metric(addr: std::net::SocketAddr, name: &str, want: f64, within: Duration) {
+    let start = Instant::now();
+    loop {
+        let got = metric(addr, name).await;
+        if got == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < within,
+            "{name} is {got}, expected {want} within {within:?} of the clients leaving"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls RSS for a while after clients leave: freed memory goes back to the system lazily.
+async fn settled_rss(pid: u32, at_most: u64) -> u64 {
+    let start = Instant::now();
+    loop {
+        let (rss, _) = rss_and_threads(pid);
+        if rss <= at_most || start.elapsed() > Duration::from_secs(10) {
+            return rss;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+const CONNECTIONS: usize = 2000;
+
+/// One wave: CONNECTIONS clients, each on its own connection, each does a Range and holds the
+/// connection until all are open; then all leave together. Returns the RSS with all open.
+async fn connection_wave(s: &mut Server, pid: u32, threads0: u64) -> u64 {
+    let started = Instant::now();
+    let (release_tx, release_rx) = tokio::sync::watch::channel(false);
+    let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(200));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..CONNECTIONS {
+        let (endpoint, sem, done) = (s.endpoint(), sem.clone(), done.clone());
+        let mut release = release_rx.clone();
+        tasks.spawn(async move {
+            // At most 200 handshakes in flight, so the listen backlog is not what is tested.
+            let permit = sem.acquire_owned().await.unwrap();
+            let ch = Channel::from_shared(endpoint).unwrap().connect().await;
+            let ch = ch.unwrap_or_else(|e| panic!("connection {i}: {e:?}"));
+            let mut kv = pb::kv_client::KvClient::new(ch);
+            kv.range(range("a", "")).await.unwrap_or_else(|e| panic!("range on {i}: {e:?}"));
+            drop(permit);
+            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = release.wait_for(|go| *go).await;
+            drop(kv);
+        });
+    }
+    let rss_open = loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // A task ends before the release only by panicking.
+        if let Some(r) = tasks.try_join_next() {
+            r.expect("a connection task failed");
+        }
+        if done.load(std::sync::atomic::Ordering::SeqCst) == CONNECTIONS {
+            let (rss, threads) = rss_and_threads(pid);
+            let fds = open_fds(pid);
+            eprintln!(
+                "{CONNECTIONS} connections open after {:?}: rss {} MiB, threads {threads}, fds {fds}",
+                started.elapsed(),
+                rss / MIB
+            );
+            assert!(
+                fds >= CONNECTIONS,
+                "{fds} descriptors in the server with {CONNECTIONS} clients"
+            );
+            assert!(
+                threads <= threads0 + 8,
+                "threads grew from {threads0} to {threads} with {CONNECTIONS} connections: \
+                 expected a pool that does not grow with connections"
+            );
+            break rss;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "connections never all opened");
+    };
+    assert_serving(s, &format!("{CONNECTIONS} open connections")).await;
+    release_tx.send(true).unwrap();
+    while let Some(r) = tasks.join_next().await {
+        r.expect("a connection task panicked");
+    }
+    // The server notices the closed sockets within moments.
+    let start = Instant::now();
+    while open_fds(pid) >= 200 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{} descriptors still open in the server 10 s after every client left",
+            open_fds(pid)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, threads) = rss_and_threads(pid);
+    assert!(threads <= threads0 + 8, "threads {threads} after the clients left (was {threads0})");
+    assert_serving(s, "the connections closed").await;
+    rss_open
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+/// Thousands of clients at once, in waves. Memory is bounded when a wave costs no more than the
+/// one before: state kept per closed connection would add up wave after wave. (RSS does not go
+/// back to its value before the first wave: the allocator keeps the freed pages for reuse.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_connections_at_once() {
+    // This process holds one end of every connection and the server the other.
+    ensure_fd_limit(2 * CONNECTIONS as u64 + 1024);
+    let mut s = server_of!(Kind::MemEtcd);
+    let pid = server_pid(s.addr());
+    assert_serving(&mut s, "startup").await;
+    let (rss0, threads0) = rss_and_threads(pid);
+    let waves = (fuzz_iters() / 100).max(2);
+    let mut after = Vec::new();
+    for _ in 0..waves {
+        let open = connection_wave(&mut s, pid, threads0).await;
+        let rss = settled_rss(pid, rss0 + 64 * MIB).await;
+        eprintln!(
+            "wave: rss {} MiB open, {} MiB after (was {} MiB)",
+            open / MIB,
+            rss / MIB,
+            rss0 / MIB
+        );
+        after.push(rss);
+    }
+    let (first, last) = (after[0], after[after.len() - 1]);
+    assert!(
+        last <= first + 32 * MIB,
+        "RSS after each wave of {CONNECTIONS} connections (MiB): {:?}; expected later waves to \
+         reuse the first one's memory (at most 32 MiB more)",
+        after.iter().map(|r| r / MIB).collect::<Vec<_>>()
+    );
+}
+
+const SLOW_WATCHERS: usize = 40;
+const SLOW_WRITES: usize = 2000;
+const SLOW_VALUE: usize = 4096;
+
+/// Watchers that never read while writes go on, then vanish. What they are not reading adds up
+/// to SLOW_WATCHERS x SLOW_WRITES x SLOW_VALUE (320 MiB); a server that buffered it per watcher
+/// would show it in its RSS. etcd parks slow watchers and replays from the store instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_readers_then_vanish() {
+    let mut s = server_of!(Kind::MemEtcd);
+    let pid = server_pid(s.addr());
+    let mut raw = s.raw_clients().await;
+    assert_serving(&mut s, "startup").await;
+    let (rss0, threads0) = rss_and_threads(pid);
+    let mut slow = Vec::new();
+    for i in 0..SLOW_WATCHERS {
+        // Each on its own connection: HTTP/2 flow control stops the server per connection.
+        let ch = s.channel().await.expect("connect a watcher");
+        let mut w = pb::watch_client::WatchClient::new(ch.clone());
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tx.send(pb::WatchRequest { request_union: Some(create("slow/", "slow0", 0)) })
+            .await
+            .unwrap();
+        let mut stream = w
+            .watch(ReceiverStream::new(rx))
+            .await
+            .unwrap_or_else(|e| panic!("watch {i}: {e:?}"))
+            .into_inner();
+        let created = stream.message().await.expect("created reply").expect("a reply");
+        assert!(created.created, "watch {i}: expected a created reply, got {created:?}");
+        // Kept, never read again.
+        slow.push((ch, tx, stream));
+    }
+    wait_metric(
+        s.addr(),
+        "etcd_debugging_mvcc_watch_stream_total",
+        SLOW_WATCHERS as f64,
+        Duration::from_secs(5),
+    )
+    .await;
+    let started = Instant::now();
+    let mut peak = 0;
+    for i in 0..SLOW_WRITES {
+        let req = put_req(format!("slow/{}", i % 50), SLOW_VALUE);
+        tokio::time::timeout(Duration::from_secs(10), raw.kv.put(req))
+            .await
+            .unwrap_or_else(|_| panic!("put {i} took over 10 s with slow watchers"))
+            .unwrap_or_else(|e| panic!("put {i}: {e:?}"));
+        if i % 200 == 0 {
+            peak = peak.max(rss_and_threads(pid).0);
+        }
+    }
+    let (rss_full, threads_full) = rss_and_threads(pid);
+    peak = peak.max(rss_full);
+    let stored = (SLOW_WRITES * SLOW_VALUE) as u64;
+    eprintln!(
+        "{SLOW_WRITES} puts with {SLOW_WATCHERS} slow watchers in {:?}: peak rss {} MiB (was {} \
+         MiB, {} MiB stored), threads {threads_full}",
+        started.elapsed(),
+        peak / MIB,
+        rss0 / MIB,
+        stored / MIB
+    );
+    let bound = rss0 + stored * 3 + 128 * MIB;
+    assert!(
+        peak <= bound,
+        "RSS peaked at {} MiB with slow watchers: expected at most {} MiB (no per-watcher \
+         buffering of what they do not read)",
+        peak / MIB,
+        bound / MIB
+    );
+    assert!(threads_full <= threads0 + 8, "threads {threads_full} (was {threads0})");
+    assert_serving(&mut s, "writes with slow watchers").await;
+    // They vanish without cancelling.
+    drop(slow);
+    wait_metric(s.addr(), "etcd_debugging_mvcc_watch_stream_total", 0.0, Duration::from_secs(10))
+        .await;
+    wait_metric(s.addr(), "etcd_debugging_mvcc_watcher_total", 0.0, Duration::from_secs(10)).await;
+    let bound = rss0 + stored * 2 + 64 * MIB;
+    let rss = settled_rss(pid, bound).await;
+    assert!(
+        rss <= bound,
+        "RSS {} MiB after the slow watchers left, expected at most {} MiB",
+        rss / MIB,
+        bound / MIB
+    );
+    assert_serving(&mut s, "the slow watchers vanished").await;
+}
+
+/// Clients that leave in the middle: watchers dropped while events stream to them, unary calls
+/// whose body never comes, and raw TCP clients that send half a preface or garbage and close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_vanish_mid_stream_and_mid_request() {
+    use tokio::io::AsyncWriteExt;
+    let mut s = server_of!(Kind::MemEtcd);
+    let pid = server_pid(s.addr());
+    assert_serving(&mut s, "startup").await;
+    let (rss0, threads0) = rss_and_threads(pid);
+    let rounds = (fuzz_iters() / 40).max(3);
+    for round in 0..rounds {
+        // Watchers reading while a writer goes on; half of them vanish mid-stream.
+        let mut raw = s.raw_clients().await;
+        let mut readers = tokio::task::JoinSet::new();
+        for _ in 0..20 {
+            let ch = s.channel().await.expect("connect");
+            readers.spawn(async move {
+                let mut w = pb::watch_client::WatchClient::new(ch);
+                let (tx, rx) = tokio::sync::mpsc::channel(1);
+                tx.send(pb::WatchRequest { request_union: Some(create("v/", "v0", 0)) })
+                    .await
+                    .unwrap();
+                let mut st = w.watch(ReceiverStream::new(rx)).await.unwrap().into_inner();
+                while let Ok(Some(_)) = st.message().await {}
+                drop(tx);
+            });
+        }
+        // Unary calls that send headers and then no message.
+        let mut hung = tokio::task::JoinSet::new();
+        for path in
+            ["/etcdserverpb.KV/Put", "/etcdserverpb.KV/Txn", "/etcdserverpb.Lease/LeaseGrant"]
+        {
+            for _ in 0..20 {
+                let ch = s.channel().await.expect("connect");
+                hung.spawn(async move {
+                    let mut g = tonic::client::Grpc::new(ch);
+                    g.ready().await.unwrap();
+                    let never = tokio_stream::pending::<Vec<u8>>();
+                    let _ = g
+                        .streaming(
+                            tonic::Request::new(never),
+                            PathAndQuery::from_static(path),
+                            RawBytes,
+                        )
+                        .await;
+                });
+            }
+        }
+        // Raw TCP: half a preface, a preface and garbage, a silent connection.
+        let mut sockets = Vec::new();
+        for i in 0..60 {
+            let mut c = tokio::net::TcpStream::connect(s.addr()).await.expect("tcp connect");
+            let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+            let _ = match i % 3 {
+                0 => c.write_all(&preface[..10]).await,
+                1 => c.write_all(&[&preface[..], &[0xff; 64]].concat()).await,
+                _ => Ok(()),
+            };
+            sockets.push(c);
+        }
+        for i in 0..200 {
+            raw.kv
+                .put(put_req(format!("v/{}", i % 10), 512))
+                .await
+                .expect("put while clients vanish");
+        }
+        readers.abort_all();
+        hung.abort_all();
+        drop(sockets);
+        while readers.join_next().await.is_some() {}
+        while hung.join_next().await.is_some() {}
+        assert_serving(&mut s, &format!("round {round} of vanishing clients")).await;
+    }
+    wait_metric(s.addr(), "etcd_debugging_mvcc_watch_stream_total", 0.0, Duration::from_secs(10))
+        .await;
+    let rss = settled_rss(pid, rss0 + 64 * MIB).await;
+    let (_, threads) = rss_and_threads(pid);
+    eprintln!(
+        "after {rounds} rounds: rss {} MiB (was {}), threads {threads} (was {threads0})",
+        rss / MIB,
+        rss0 / MIB
+    );
+    assert!(
+        rss <= rss0 + 64 * MIB,
+        "RSS {} MiB, expected at most 64 MiB over {} MiB",
+        rss / MIB,
+        rss0 / MIB
+    );
+    assert!(threads <= threads0 + 8, "threads {threads} (was {threads0})");
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0);
+    assert!(fds < 200, "{fds} descriptors still open in the server after every client left");
+}
