@@ -790,7 +790,7 @@ async fn hostile_watch_requests_match_etcd() {
     ];
     let mut differences = Vec::new();
     for (what, reqs) in cases {
-        let window = Duration::from_millis(700);
+        let window = Duration::from_millis(1000);
         let (e, m) = tokio::join!(
             watch_outcome(&etcd, reqs.clone(), window),
             watch_outcome(&mem, reqs, window)
