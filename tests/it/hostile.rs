@@ -831,8 +831,8 @@ async fn watch_garbage_outcomes(s: &Server, bodies: &[Vec<u8>]) -> Vec<String> {
             Err(st) => format!("failed: {:?}", st.code()),
             Ok(resp) => {
                 let mut stream = resp.into_inner();
-                let mut end = "no end within 3 s".to_string();
-                let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+                let mut end = "no end within 1 s".to_string();
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
                 while let Ok(m) = tokio::time::timeout_at(deadline, stream.message()).await {
                     match m {
                         Ok(Some(_)) => continue,
