@@ -118,7 +118,8 @@ impl Future for HttpFuture {
             HttpFuture::Ready(r) => Poll::Ready(Ok(r.take().expect("polled after completion"))),
             HttpFuture::Grpc { fut, shared, method } => {
                 let res = std::task::ready!(Pin::new(fut).poll(cx));
-                let Ok(res) = res;
+                let Ok(mut res) = res;
+                too_large_as_grpc_go(&mut res);
                 let Some(method) = *method else { return Poll::Ready(Ok(res)) };
                 // An error answered before any message (the usual way a call fails) carries
                 // its status in the headers ("trailers-only").
@@ -146,6 +147,34 @@ impl Future for HttpFuture {
                 }))
             }
         }
+    }
+}
+
+/// A request over the receive limit: tonic's decoder answers OUT_OF_RANGE, which etcd clients
+/// read as an etcd error (compacted or future revision); grpc-go, hence etcd, answers
+/// RESOURCE_EXHAUSTED "grpc: received message larger than max (N vs. M)". Rewritten here, where
+/// every answer passes, so that clients see etcd's. Only error answers are looked at.
+fn too_large_as_grpc_go(res: &mut Response<Body>) {
+    let h = res.headers();
+    if h.get("grpc-status").is_none_or(|c| c.as_bytes() != b"11") {
+        return;
+    }
+    let Some(msg) = h.get("grpc-message").and_then(|m| m.to_str().ok()) else { return };
+    let msg = msg.replace("%20", " ");
+    if !msg.contains("decoded message length too large") {
+        return;
+    }
+    // "... found {len} bytes, the limit is: {limit} bytes"
+    let numbers: Vec<&str> =
+        msg.split(|c: char| !c.is_ascii_digit()).filter(|n| !n.is_empty()).collect();
+    let text = match numbers.as_slice() {
+        [len, limit, ..] => format!("grpc: received message larger than max ({len} vs. {limit})"),
+        _ => "grpc: received message larger than max".to_string(),
+    };
+    let h = res.headers_mut();
+    h.insert("grpc-status", HeaderValue::from_static("8"));
+    if let Ok(v) = HeaderValue::from_str(&text) {
+        h.insert("grpc-message", v);
     }
 }
 
