@@ -768,6 +768,17 @@ fn txn_of(req: &Req) -> pb::TxnRequest {
     }
 }
 
+/// What the checker keeps of a Range answer (a Get or a list page).
+fn range_resp(r: pb::RangeResponse) -> Resp {
+    Resp {
+        rev: r.header.map_or(0, |h| h.revision),
+        kvs: kvs_of(&r.kvs),
+        count: r.count,
+        more: r.more,
+        ..Default::default()
+    }
+}
+
 fn kvs_of(kvs: &[mvccpb::KeyValue]) -> Vec<Kv> {
     kvs.iter().map(Kv::from).collect()
 }
@@ -802,16 +813,7 @@ async fn send(raw: &mut Raw, req: &Req) -> Option<Out> {
                 .kv
                 .range(pb::RangeRequest { key: key.to_vec().into(), ..Default::default() })
                 .await
-                .map(|r| {
-                    let r = r.into_inner();
-                    Resp {
-                        rev: header(r.header),
-                        kvs: kvs_of(&r.kvs),
-                        count: r.count,
-                        more: r.more,
-                        ..Default::default()
-                    }
-                }),
+                .map(|r| range_resp(r.into_inner())),
             Req::List { start, rev, limit } => raw
                 .kv
                 .range(pb::RangeRequest {
@@ -822,16 +824,7 @@ async fn send(raw: &mut Raw, req: &Req) -> Option<Out> {
                     ..Default::default()
                 })
                 .await
-                .map(|r| {
-                    let r = r.into_inner();
-                    Resp {
-                        rev: header(r.header),
-                        kvs: kvs_of(&r.kvs),
-                        count: r.count,
-                        more: r.more,
-                        ..Default::default()
-                    }
-                }),
+                .map(|r| range_resp(r.into_inner())),
             Req::Compact { rev } => raw
                 .kv
                 .compact(pb::CompactionRequest { revision: *rev, physical: false })
