@@ -331,6 +331,17 @@ impl Config {
 
     /// Member and cluster ids: stable for the same name and advertised URLs (as etcd derives
     /// them from its configuration), never zero.
+    /// The emulated version's `major.minor`: etcd's cluster version (`/version`, metrics).
+    pub fn cluster_version(&self) -> String {
+        let mut parts = self.emulated_version.split('.');
+        format!("{}.{}", parts.next().unwrap_or("3"), parts.next().unwrap_or("6"))
+    }
+
+    /// etcd reports its storage schema version as `major.minor.0` (Status, Snapshot, `/version`).
+    pub fn storage_version(&self) -> String {
+        format!("{}.0", self.cluster_version())
+    }
+
     pub fn ids(&self) -> (u64, u64) {
         let mut member = crc32c::crc32c(self.name.as_bytes()) as u64;
         for u in self.advertised_client_urls() {

@@ -252,9 +252,9 @@ fn answer(shared: &Shared, req: &Request<Body>, grpc: bool) -> Response<Body> {
         }
         "/version" if grpc => {
             let v = &shared.config.emulated_version;
-            let minor = v.splitn(3, '.').take(2).collect::<Vec<_>>().join(".");
+            let storage = shared.config.storage_version();
             let body = format!(
-                "{{\"etcdserver\":\"{v}\",\"etcdcluster\":\"{minor}.0\",\"storage\":\"{minor}.0\"}}"
+                "{{\"etcdserver\":\"{v}\",\"etcdcluster\":\"{storage}\",\"storage\":\"{storage}\"}}"
             );
             respond(StatusCode::OK, "application/json", body)
         }

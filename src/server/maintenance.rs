@@ -78,7 +78,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
                 .collect(),
             db_size_in_use: size,
             is_learner: false,
-            storage_version: storage_version(&s.config.emulated_version),
+            storage_version: s.config.storage_version(),
             db_size_quota: s.alarms.quota_bytes(),
             downgrade_info: Some(pb::DowngradeInfo::default()),
         }))
@@ -147,12 +147,6 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
     }
 }
 
-/// etcd reports its storage schema version as `major.minor.0`.
-fn storage_version(version: &str) -> String {
-    let mut parts = version.split('.');
-    format!("{}.{}.0", parts.next().unwrap_or("3"), parts.next().unwrap_or("6"))
-}
-
 /// etcd's blob size (`snapshotSendBufferSize`).
 const SNAPSHOT_BLOB: usize = 32 << 10;
 /// Blobs queued for a slow client: the backup waits (holding off compactions, see
@@ -199,7 +193,7 @@ fn send_snapshot(shared: &Shared, tx: &tokio::sync::mpsc::Sender<SnapshotItem>) 
     let started = std::time::Instant::now();
     let runtime = tokio::runtime::Handle::current();
     // etcd sends its storage version here, not its binary's.
-    let version = storage_version(&shared.config.emulated_version);
+    let version = shared.config.storage_version();
     let backup = shared.store.backup(|| shared.lessor.snapshot());
     let rev = backup.revision();
     let total = backup.size() as usize;

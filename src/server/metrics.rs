@@ -178,7 +178,7 @@ pub fn render(shared: &Shared) -> String {
         "gauge",
     );
     let _ = writeln!(o, "etcd_server_version{{server_version=\"{}\"}} 1", label(v));
-    let minor = v.splitn(3, '.').take(2).collect::<Vec<_>>().join(".");
+    let minor = shared.config.cluster_version();
     header(
         o,
         "etcd_cluster_version",
