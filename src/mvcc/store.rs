@@ -75,11 +75,10 @@ pub struct Applied<T> {
     pub visible_at: i64,
 }
 
-/// A compaction done: the header revision, and the WAL batch that logs it.
+/// A compaction done (and durable): the header revision to answer with.
 #[derive(Debug)]
 pub struct Compacted {
     pub revision: i64,
-    log_gen: u64,
 }
 
 /// The partition table. Partitions are created on first use and never removed, so an
@@ -583,8 +582,13 @@ impl Store {
     }
 
     /// Compacts history at `rev` (etcd's `Compact`): reads below it fail from now on, and every
-    /// version superseded at or before it is freed. The compaction is logged; wait for it with
-    /// [`wait_logged`](Self::wait_logged) before answering.
+    /// version superseded at or before it is freed.
+    ///
+    /// The compaction is logged and made durable *before* it takes effect, as etcd applies one
+    /// only once Raft committed it: a compaction that readers or watchers saw (a "compacted"
+    /// answer, a watch canceled with its revision) must not vanish in a crash, or a client
+    /// would read history it was told is gone. Blocks until the log has it, so call it from a
+    /// blocking thread; compactions are serialised, so a later one waits for this one.
     pub fn compact(&self, rev: i64) -> Result<Compacted> {
         let _serial = self.compaction.lock();
         if rev <= self.compact_rev.load(Ordering::SeqCst) {
@@ -593,9 +597,10 @@ impl Store {
         if rev > self.commit.clock.committed() {
             return Err(Error::FutureRev);
         }
-        let log_gen = self
-            .wal()
-            .map_or(0, |w| w.append_meta(|seq| wal::record::Record::Compact { seq, rev }));
+        if let Some(w) = self.wal() {
+            let batch = w.append_meta(|seq| wal::record::Record::Compact { seq, rev });
+            w.wait_durable_blocking(batch);
+        }
         self.compact_rev.store(rev, Ordering::SeqCst);
         self.commit.events.compact(rev);
         let parts = self.table.read().all.clone();
@@ -604,14 +609,7 @@ impl Store {
             st.compact(rev);
             p.sync_bytes(&st);
         }
-        Ok(Compacted { revision: self.commit.clock.committed(), log_gen })
-    }
-
-    /// Waits until a logged change (a compaction) is durable.
-    pub async fn wait_logged(&self, c: &Compacted) {
-        if let Some(w) = self.wal() {
-            w.wait_durable(c.log_gen).await;
-        }
+        Ok(Compacted { revision: self.commit.clock.committed() })
     }
 
     /// A hash of every key-value version at or below `rev` (0 = current) that compaction kept,

@@ -93,10 +93,7 @@ async fn compact(store: &Store, rev: i64) -> Result<(), Error> {
     let compacted =
         if multi { tokio::task::block_in_place(|| store.compact(rev)) } else { store.compact(rev) };
     match compacted {
-        Ok(c) => {
-            store.wait_logged(&c).await;
-            Ok(())
-        }
+        Ok(_) => Ok(()),
         Err(Error::Compacted) => Ok(()),
         Err(e) => Err(e),
     }

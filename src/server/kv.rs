@@ -72,12 +72,11 @@ impl pb::kv_server::Kv for KvService {
     ) -> Result<Response<pb::CompactionResponse>, Status> {
         let rev = req.into_inner().revision;
         // Off the runtime's threads: a compaction waits for a snapshot being streamed (it holds
-        // the compaction lock), and walks every partition.
+        // the compaction lock) and for the WAL, and walks every partition.
         let shared = self.shared.clone();
         let c = tokio::task::spawn_blocking(move || shared.store.compact(rev))
             .await
             .map_err(|e| Status::internal(format!("compaction task failed: {e}")))??;
-        self.shared.store.wait_logged(&c).await;
         Ok(Response::new(pb::CompactionResponse { header: self.shared.header(c.revision) }))
     }
 }

@@ -233,6 +233,10 @@ pub struct Wal {
     /// The last batch fully written (and synced in fsync mode).
     durable_gen: AtomicU64,
     durable_notify: Notify,
+    /// For waiters on plain threads ([`Wal::wait_durable_blocking`]): the lock orders their
+    /// check of `durable_gen` with the writer's notification, so no wake-up is lost.
+    durable_lock: Mutex<()>,
+    durable_cv: Condvar,
     /// Sequence number of the last meta record (continues across restarts).
     meta_seq: AtomicU64,
     /// Set while the writer cannot write; new client writes are refused.
@@ -268,6 +272,8 @@ impl Wal {
             streams: Mutex::new((HashMap::new(), vec![Bytes::new()])),
             durable_gen: AtomicU64::new(0),
             durable_notify: Notify::new(),
+            durable_lock: Mutex::new(()),
+            durable_cv: Condvar::new(),
             meta_seq: AtomicU64::new(meta_seq),
             failed: AtomicBool::new(false),
             durable_rev: AtomicI64::new(rev),
@@ -466,6 +472,9 @@ impl Wal {
             }
         }
         self.durable_notify.notify_waiters();
+        // Blocking waiters are rare (compactions); the lock is uncontended, once per batch.
+        let _g = self.durable_lock.lock();
+        self.durable_cv.notify_all();
     }
 
     /// The writer thread: writes what appenders leave to it, retrying failures.
@@ -538,6 +547,15 @@ impl Wal {
                 return;
             }
             n.await;
+        }
+    }
+
+    /// [`wait_durable`](Self::wait_durable) for a plain thread (not a runtime worker: the
+    /// buffered-mode flusher may be a task on the runtime).
+    pub fn wait_durable_blocking(&self, batch: u64) {
+        let mut g = self.durable_lock.lock();
+        while self.durable_gen.load(Ordering::SeqCst) < batch {
+            self.durable_cv.wait(&mut g);
         }
     }
 
