@@ -166,7 +166,7 @@ async fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
 }
 
 /// Writes `content` to the failpoint file atomically (the server reads it before each batch).
-fn set_failpoint(path: &Path, content: &str) {
+pub(crate) fn set_failpoint(path: &Path, content: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, content).expect("write the failpoint file");
     std::fs::rename(&tmp, path).expect("rename the failpoint file");
@@ -1491,6 +1491,80 @@ async fn compaction_survives_restart() {
     assert_compacted(raw.kv.range(range_all_request(c2 - 1)).await, "below the second compaction");
     assert_eq!(range_all(&mut raw, c2).await.1, h.state_at(c2));
     assert_eq!(replay(&s, c2, h.last_rev()).await, h.events_from(c2), "replay from {c2}");
+}
+
+/// A compaction takes effect only once the log holds it. While the disk is full it is held:
+/// reads below it still succeed and a watch from below it still replays, and a crash then
+/// leaves no trace of it; once the disk works it is acknowledged, and only then do reads below
+/// it fail, also after a crash. (It used to take effect before it was logged, so a crash could
+/// undo a compaction clients had seen: found by the history checker's kill -9 runs.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_takes_effect_only_once_logged() {
+    let dir = DataDir::new();
+    let fp = dir.aside("failpoint");
+    set_failpoint(&fp, "");
+    let args = ["--fsync", "--wal-failpoint", fp.to_str().unwrap()];
+    let s = dir.start(&args).await;
+    let mut raw = s.raw_clients().await;
+    let mut h = History::default();
+    for i in 0..4 {
+        h.put(&mut raw, "/registry/pods/ns/a", &format!("a{i}")).await;
+    }
+    let target = h.last_rev() - 1;
+
+    // The disk fills up under the compaction, and the server is killed.
+    let held = hold_compaction(&s, &raw, &fp, target).await;
+    let below = try_range_all(&mut raw, target - 1).await;
+    assert!(below.is_ok(), "a read below a compaction not yet logged: {below:?}");
+    let events = replay(&s, target - 1, h.last_rev()).await;
+    assert_eq!(events, h.events_from(target - 1), "a watch from below it");
+    let _ = s.kill9();
+    held.abort();
+    set_failpoint(&fp, "");
+    let s = dir.start(&args).await;
+    let mut raw = s.raw_clients().await;
+    let below = try_range_all(&mut raw, target - 1).await;
+    assert!(below.is_ok(), "after the crash, a read below the compaction never logged: {below:?}");
+
+    // Again, and the disk comes back.
+    let held = hold_compaction(&s, &raw, &fp, target).await;
+    let below = try_range_all(&mut raw, target - 1).await;
+    assert!(below.is_ok(), "a read below a compaction not yet logged: {below:?}");
+    set_failpoint(&fp, "");
+    let r = tokio::time::timeout(WAIT, held).await;
+    assert!(matches!(r, Ok(Ok(Ok(_)))), "the held compaction, once the disk works again: {r:?}");
+    assert_compacted(raw.kv.range(range_all_request(target - 1)).await, "below it, acknowledged");
+    let _ = s.kill9();
+    let s = dir.start(&args).await;
+    let mut raw = s.raw_clients().await;
+    assert_compacted(raw.kv.range(range_all_request(target - 1)).await, "below it, after a crash");
+    h.check(&s, h.last_rev(), "after the crash").await;
+}
+
+/// Fills the disk (`--wal-failpoint`), sends a compaction at `rev` and returns it once the
+/// server has met the fault and the compaction is still unanswered a moment later.
+async fn hold_compaction(
+    s: &Server,
+    raw: &Raw,
+    fp: &Path,
+    rev: i64,
+) -> tokio::task::JoinHandle<Result<tonic::Response<pb::CompactionResponse>, tonic::Status>> {
+    let reported = s.grep_log("wal: write failed").len();
+    set_failpoint(fp, "enospc");
+    let mut held = raw.clone();
+    let compaction = tokio::spawn(async move {
+        held.kv.compact(pb::CompactionRequest { revision: rev, physical: false }).await
+    });
+    wait_until("the WAL to report the fault", WAIT, || {
+        s.grep_log("wal: write failed").len() > reported
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !compaction.is_finished(),
+        "a compaction acknowledged with a full disk: {compaction:?}"
+    );
+    compaction
 }
 
 // ---------------------------------------------------------------------------------------------
