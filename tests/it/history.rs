@@ -12,14 +12,22 @@
 //!   seamlessly when resumed from the last revision + 1, never report progress past an event they
 //!   have not delivered, and refuse a compacted start revision with its compact_revision.
 //!
+//! * With faults, the same traffic runs while the server is killed with SIGKILL and restarted
+//!   (fsync and buffered mode: a killed process loses nothing acknowledged in either, so the
+//!   history must stay linearizable across the restarts, writes cut off by the crash counting as
+//!   unknown), while its disk fails (writes refused with "WAL write failed" must never take
+//!   effect), and while one watcher stalls with megabytes of padded values going by. Watchers
+//!   resume on the restarted server from their last revision + 1.
+//!
 //! Every run starts a fresh server of the suite's target (`MEM_ETCD_TEST_TARGET=etcd` runs the
 //! same checks against a real etcd, which proves the model; the one allowance it needs is named at
-//! [`check_watch_with`]). The default is a few seeds, a few seconds in a debug build;
+//! [`check_watch_with`]); the fault runs are mem_etcd's own (they use its WAL failpoint). The
+//! default is a few seeds, a few seconds in a debug build;
 //! `MEM_ETCD_HISTORY_SOAK=<seconds>` keeps running new seeds for that long, and
 //! `MEM_ETCD_HISTORY_SEED=<n>` picks the first seed (each run prints its seed and what it
 //! exercised).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +39,9 @@ use pb::response_op::Response as Rs;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use tonic::transport::Channel;
+
+use crate::durability::set_failpoint;
 use crate::support::*;
 use crate::watch::{CreateExt, Ev, Ws, b, hrev, is_progress, on_prefix, prefix_end};
 
@@ -187,6 +198,10 @@ enum Out {
     Err(ErrKind),
     /// No answer (a timeout or a transport error): a write may or may not have taken effect.
     Unknown,
+    /// Refused because the WAL could not be written (a full disk): the write never takes
+    /// effect. Such operations are left out of the search; their values are unique, so one
+    /// that took effect anyway shows as a value no operation wrote.
+    Refused,
 }
 
 /// One recorded operation; times are nanoseconds since the run began.
@@ -299,6 +314,9 @@ fn step(s: &State, op: &Op) -> Option<State> {
         (Out::Err(got), Err(w)) => got == w,
         (Out::Ok(got), Ok(w)) => match &op.req {
             Req::List { rev, .. } if *rev > 0 => got.rev == w.rev,
+            // etcd reads the header revision of a compaction after applying it, so writes
+            // that land meanwhile may be in it (etcdserver's Compact); it can never be older.
+            Req::Compact { .. } => got.rev >= w.rev,
             _ => got == w,
         },
         _ => false,
@@ -356,6 +374,12 @@ fn linearize(ops: &[Op], init: &State) -> Result<Linearization, String> {
         let i = top.cands[top.next];
         top.next += 1;
         let Some(state) = step(&top.state, &ops[i]) else { continue };
+        // An unknown-outcome write that changes nothing here might as well not have happened
+        // here; it stays a candidate for later, so skipping it loses no linearization and keeps
+        // the operations cut off by a crash from multiplying the search.
+        if ops[i].out == Out::Unknown && state == top.state {
+            continue;
+        }
         let mut done = top.done.clone();
         done[i / 64] |= 1 << (i % 64);
         if !seen.insert((done.clone(), state.hash64())) {
@@ -538,6 +562,8 @@ struct Checked {
     states: BTreeMap<i64, State>,
     /// Every event, in revision order.
     events: Vec<Ev>,
+    /// The revision of every compaction that took effect (two in a row share a state).
+    compactions: BTreeSet<i64>,
     /// Search states explored, to show how hard the history was.
     visited: usize,
 }
@@ -547,7 +573,16 @@ fn check_history(ops: &[Op], init: &State) -> Result<Checked, String> {
     let lin = linearize(ops, init)?;
     let (states, events) = replay(ops, init, &lin);
     check_pinned_reads(ops, &states)?;
-    Ok(Checked { states, events, visited: lin.visited })
+    let compactions = lin
+        .order
+        .iter()
+        .filter_map(|&i| match (&ops[i].req, &ops[i].out) {
+            (Req::Compact { rev }, Out::Ok(_) | Out::Unknown) => Some(*rev),
+            _ => None,
+        })
+        .chain([init.compacted])
+        .collect();
+    Ok(Checked { states, events, compactions, visited: lin.visited })
 }
 
 /// What a run exercised, so a run that silently stopped exercising something shows.
@@ -596,17 +631,20 @@ struct WatchLog {
 /// one's last revision + 1) against `events`, the history's events on the watched prefix, up to
 /// revision `end`.
 fn check_watch(segments: &[WatchLog], events: &[Ev], end: i64) -> Result<(), String> {
-    check_watch_with(segments, events, end, 0)
+    check_watch_with(segments, events, end, &BTreeSet::new())
 }
 
-/// [`check_watch`], forgiving a missing prev_kv whose version is below `prev_compacted`: etcd
-/// looks previous versions up in its compacted history and leaves prev_kv out when compaction
-/// removed it (etcd-io/etcd#10681). mem_etcd keeps it, and is held to that (bound 0).
+/// [`check_watch`], forgiving a missing prev_kv on an event at one of the `compactions`'
+/// revisions. A compaction at C keeps each key's newest version at or below C, which is the
+/// previous version of any later event, but an event *at* C superseded its previous version, so
+/// compaction removes it; a watch that reads the event back from history (one starting at
+/// exactly C, as a resumption after a restart may) then has no prev_kv to give. etcd leaves it
+/// out (etcd-io/etcd#10681), and so does mem_etcd.
 fn check_watch_with(
     segments: &[WatchLog],
     events: &[Ev],
     end: i64,
-    prev_compacted: i64,
+    compactions: &BTreeSet<i64>,
 ) -> Result<(), String> {
     let first = segments.first().ok_or("no watch")?.start;
     let mut got: Vec<Ev> = Vec::new();
@@ -665,7 +703,7 @@ fn check_watch_with(
     // Reliable and unique, with prev_kv: exactly the history's events from the first start on.
     let forgive = |e: &Ev| {
         let mut e = e.clone();
-        if e.prev.as_ref().is_some_and(|p| p.mod_revision < prev_compacted) {
+        if compactions.contains(&e.kv.mod_revision) {
             e.prev = None;
         }
         e
@@ -677,18 +715,26 @@ fn check_watch_with(
         .collect();
     let got_upto: Vec<Ev> = got.iter().filter(|e| e.kv.mod_revision <= end).map(forgive).collect();
     if got_upto != want {
-        let brief = |v: &[Ev]| v.iter().map(|e| e.brief()).collect::<Vec<_>>().join(", ");
+        // The first difference, with a little context on either side: histories are long.
+        let at = want.iter().zip(&got_upto).take_while(|(w, g)| w == g).count();
+        let window = |v: &[Ev]| {
+            let from = at.saturating_sub(3);
+            let shown: Vec<String> = v.iter().skip(from).take(8).map(|e| e.brief()).collect();
+            format!("[{}{}]", if from > 0 { "…, " } else { "" }, shown.join(", "))
+        };
         return Err(format!(
-            "watch from {first}: expected the events [{}], got [{}]",
-            brief(&want),
-            brief(&got_upto)
+            "watch from {first}: {} events expected, {} delivered, the first {at} alike; from there expected {}, got {}",
+            want.len(),
+            got_upto.len(),
+            window(&want),
+            window(&got_upto)
         ));
     }
     Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
-// Traffic
+// Requests
 
 fn key_name(i: usize) -> Vec<u8> {
     format!("{PREFIX}pod-{i}").into_bytes()
@@ -713,8 +759,9 @@ fn range_of(key: &[u8]) -> pb::RequestOp {
     }
 }
 
-fn txn_of(req: &Req) -> pb::TxnRequest {
+fn txn_of(req: &Req, pad: usize) -> pb::TxnRequest {
     if let Req::CreateAll { keys, value } = req {
+        let value = padded(value, pad);
         let put = |k: &Vec<u8>| pb::RequestOp {
             request: Some(Rq::RequestPut(pb::PutRequest {
                 key: k.to_vec().into(),
@@ -736,7 +783,7 @@ fn txn_of(req: &Req) -> pb::TxnRequest {
             cmp(key, CompareTarget::Create, TargetUnion::CreateRevision(0)),
             Rq::RequestPut(pb::PutRequest {
                 key: key.to_vec().into(),
-                value: value.to_vec().into(),
+                value: padded(value, pad).into(),
                 ..Default::default()
             }),
         ),
@@ -744,7 +791,7 @@ fn txn_of(req: &Req) -> pb::TxnRequest {
             cmp(key, CompareTarget::Mod, TargetUnion::ModRevision(*seen)),
             Rq::RequestPut(pb::PutRequest {
                 key: key.to_vec().into(),
-                value: value.to_vec().into(),
+                value: padded(value, pad).into(),
                 ..Default::default()
             }),
         ),
@@ -780,19 +827,52 @@ fn range_resp(r: pb::RangeResponse) -> Resp {
 }
 
 fn kvs_of(kvs: &[mvccpb::KeyValue]) -> Vec<Kv> {
-    kvs.iter().map(Kv::from).collect()
+    kvs.iter()
+        .map(|kv| {
+            let mut kv = Kv::from(kv);
+            kv.value = unpad(&kv.value);
+            kv
+        })
+        .collect()
+}
+
+/// The value sent for `tag`: the tag alone, or with `pad` bytes after it (`tag|pad|` and the tag
+/// repeated), so that fault runs move real volume while the model keeps only the tag.
+fn padded(tag: &[u8], pad: usize) -> Vec<u8> {
+    if pad == 0 {
+        return tag.to_vec();
+    }
+    let mut v = tag.to_vec();
+    v.extend_from_slice(format!("|{pad}|").as_bytes());
+    v.extend(tag.iter().cycle().take(pad));
+    v
+}
+
+/// The tag of a value [`padded`] made. A value whose padding is not exactly what was sent (cut
+/// short, or mixed with another value's) becomes `tag|CORRUPT`, which the model never predicts.
+fn unpad(v: &[u8]) -> Vec<u8> {
+    let Some(bar) = v.iter().position(|&c| c == b'|') else { return v.to_vec() };
+    let tag = &v[..bar];
+    let pad = std::str::from_utf8(&v[bar + 1..])
+        .ok()
+        .and_then(|rest| rest.split('|').next())
+        .and_then(|n| n.parse::<usize>().ok());
+    match pad {
+        Some(pad) if padded(tag, pad) == v => tag.to_vec(),
+        _ => [tag, b"|CORRUPT"].concat(),
+    }
 }
 
 /// Sends `req` and records what came back. `None` for a read that failed without an answer
 /// (it constrains nothing).
-async fn send(raw: &mut Raw, req: &Req) -> Option<Out> {
+async fn send(raw: &mut Raw, req: &Req, pad: usize) -> Option<Out> {
     let header = |h: Option<pb::ResponseHeader>| h.map_or(0, |h| h.revision);
     let call = async {
         match req {
             Req::Create { .. }
             | Req::Update { .. }
             | Req::Delete { .. }
-            | Req::CreateAll { .. } => raw.kv.txn(txn_of(req)).await.map(|r| {
+            | Req::CreateAll { .. } => raw.kv.txn(txn_of(req, pad)).await.map(|r| {
                 let r = r.into_inner();
                 let mut out =
                     Resp { rev: header(r.header), succeeded: r.succeeded, ..Default::default() };
@@ -840,31 +920,126 @@ async fn send(raw: &mut Raw, req: &Req) -> Option<Out> {
         Ok(Err(s)) if s.message().contains("required revision is a future revision") => {
             Some(Out::Err(ErrKind::FutureRev))
         }
+        Ok(Err(s))
+            if s.code() == tonic::Code::Unavailable
+                && s.message().starts_with("etcdserver: WAL write failed") =>
+        {
+            Some(Out::Refused)
+        }
         _ if req.is_write() => Some(Out::Unknown),
         _ => None,
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Connections that survive a restart
+
+/// One life of the server: a restart makes a new one (on a new port).
+#[derive(Clone, Debug)]
+struct Incarnation {
+    epoch: u64,
+    endpoint: String,
+}
+
+/// Where clients and watchers find the current incarnation. Only the fault injector changes it;
+/// everyone else waits on it after losing a connection.
+type Dial = tokio::sync::watch::Receiver<Incarnation>;
+
+/// How long a client waits for a killed server's replacement before it calls the failure
+/// something else (and, in a watcher, a bug).
+const REPLACEMENT: Duration = Duration::from_secs(30);
+
+/// A connection to whichever incarnation is current.
+struct Conn {
+    raw: Raw,
+    epoch: u64,
+    dial: Dial,
+    /// The run injects faults: a request without an answer may mean the server was killed.
+    faults: bool,
+}
+
+/// Connects to the current incarnation, waiting through restarts (the server may be killed
+/// again between the announcement and the dial). Returns it with its epoch.
+async fn dial(d: &mut Dial) -> (Channel, u64) {
+    let deadline = Instant::now() + REPLACEMENT;
+    loop {
+        let inc = d.borrow_and_update().clone();
+        let connected =
+            Channel::from_shared(inc.endpoint.clone()).expect("valid uri").connect().await;
+        match connected {
+            Ok(ch) => return (ch, inc.epoch),
+            Err(e) => {
+                assert!(Instant::now() < deadline, "dial {}: {e:?}", inc.endpoint);
+                let _ = tokio::time::timeout(Duration::from_millis(200), d.changed()).await;
+            }
+        }
+    }
+}
+
+impl Conn {
+    async fn new(mut d: Dial, faults: bool) -> Conn {
+        let (ch, epoch) = dial(&mut d).await;
+        Conn { raw: Raw::new(ch), epoch, dial: d, faults }
+    }
+
+    /// After a request that got no answer: when the server it went to was killed, waits for the
+    /// next incarnation and connects to it.
+    async fn recover(&mut self) {
+        if !self.faults {
+            return;
+        }
+        let epoch = self.epoch;
+        let replaced = self.dial.wait_for(|i| i.epoch != epoch);
+        if tokio::time::timeout(REPLACEMENT, replaced).await.is_ok() {
+            let (ch, epoch) = dial(&mut self.dial).await;
+            self.raw = Raw::new(ch);
+            self.epoch = epoch;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Traffic
+
 /// One client's traffic: what a controller does through kube-apiserver's storage layer.
-async fn client(id: usize, mut raw: Raw, seed: u64, t0: Instant) -> Vec<Op> {
+/// Clients start at least `OPS_PER_CLIENT` operations each, and go on until `stop` says so (in
+/// fault runs, once the faults are over).
+async fn client(
+    id: usize,
+    mut conn: Conn,
+    seed: u64,
+    t0: Instant,
+    pad: usize,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Vec<Op> {
     let mut rng = SmallRng::seed_from_u64(seed ^ (id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let mut ops = Vec::new();
     // The mod revision this client last saw per key, as an informer's cache would hold it.
     let mut seen: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
     let mut list_revs: Vec<i64> = Vec::new();
     let mut serial = 0;
-    let record = async |raw: &mut Raw, ops: &mut Vec<Op>, req: Req| -> Option<Resp> {
+    let record = async |conn: &mut Conn, ops: &mut Vec<Op>, req: Req| -> Option<Resp> {
         let call = t0.elapsed().as_nanos() as u64;
-        let out = send(raw, &req).await?;
+        let Some(out) = send(&mut conn.raw, &req, pad).await else {
+            conn.recover().await;
+            return None;
+        };
         let ret = if out == Out::Unknown { u64::MAX } else { t0.elapsed().as_nanos() as u64 };
         let resp = match &out {
             Out::Ok(r) => Some(r.clone()),
             _ => None,
         };
+        let unknown = out == Out::Unknown;
         ops.push(Op { client: id, call, ret, req, out });
+        if unknown {
+            conn.recover().await;
+        }
         resp
     };
-    for _ in 0..OPS_PER_CLIENT {
+    for n in 0.. {
+        if n >= OPS_PER_CLIENT && *stop.borrow() {
+            break;
+        }
         let key = key_name(rng.random_range(0..KEYS));
         serial += 1;
         let value = format!("c{id}-{serial}").into_bytes();
@@ -905,7 +1080,7 @@ async fn client(id: usize, mut raw: Raw, seed: u64, t0: Instant) -> Vec<Op> {
             let mut rev = pinned;
             loop {
                 let Some(r) = record(
-                    &mut raw,
+                    &mut conn,
                     &mut ops,
                     Req::List { start: start.clone(), rev, limit: PAGE },
                 )
@@ -935,7 +1110,7 @@ async fn client(id: usize, mut raw: Raw, seed: u64, t0: Instant) -> Vec<Op> {
             let newest = list_revs.last().copied().unwrap_or(1);
             Req::Compact { rev: (newest - rng.random_range(0..8)).max(1) }
         };
-        if let Some(r) = record(&mut raw, &mut ops, req.clone()).await {
+        if let Some(r) = record(&mut conn, &mut ops, req.clone()).await {
             match &req {
                 Req::Create { .. } | Req::Update { .. } | Req::CreateAll { .. } if r.succeeded => {
                     for key in req.keys() {
@@ -956,21 +1131,36 @@ async fn client(id: usize, mut raw: Raw, seed: u64, t0: Instant) -> Vec<Op> {
     ops
 }
 
-/// A watcher from `start` on the prefix with prev_kv, asking for progress now and then, until it
-/// has everything up to the revision `end` sends. With `resume_after`, it drops its stream after
-/// that many event responses and continues on a new one from its last revision + 1.
-async fn watcher(
-    s: Arc<Server>,
-    start: i64,
+/// How a watcher behaves besides watching.
+#[derive(Clone, Copy, Debug, Default)]
+struct WatcherPlan {
+    /// Drop the stream after this many event responses and resume on a new one from the last
+    /// revision + 1.
     resume_after: Option<usize>,
+    /// Stop reading for this long after the third event response (with a one-response client
+    /// buffer, so the server meets the back-pressure), then read on.
+    stall: Option<Duration>,
+    /// The run kills the server: a stream that ends resumes on the next incarnation instead of
+    /// failing the test.
+    faults: bool,
+}
+
+/// A watcher from `start` on the prefix with prev_kv, asking for progress now and then, until it
+/// has everything up to the revision `end` sends.
+async fn watcher(
+    mut d: Dial,
+    start: i64,
+    plan: WatcherPlan,
     mut end: tokio::sync::watch::Receiver<i64>,
 ) -> Vec<WatchLog> {
     let mut segments = Vec::new();
     let mut from = start;
-    let mut resume_after = resume_after;
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut resume_after = plan.resume_after;
+    let mut stall = plan.stall;
+    let deadline = Instant::now() + Duration::from_secs(90);
     'streams: loop {
-        let mut ws = Ws::open(&s).await;
+        let (ch, epoch) = dial(&mut d).await;
+        let mut ws = Ws::on(ch, if stall.is_some() { 1 } else { 64 });
         ws.create(on_prefix(PREFIX).since(from).prev().notify());
         let mut log = WatchLog { start: from, responses: Vec::new() };
         let mut delivered = from - 1;
@@ -978,7 +1168,7 @@ async fn watcher(
         loop {
             assert!(
                 Instant::now() < deadline,
-                "watcher from {start}: expected to catch up within 60 s"
+                "watcher from {start}: expected to catch up within 90 s"
             );
             let target = *end.borrow_and_update();
             if target > 0 && delivered >= target {
@@ -986,7 +1176,12 @@ async fn watcher(
                 break 'streams;
             }
             match ws.next_within(Duration::from_millis(20)).await {
-                Ok(Some(r)) => {
+                Ok(Some(mut r)) => {
+                    for e in &mut r.events {
+                        for kv in e.kv.iter_mut().chain(e.prev_kv.iter_mut()) {
+                            kv.value = unpad(&kv.value).into();
+                        }
+                    }
                     if let Some(l) = r.events.last().and_then(|e| e.kv.as_ref()) {
                         delivered = l.mod_revision;
                         event_responses += 1;
@@ -994,13 +1189,18 @@ async fn watcher(
                         delivered = delivered.max(hrev(&r));
                     }
                     if log.responses.len() % 7 == 6 {
-                        ws.progress();
+                        ws.try_progress();
                     }
                     let canceled = r.canceled;
                     log.responses.push(r);
                     if canceled {
                         segments.push(log);
                         break 'streams;
+                    }
+                    if event_responses >= 3
+                        && let Some(pause) = stall.take()
+                    {
+                        tokio::time::sleep(pause).await;
                     }
                     if resume_after.is_some_and(|n| event_responses >= n) {
                         resume_after = None;
@@ -1011,7 +1211,19 @@ async fn watcher(
                 }
                 // Bookmarks are asked for when the stream is quiet and while events flow, so
                 // both a synced and a busy stream get them checked.
-                Ok(None) => ws.progress(),
+                Ok(None) => ws.try_progress(),
+                Err(e) if plan.faults => {
+                    // The server was killed: go on from the next revision on its successor,
+                    // which must have every event this stream could have delivered.
+                    let replaced = d.wait_for(|i| i.epoch != epoch);
+                    assert!(
+                        tokio::time::timeout(REPLACEMENT, replaced).await.is_ok(),
+                        "watcher from {start}: the stream ended ({e:?}) and no restart followed"
+                    );
+                    from = delivered + 1;
+                    segments.push(log);
+                    continue 'streams;
+                }
                 Err(e) => panic!(
                     "watcher from {start}: expected the stream to stay open, it ended: {e:?}"
                 ),
@@ -1021,78 +1233,226 @@ async fn watcher(
     segments
 }
 
-/// One run: a fresh server, `CLIENTS` clients and three watchers; then every check.
-async fn run(seed: u64) -> String {
+/// The faults a run injects while its traffic goes on.
+#[derive(Clone, Copy, Debug)]
+struct Faults {
+    /// The server's WAL mode flags.
+    mode: &'static [&'static str],
+    /// Kill the server with SIGKILL now and then and restart it on its data dir.
+    kill: bool,
+    /// Make the disk fail now and then (`--wal-failpoint`: `enospc` or `short`).
+    disk: Option<&'static str>,
+    /// Bytes of padding per value, so that a stalled watcher falls megabytes behind.
+    pad: usize,
+}
+
+/// What a fault-injecting run restarts its server with.
+struct Host {
+    dir: DataDir,
+    failpoint: std::path::PathBuf,
+    args: Vec<String>,
+}
+
+/// Faults injected per run.
+const FAULTS_PER_RUN: usize = 3;
+
+/// Injects `FAULTS_PER_RUN` of `f`'s faults, a few hundred milliseconds apart while the traffic
+/// runs, then lets the traffic go on a little and `stop`s it. Returns the server then current,
+/// the incarnation sender (the watchers wait on it until they are done) and how many kills and
+/// full disks there were.
+async fn inject(
+    f: Faults,
+    host: Arc<Host>,
+    mut s: Server,
+    incarnation: tokio::sync::watch::Sender<Incarnation>,
+    stop: tokio::sync::watch::Sender<bool>,
+    seed: u64,
+) -> (Server, tokio::sync::watch::Sender<Incarnation>, usize, usize) {
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0xfa17);
+    let args: Vec<&str> = host.args.iter().map(String::as_str).collect();
+    let (mut kills, mut fulls) = (0, 0);
+    for n in 0..FAULTS_PER_RUN {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(50..250))).await;
+        let kill = match (f.kill, f.disk) {
+            (true, Some(_)) => n % 2 == 1,
+            (kill, _) => kill,
+        };
+        if kill {
+            let _ = s.kill9();
+            s = host.dir.start(&args).await;
+            kills += 1;
+            incarnation.send_modify(|i| {
+                i.epoch += 1;
+                i.endpoint = s.endpoint();
+            });
+        } else if let Some(fault) = f.disk {
+            set_failpoint(&host.failpoint, fault);
+            tokio::time::sleep(Duration::from_millis(rng.random_range(100..600))).await;
+            set_failpoint(&host.failpoint, "");
+            fulls += 1;
+        }
+    }
+    // Traffic after the last fault too: the restarted server (or the disk that works again)
+    // must take writes and serve reads that see everything before.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    stop.send_replace(true);
+    (s, incarnation, kills, fulls)
+}
+
+/// One run: a fresh server, `CLIENTS` clients and five watchers (three from the start, one
+/// resuming twice; one from an older revision that compaction may have removed, started while
+/// the traffic runs; one that stalls in fault runs); `faults` injected meanwhile; then every
+/// check.
+async fn run(seed: u64, faults: Option<Faults>) -> String {
     // Periodic progress notifications too, not only answers to requests, while the runs last.
-    let flags = ["--watch-progress-notify-interval", "100ms"];
-    let Some(s) = Server::start(target(), &flags).await else { return "skipped".into() };
-    let s = Arc::new(s);
-    let mut raw = s.raw_clients().await;
+    let progress = ["--watch-progress-notify-interval", "100ms"];
+    let (first, host) = match faults {
+        None => {
+            let Some(s) = Server::start(target(), &progress).await else {
+                return "skipped".into();
+            };
+            (s, None)
+        }
+        Some(f) => {
+            let dir = DataDir::new();
+            let failpoint = dir.aside("failpoint");
+            set_failpoint(&failpoint, "");
+            let mut args: Vec<String> = progress.iter().map(|a| a.to_string()).collect();
+            args.extend(f.mode.iter().map(|a| a.to_string()));
+            args.extend(["--wal-failpoint".to_string(), failpoint.display().to_string()]);
+            let s = dir.start(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+            (s, Some(Arc::new(Host { dir, failpoint, args })))
+        }
+    };
+    let pad = faults.map_or(0, |f| f.pad);
+    let (incarnation, d) =
+        tokio::sync::watch::channel(Incarnation { epoch: 0, endpoint: first.endpoint() });
+    let mut raw = first.raw_clients().await;
     // The store starts empty; its revision 1 is the model's initial state.
     let r0 = raw
         .kv
         .range(pb::RangeRequest { key: b(PREFIX), ..Default::default() })
         .await
         .expect("initial range");
+    drop(raw);
     let init =
         State { rev: r0.into_inner().header.expect("header").revision, ..Default::default() };
     let (end_tx, end_rx) = tokio::sync::watch::channel(0i64);
-    let watchers: Vec<_> = [(init.rev + 1, None), (init.rev + 1, Some(5)), (init.rev + 1, Some(2))]
+    let faulty = faults.is_some();
+    let plain = WatcherPlan { faults: faulty, ..Default::default() };
+    let mut plans = vec![
+        plain,
+        WatcherPlan { resume_after: Some(5), ..plain },
+        WatcherPlan { resume_after: Some(2), ..plain },
+    ];
+    if faulty {
+        plans.push(WatcherPlan { stall: Some(Duration::from_millis(1500)), ..plain });
+    }
+    let mut watchers: Vec<_> = plans
         .into_iter()
-        .map(|(start, resume)| tokio::spawn(watcher(s.clone(), start, resume, end_rx.clone())))
+        .map(|plan| tokio::spawn(watcher(d.clone(), init.rev + 1, plan, end_rx.clone())))
         .collect();
+    // A watch from an older revision, started while compactions run: it must deliver everything
+    // from there or be refused with the compaction that removed its start.
+    {
+        let (mut d, end_rx) = (d.clone(), end_rx.clone());
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x01d);
+        let delay = Duration::from_millis(rng.random_range(100..600));
+        watchers.push(tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let newest = loop {
+                let mut conn = Conn::new(d.clone(), faulty).await;
+                if let Some(Out::Ok(r)) =
+                    send(&mut conn.raw, &Req::Get { key: key_name(0) }, 0).await
+                {
+                    break r.rev;
+                }
+                conn.recover().await;
+            };
+            let start = rng.random_range(init.rev + 1..=newest.max(init.rev + 1));
+            d.mark_changed();
+            watcher(d, start, plain, end_rx).await
+        }));
+    }
+    // Without faults the clients stop after their `OPS_PER_CLIENT`; with them, once the
+    // injector is done.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(!faulty);
+    let injector = match (faults, host.clone()) {
+        (Some(f), Some(host)) => tokio::spawn(inject(f, host, first, incarnation, stop_tx, seed)),
+        _ => tokio::spawn(async move { (first, incarnation, 0, 0) }),
+    };
     let t0 = Instant::now();
     let mut tasks = Vec::new();
     for id in 0..CLIENTS {
-        let raw = s.raw_clients().await;
-        tasks.push(tokio::spawn(client(id, raw, seed, t0)));
+        let conn = Conn::new(d.clone(), faulty).await;
+        tasks.push(tokio::spawn(client(id, conn, seed, t0, pad, stop_rx.clone())));
     }
     let mut ops = Vec::new();
     for t in tasks {
         ops.extend(t.await.expect("a client task panicked"));
     }
-    let last = raw
-        .kv
-        .range(pb::RangeRequest { key: b(PREFIX), ..Default::default() })
-        .await
-        .expect("final range");
-    let end = last.into_inner().header.expect("header").revision;
+    let (s, _incarnation, kills, fulls) = injector.await.expect("the fault injector panicked");
+    // The final state, read as one more operation of the history: the linearization must end
+    // in exactly it (writes cut off by a crash included or not, as the server kept them).
+    let mut raw = s.raw_clients().await;
+    let last = Req::List { start: PREFIX.as_bytes().to_vec(), rev: 0, limit: KEYS as i64 + 1 };
+    let call = t0.elapsed().as_nanos() as u64;
+    let out = send(&mut raw, &last, 0).await.expect("final list");
+    let ret = t0.elapsed().as_nanos() as u64;
+    let Out::Ok(r) = &out else { panic!("seed {seed}: the final list: {out:?}") };
+    let end = r.rev;
+    ops.push(Op { client: CLIENTS, call, ret, req: last, out });
     end_tx.send(end).expect("the watchers listen");
     let mut logs = Vec::new();
     for w in watchers {
         logs.push(w.await.expect("a watcher panicked"));
     }
+    let refused = ops.iter().filter(|o| o.out == Out::Refused).count();
+    ops.retain(|o| o.out != Out::Refused);
     ops.sort_by_key(|o| o.call);
-    let Checked { states, events, visited } =
+    if kills == 0 {
+        let unknown = ops.iter().filter(|o| o.out == Out::Unknown).count();
+        assert_eq!(
+            unknown, 0,
+            "seed {seed}: requests without an answer, and no crash to explain them"
+        );
+    }
+    let Checked { states, events, compactions, visited } =
         check_history(&ops, &init).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     let final_state = states.values().next_back().expect("a state");
     assert_eq!(
         final_state.rev, end,
         "seed {seed}: expected the linearization to end at the server's revision"
     );
-    let prev_compacted = if target() == Kind::Etcd { final_state.compacted } else { 0 };
     for (n, segments) in logs.iter().enumerate() {
         let canceled = segments.last().and_then(|l| l.responses.last()).filter(|r| r.canceled);
         if let Some(c) = canceled {
-            // A resumption raced a compaction past its start: etcd's answer is a cancel
-            // naming the compaction, which must cover that start.
+            // A start compaction had removed (a resumption racing a compaction, or the watch
+            // from an older revision): etcd's answer is a cancel naming a compaction that
+            // took place and covers that start.
+            // A compaction cut off by a crash may have taken effect without the search
+            // needing it (nothing else observed it), so its revision counts too.
             let seg = segments.last().expect("a segment");
+            let cut_off = |rev: i64| {
+                ops.iter().any(|o| o.req == Req::Compact { rev } && o.out == Out::Unknown)
+            };
             assert!(
-                c.compact_revision > seg.start && c.compact_revision <= final_state.compacted,
-                "seed {seed} watcher {n}: expected a cancel only for a compacted start, got compact_revision {} for start {} (compacted at most {})",
+                c.compact_revision > seg.start
+                    && (compactions.contains(&c.compact_revision) || cut_off(c.compact_revision)),
+                "seed {seed} watcher {n}: expected a cancel only for a compacted start, got compact_revision {} for start {} (compactions: {:?})",
                 c.compact_revision,
                 seg.start,
-                final_state.compacted
+                compactions
             );
             let done = &segments[..segments.len() - 1];
             let upto = seg.start - 1;
             if !done.is_empty() {
-                check_watch_with(done, &events, upto, prev_compacted)
+                check_watch_with(done, &events, upto, &compactions)
                     .unwrap_or_else(|e| panic!("seed {seed} watcher {n}: {e}"));
             }
             continue;
         }
-        check_watch_with(segments, &events, end, prev_compacted)
+        check_watch_with(segments, &events, end, &compactions)
             .unwrap_or_else(|e| panic!("seed {seed} watcher {n}: {e}"));
     }
     // A watch from before the compaction must be refused with the compaction's revision.
@@ -1116,11 +1476,21 @@ async fn run(seed: u64) -> String {
             init.rev + 1
         );
     }
-    summary(&ops, &logs, visited)
+    drop(s);
+    let mut out = summary(&ops, &logs, visited);
+    if faulty {
+        let bytes = pad * ops.iter().filter(|o| o.req.is_write()).count();
+        out += &format!(
+            "; faults: {kills} kills, {fulls} full disks, {refused} writes refused; {} MiB of values sent",
+            bytes >> 20
+        );
+    }
+    out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn history_is_linearizable_and_watches_keep_their_guarantees() {
+/// Runs `RUNS`-sized batches of seeds (or, with `MEM_ETCD_HISTORY_SOAK=<seconds>`, new seeds
+/// until that long has passed), each a fresh [`run`].
+async fn seeds(name: &str, runs: u64, faults: Option<Faults>) {
     let soak = std::env::var("MEM_ETCD_HISTORY_SOAK").ok().and_then(|v| v.parse::<u64>().ok());
     let until = Instant::now() + Duration::from_secs(soak.unwrap_or(0));
     let base: u64 =
@@ -1128,14 +1498,55 @@ async fn history_is_linearizable_and_watches_keep_their_guarantees() {
     let mut seed = base;
     loop {
         let t = Instant::now();
-        let summary = run(seed).await;
-        eprintln!("history seed {seed}: {summary}, in {:?}", t.elapsed());
+        let summary = run(seed, faults).await;
+        eprintln!("{name} seed {seed}: {summary}, in {:?}", t.elapsed());
         seed += 1;
-        let runs = seed - base;
-        if runs >= RUNS && Instant::now() >= until {
+        if seed - base >= runs && Instant::now() >= until {
             break;
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn history_is_linearizable_and_watches_keep_their_guarantees() {
+    seeds("history", RUNS, None).await;
+}
+
+/// Values padded to this size in fault runs: enough that the stalled watcher falls megabytes
+/// behind, few enough that a run stays a few seconds.
+const FAULT_PAD: usize = 16 << 10;
+
+/// The fault runs: each checks the same properties over a history in which the server was killed
+/// and restarted (every acknowledged write must survive and no revision may be handed out
+/// twice), or the disk failed (refused writes never take effect; held ones are acknowledged once
+/// it works again), while one watcher stalls.
+const FAULT_RUNS: u64 = 4;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn history_holds_across_kill9_restarts_in_fsync_mode() {
+    let f = Faults { mode: &["--fsync"], kill: true, disk: None, pad: FAULT_PAD };
+    seeds("history kill9 fsync", FAULT_RUNS, Some(f)).await;
+}
+
+/// Buffered mode's loss window is an OS crash's (see the README's durability table); a killed
+/// process loses nothing acknowledged, so the same history must hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn history_holds_across_kill9_restarts_in_buffered_mode() {
+    let f = Faults { mode: &["--wal-mode", "buffered"], kill: true, disk: None, pad: FAULT_PAD };
+    seeds("history kill9 buffered", FAULT_RUNS, Some(f)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn history_holds_while_the_disk_fills_up() {
+    let enospc = Faults { mode: &["--fsync"], kill: true, disk: Some("enospc"), pad: FAULT_PAD };
+    seeds("history enospc fsync", FAULT_RUNS / 2, Some(enospc)).await;
+    let short = Faults {
+        mode: &["--wal-mode", "buffered"],
+        kill: true,
+        disk: Some("short"),
+        pad: FAULT_PAD,
+    };
+    seeds("history short-write buffered", FAULT_RUNS / 2, Some(short)).await;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -118,6 +118,15 @@ impl Ws {
         self.send(RequestUnion::ProgressRequest(pb::WatchProgressRequest {}));
     }
 
+    /// Asks for progress unless the stream already ended (a killed server): the end then shows
+    /// in the next response.
+    pub fn try_progress(&self) {
+        let req = RequestUnion::ProgressRequest(pb::WatchProgressRequest {});
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(pb::WatchRequest { request_union: Some(req) });
+        }
+    }
+
     /// Half-closes the stream: the client sends nothing more.
     pub fn close_send(&mut self) {
         self.tx = None;
