@@ -257,6 +257,20 @@ pub fn render(shared: &Shared) -> String {
         slow,
     );
     single(o, "mem_etcd_leases", "Leases alive.", "gauge", shared.lessor.len());
+    // Every connection, watch stream, keep-alive stream and snapshot runs as a task. A task
+    // that outlives its client (a stream nobody ends, a send that waits for good) holds memory
+    // and keeps the store's state alive with nothing else to show for it; this count is how
+    // the hostile-input tests (and operators) see such a leak.
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        single(
+            o,
+            "mem_etcd_runtime_alive_tasks",
+            "Tasks alive in mem_etcd's async runtime (mem_etcd's own, not an etcd metric): \
+             connections, streams and background loops. Growth with no clients is a leak.",
+            "gauge",
+            rt.metrics().num_alive_tasks(),
+        );
+    }
 
     header(
         o,

@@ -2,10 +2,12 @@
 //! etcd rejects, hostile watch requests and garbage on watch streams, binary metadata, and
 //! clients that abuse connections and streams.
 //!
-//! Every case ends with the server still answering Status. Where a real etcd is at hand the same
-//! bytes or request go to it too and the outcomes must match: etcd's own refusals by code and
-//! message, transport refusals (decode errors, messages over the receive limit) by code only, as
-//! grpc-go and tonic word them differently. The differences found are `#[ignore = "BUG: ..."]`
+//! Every case ends with the server still answering Status, and every abuse scenario with the
+//! server's count of live tasks (`mem_etcd_runtime_alive_tasks` on /metrics) back where it was
+//! before, so a task left behind per connection or stream fails it. Where a real etcd is at hand
+//! the same bytes or request go to it too and the outcomes must match: etcd's own refusals by
+//! code and message, transport refusals (decode errors, messages over the receive limit) by code
+//! only, as grpc-go and tonic word them differently. The differences found are `#[ignore = "BUG: ..."]`
 //! tests here.
 //!
 //! The random cases are seeded (the seed is in every failure message). `MEM_ETCD_FUZZ_ITERS`
@@ -1042,6 +1044,51 @@ async fn wait_metric(addr: std::net::SocketAddr, name: &str, want: f64, within: 
     }
 }
 
+/// mem_etcd's count of tasks alive in its runtime (one per connection, per stream, per
+/// background loop).
+const ALIVE_TASKS: &str = "mem_etcd_runtime_alive_tasks";
+
+/// How far the task count may stay above its idle value once a scenario's clients are gone:
+/// the /metrics request itself is a connection, a closed client's connection may take a moment
+/// to be noticed, and the background loops spawn short-lived helpers (a WAL snapshot, a lease
+/// revocation). Every scenario here opens at least 20 connections or streams, so a leak of one
+/// task each is well past it.
+const TASK_SLACK: f64 = 5.0;
+
+/// The task count of an idle server: read until two readings 100 ms apart agree (a connection
+/// just closed by the test may not be gone yet).
+async fn idle_tasks(addr: std::net::SocketAddr) -> f64 {
+    let mut last = metric(addr, ALIVE_TASKS).await;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = metric(addr, ALIVE_TASKS).await;
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    panic!("{ALIVE_TASKS} never settled on an idle server (last {last})");
+}
+
+/// Waits up to 10 s for the task count to come back to within [`TASK_SLACK`] of `idle`, the
+/// count before the scenario: a task left behind per connection or stream (a stream task
+/// waiting for a client that is gone) never comes back.
+async fn assert_tasks_back(addr: std::net::SocketAddr, idle: f64, after: &str) {
+    let start = Instant::now();
+    loop {
+        let now = metric(addr, ALIVE_TASKS).await;
+        if now <= idle + TASK_SLACK {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{now} tasks alive in the server 10 s after {after}, {idle} before: tasks leaked \
+             (at most {TASK_SLACK} more expected)"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Polls RSS for a while after clients leave: freed memory goes back to the system lazily.
 async fn settled_rss(pid: u32, at_most: u64) -> u64 {
     let start = Instant::now();
@@ -1143,10 +1190,13 @@ async fn thousands_of_connections_at_once() {
     let pid = server_pid(s.addr());
     assert_serving(&mut s, "startup").await;
     let (rss0, threads0) = rss_and_threads(pid);
+    let tasks0 = idle_tasks(s.addr()).await;
     let waves = (fuzz_iters() / 100).max(2);
     let mut after = Vec::new();
-    for _ in 0..waves {
+    for wave in 0..waves {
         let open = connection_wave(&mut s, pid, threads0).await;
+        assert_tasks_back(s.addr(), tasks0, &format!("wave {wave} of {CONNECTIONS} connections"))
+            .await;
         let rss = settled_rss(pid, rss0 + 64 * MIB).await;
         eprintln!(
             "wave: rss {} MiB open, {} MiB after (was {} MiB)",
@@ -1179,6 +1229,7 @@ async fn slow_readers_then_vanish() {
     let mut raw = s.raw_clients().await;
     assert_serving(&mut s, "startup").await;
     let (rss0, threads0) = rss_and_threads(pid);
+    let tasks0 = idle_tasks(s.addr()).await;
     let mut slow = Vec::new();
     for i in 0..SLOW_WATCHERS {
         // Each on its own connection: HTTP/2 flow control stops the server per connection.
@@ -1243,6 +1294,7 @@ async fn slow_readers_then_vanish() {
     wait_metric(s.addr(), "etcd_debugging_mvcc_watch_stream_total", 0.0, Duration::from_secs(10))
         .await;
     wait_metric(s.addr(), "etcd_debugging_mvcc_watcher_total", 0.0, Duration::from_secs(10)).await;
+    assert_tasks_back(s.addr(), tasks0, &format!("{SLOW_WATCHERS} slow watchers vanished")).await;
     let bound = rss0 + stored * 2 + 64 * MIB;
     let rss = settled_rss(pid, bound).await;
     assert!(
@@ -1263,6 +1315,7 @@ async fn clients_that_vanish_mid_stream_and_mid_request() {
     let pid = server_pid(s.addr());
     assert_serving(&mut s, "startup").await;
     let (rss0, threads0) = rss_and_threads(pid);
+    let tasks0 = idle_tasks(s.addr()).await;
     let rounds = (fuzz_iters() / 40).max(3);
     for round in 0..rounds {
         // Watchers reading while a writer goes on; half of them vanish mid-stream.
@@ -1326,6 +1379,8 @@ async fn clients_that_vanish_mid_stream_and_mid_request() {
         while readers.join_next().await.is_some() {}
         while hung.join_next().await.is_some() {}
         assert_serving(&mut s, &format!("round {round} of vanishing clients")).await;
+        drop(raw);
+        assert_tasks_back(s.addr(), tasks0, &format!("round {round} of vanishing clients")).await;
     }
     wait_metric(s.addr(), "etcd_debugging_mvcc_watch_stream_total", 0.0, Duration::from_secs(10))
         .await;
