@@ -119,7 +119,7 @@ impl Future for HttpFuture {
             HttpFuture::Grpc { fut, shared, method } => {
                 let res = std::task::ready!(Pin::new(fut).poll(cx));
                 let Ok(mut res) = res;
-                too_large_as_grpc_go(&mut res);
+                too_large_as_grpc_go(res.headers_mut());
                 let Some(method) = *method else { return Poll::Ready(Ok(res)) };
                 // An error answered before any message (the usual way a call fails) carries
                 // its status in the headers ("trailers-only").
@@ -153,9 +153,10 @@ impl Future for HttpFuture {
 /// A request over the receive limit: tonic's decoder answers OUT_OF_RANGE, which etcd clients
 /// read as an etcd error (compacted or future revision); grpc-go, hence etcd, answers
 /// RESOURCE_EXHAUSTED "grpc: received message larger than max (N vs. M)". Rewritten here, where
-/// every answer passes, so that clients see etcd's. Only error answers are looked at.
-fn too_large_as_grpc_go(res: &mut Response<Body>) {
-    let h = res.headers();
+/// every answer passes, so that clients see etcd's. Only error answers are looked at: the
+/// headers of a call refused before it started, and the trailers of a stream that failed on a
+/// later message (a watch or keep-alive request over the limit).
+fn too_large_as_grpc_go(h: &mut http::HeaderMap) {
     if h.get("grpc-status").is_none_or(|c| c.as_bytes() != b"11") {
         return;
     }
@@ -171,7 +172,6 @@ fn too_large_as_grpc_go(res: &mut Response<Body>) {
         [len, limit, ..] => format!("grpc: received message larger than max ({len} vs. {limit})"),
         _ => "grpc: received message larger than max".to_string(),
     };
-    let h = res.headers_mut();
     h.insert("grpc-status", HeaderValue::from_static("8"));
     if let Ok(v) = HeaderValue::from_str(&text) {
         h.insert("grpc-message", v);
@@ -209,10 +209,11 @@ impl http_body::Body for CountOnEnd {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, tonic::Status>>> {
         let this = self.get_mut();
-        let frame = std::task::ready!(Pin::new(&mut this.body).poll_frame(cx));
-        match &frame {
+        let mut frame = std::task::ready!(Pin::new(&mut this.body).poll_frame(cx));
+        match &mut frame {
             Some(Ok(f)) => {
-                if let Some(t) = f.trailers_ref() {
+                if let Some(t) = f.trailers_mut() {
+                    too_large_as_grpc_go(t);
                     this.finish(t.get("grpc-status").map_or(0, parse_code));
                 }
             }

@@ -147,7 +147,19 @@ impl pb::lease_server::Lease for LeaseService {
         let (tx, rx) = mpsc::channel(16);
         let shared = self.shared.clone();
         tokio::spawn(async move {
-            while let Ok(Some(r)) = inbound.message().await {
+            loop {
+                let r = match inbound.message().await {
+                    Ok(Some(r)) => r,
+                    Ok(None) => break,
+                    // A request that does not decode or is over the receive limit fails the
+                    // stream with its error, as etcd's does, so the client can tell its broken
+                    // request from a server that ended the stream. After a reset nobody reads
+                    // it; the send then fails harmlessly.
+                    Err(status) => {
+                        let _ = tx.send(Err(status)).await;
+                        break;
+                    }
+                };
                 // An unknown lease answers TTL 0, as in etcd; so does an expiring one, but only
                 // once its keys are gone (etcd's renew waits for the revocation).
                 let ttl = match shared.lessor.renew(r.id) {

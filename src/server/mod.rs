@@ -210,10 +210,15 @@ fn router(shared: &Arc<Shared>) -> ClientRouter {
     )
     .max_decoding_message_size(recv)
     .max_encoding_message_size(usize::MAX);
+    // etcd's receive limit is one gRPC server option, so it holds for every service; tonic's
+    // default (4 MiB) let a keep-alive of 3 MiB through where etcd refuses it.
     let cluster =
-        pb::cluster_server::ClusterServer::new(cluster::ClusterService::new(shared.clone()));
-    let auth = pb::auth_server::AuthServer::new(auth::AuthService::new(shared.clone()));
-    let lease = pb::lease_server::LeaseServer::new(lease::LeaseService::new(shared.clone()));
+        pb::cluster_server::ClusterServer::new(cluster::ClusterService::new(shared.clone()))
+            .max_decoding_message_size(recv);
+    let auth = pb::auth_server::AuthServer::new(auth::AuthService::new(shared.clone()))
+        .max_decoding_message_size(recv);
+    let lease = pb::lease_server::LeaseServer::new(lease::LeaseService::new(shared.clone()))
+        .max_decoding_message_size(recv);
     let watch = crate::proto::wire::watch_server::WatchServer::new(watch::WatchService::new(
         shared.clone(),
     ))

@@ -1,6 +1,7 @@
 //! Hostile input (issue 9): malformed protobuf on every unary method, structured requests that
-//! etcd rejects, hostile watch requests and garbage on watch streams, binary metadata, and
-//! clients that abuse connections and streams.
+//! etcd rejects, hostile watch requests and garbage on watch streams, binary metadata, clients
+//! that abuse connections and streams, and the streaming RPCs (LeaseKeepAlive, Snapshot, Watch)
+//! fuzzed with hostile messages and with request bodies broken at the gRPC framing level.
 //!
 //! Every case ends with the server still answering Status, and every abuse scenario with the
 //! server's count of live tasks (`mem_etcd_runtime_alive_tasks` on /metrics) back where it was
@@ -1400,4 +1401,605 @@ async fn clients_that_vanish_mid_stream_and_mid_request() {
     assert!(threads <= threads0 + 8, "threads {threads} (was {threads0})");
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0);
     assert!(fds < 200, "{fds} descriptors still open in the server after every client left");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streaming RPCs: LeaseKeepAlive (bidi), Maintenance.Snapshot (server stream), Watch (bidi)
+
+const KEEPALIVE: &str = "/etcdserverpb.Lease/LeaseKeepAlive";
+const SNAPSHOT: &str = "/etcdserverpb.Maintenance/Snapshot";
+const WATCH: &str = "/etcdserverpb.Watch/Watch";
+
+/// How a streaming call went: the replies, undecoded, and how it ended: "OK", a status code,
+/// or "no answer" / "no end" when `window` ran out first.
+#[derive(Debug)]
+struct StreamOutcome {
+    replies: Vec<Vec<u8>>,
+    end: String,
+    /// The status message, for failure messages only: grpc-go and tonic word theirs apart.
+    detail: String,
+}
+
+/// A streaming call that sends `msgs` (each any bytes at all), half-closes, and reads until the
+/// stream ends or `window` passes.
+async fn stream_raw(
+    ch: Channel,
+    path: &'static str,
+    msgs: Vec<Vec<u8>>,
+    window: Duration,
+) -> StreamOutcome {
+    let mut g = tonic::client::Grpc::new(ch)
+        .max_decoding_message_size(64 << 20)
+        .max_encoding_message_size(64 << 20);
+    let deadline = tokio::time::Instant::now() + window;
+    let mut replies = Vec::new();
+    let call = tokio::time::timeout_at(deadline, async {
+        g.ready().await.map_err(|e| tonic::Status::unavailable(format!("not ready: {e}")))?;
+        let msgs = tokio_stream::iter(msgs);
+        g.streaming(tonic::Request::new(msgs), PathAndQuery::from_static(path), RawBytes).await
+    })
+    .await;
+    let (end, detail) = match call {
+        Err(_) => ("no answer".to_string(), String::new()),
+        Ok(Err(st)) => (format!("{:?}", st.code()), st.message().to_string()),
+        Ok(Ok(resp)) => {
+            let mut stream = resp.into_inner();
+            loop {
+                match tokio::time::timeout_at(deadline, stream.message()).await {
+                    Err(_) => break ("no end".to_string(), String::new()),
+                    Ok(Ok(Some(m))) => replies.push(m),
+                    Ok(Ok(None)) => break ("OK".to_string(), String::new()),
+                    Ok(Err(st)) => break (format!("{:?}", st.code()), st.message().to_string()),
+                }
+            }
+        }
+    };
+    StreamOutcome { replies, end, detail }
+}
+
+fn keepalive(id: i64) -> Vec<u8> {
+    pb::LeaseKeepAliveRequest { id }.encode_to_vec()
+}
+
+/// Keep-alive replies as (id, ttl).
+fn keepalive_replies(o: &StreamOutcome) -> Vec<(i64, i64)> {
+    o.replies
+        .iter()
+        .map(|b| {
+            let r = pb::LeaseKeepAliveResponse::decode(&b[..]).unwrap_or_else(|e| {
+                panic!("a keep-alive reply that does not decode ({e}): {b:02x?}")
+            });
+            (r.id, r.ttl)
+        })
+        .collect()
+}
+
+/// A LeaseKeepAliveRequest carrying an unknown field of `len` bytes (so it decodes, if it gets
+/// past the receive limit, as a keep-alive for lease 0).
+fn padded_keepalive(len: usize) -> Vec<u8> {
+    let mut b = Vec::with_capacity(len + 8);
+    prost::encoding::bytes::encode(15, &vec![b'p'; len], &mut b);
+    b
+}
+
+/// Lease ids no lease has: 0 (never granted), negative, and the extremes.
+const BOGUS_LEASES: [i64; 5] = [0, -1, i64::MIN, i64::MAX, 0x7a7a];
+
+/// Seeded keep-alive streams of valid requests for a live lease and for bogus ids, mixed with
+/// hostile bodies; each stream must answer every request that decodes, in order, with the
+/// lease's TTL or 0, and fail with INTERNAL at the first that does not. Then a stream hammered
+/// with thousands of requests, streams whose clients stop reading and vanish, and clients that
+/// vanish after one reply. The server's task count must come back afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_keepalive_stream_fuzz() {
+    const TTL: i64 = 600;
+    let mut s = server_of!(Kind::MemEtcd);
+    let raw = s.raw_clients().await;
+    let mut lease = pb::lease_client::LeaseClient::new(raw.channel.clone());
+    let live = lease
+        .lease_grant(pb::LeaseGrantRequest { ttl: TTL, id: 0 })
+        .await
+        .expect("grant")
+        .into_inner()
+        .id;
+    let tasks0 = idle_tasks(s.addr()).await;
+    let ch = s.channel().await.expect("connect");
+    let iters = fuzz_iters();
+    let seed = 0x9_2000;
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let sample = keepalive(live);
+    let started = Instant::now();
+    let mut failed_streams = 0;
+    for i in 0..iters {
+        let msgs: Vec<Vec<u8>> = (0..rng.random_range(1..5))
+            .map(|_| match rng.random_range(0..4) {
+                0 => keepalive(live),
+                1 => keepalive(BOGUS_LEASES[rng.random_range(0..BOGUS_LEASES.len())]),
+                2 => keepalive(rng.random()),
+                _ => hostile_body(&mut rng, &sample),
+            })
+            .collect();
+        // What etcd does: answer each request in turn (TTL 0 for a lease it does not have),
+        // and fail the stream at the first request that does not decode.
+        let mut want = Vec::new();
+        let mut want_end = "OK";
+        for m in &msgs {
+            match pb::LeaseKeepAliveRequest::decode(&m[..]) {
+                Ok(r) => want.push((r.id, if r.id == live { TTL } else { 0 })),
+                Err(_) => {
+                    want_end = "Internal";
+                    break;
+                }
+            }
+        }
+        let out = stream_raw(ch.clone(), KEEPALIVE, msgs.clone(), Duration::from_secs(10)).await;
+        failed_streams += usize::from(want_end != "OK");
+        assert_eq!(
+            (keepalive_replies(&out), out.end.as_str()),
+            (want, want_end),
+            "keep-alive stream (seed {seed}, case {i}) of {msgs:02x?}: {}",
+            out.detail
+        );
+    }
+    assert!(failed_streams > 0, "no hostile body failed a stream: the fuzzing tested nothing");
+    eprintln!("{iters} hostile keep-alive streams in {:?}", started.elapsed());
+    assert_serving(&mut s, "hostile keep-alive streams").await;
+
+    // One stream, thousands of requests, live and bogus alternating.
+    let hammer = (iters * 25).max(1000);
+    let started = Instant::now();
+    let msgs: Vec<Vec<u8>> =
+        (0..hammer).map(|i| keepalive(if i % 2 == 0 { live } else { -1 })).collect();
+    let out = stream_raw(ch.clone(), KEEPALIVE, msgs, Duration::from_secs(60)).await;
+    let got = keepalive_replies(&out);
+    let want: Vec<(i64, i64)> =
+        (0..hammer).map(|i| if i % 2 == 0 { (live, TTL) } else { (-1, 0) }).collect();
+    assert!(
+        out.end == "OK" && got == want,
+        "a stream of {hammer} keep-alives: {} replies (expected every one, in order), ended \
+         {} {}",
+        got.len(),
+        out.end,
+        out.detail
+    );
+    eprintln!("{hammer} keep-alives on one stream in {:?}", started.elapsed());
+
+    // Clients that send and never read, each on its own connection, then vanish: the server's
+    // stream tasks wait on HTTP/2 flow control until the connection goes.
+    let mut stalled = Vec::new();
+    for _ in 0..20 {
+        let ch = s.channel().await.expect("connect");
+        let mut g = tonic::client::Grpc::new(ch.clone());
+        g.ready().await.expect("ready");
+        let flood = tokio_stream::iter((0..20_000).map(move |_| keepalive(live)));
+        let call =
+            g.streaming(tonic::Request::new(flood), PathAndQuery::from_static(KEEPALIVE), RawBytes);
+        let resp = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("keep-alive stream within 10 s")
+            .expect("keep-alive stream");
+        stalled.push((ch, resp));
+    }
+    // Clients that read one reply and vanish with the stream open.
+    let mut vanished = Vec::new();
+    for _ in 0..20 {
+        let ch = s.channel().await.expect("connect");
+        let mut g = tonic::client::Grpc::new(ch.clone());
+        g.ready().await.expect("ready");
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tx.send(keepalive(live)).await.unwrap();
+        let mut stream = g
+            .streaming(
+                tonic::Request::new(ReceiverStream::new(rx)),
+                PathAndQuery::from_static(KEEPALIVE),
+                RawBytes,
+            )
+            .await
+            .expect("keep-alive stream")
+            .into_inner();
+        stream.message().await.expect("a reply").expect("a reply");
+        vanished.push((ch, tx, stream));
+    }
+    assert_serving(&mut s, "stalled keep-alive streams").await;
+    drop(stalled);
+    drop(vanished);
+    drop(ch);
+    drop(lease);
+    drop(raw);
+    assert_tasks_back(s.addr(), tasks0, "keep-alive streams that stalled and vanished").await;
+    assert_serving(&mut s, "keep-alive streams that stalled and vanished").await;
+}
+
+/// A raw gRPC call over its own HTTP/2 connection, its request body exactly `body` (gRPC's
+/// 5-byte message prefixes included, or not): the status code (from the headers or the
+/// trailers; "reset ..." if the stream was reset) and the reply messages.
+async fn h2_call(addr: std::net::SocketAddr, path: &str, body: Vec<u8>) -> (String, usize) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (client, conn) = h2::client::handshake(tcp).await.expect("HTTP/2 handshake");
+    let driver = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let out = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut client = client.ready().await.expect("HTTP/2 ready");
+        let req = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://{addr}{path}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let (resp, mut send) = client.send_request(req, false).expect("send the headers");
+        // The server may answer (and reset the stream) before taking it all.
+        let _ = send.send_data(bytes::Bytes::from(body), true);
+        let code = |v: &http::HeaderValue| {
+            let n: i32 = v.to_str().ok().and_then(|s| s.parse().ok()).unwrap_or(-1);
+            format!("{:?}", Code::from_i32(n))
+        };
+        let resp = match resp.await {
+            Ok(r) => r,
+            Err(e) => return (format!("reset: {e}"), 0),
+        };
+        let (parts, mut body) = resp.into_parts();
+        if let Some(c) = parts.headers.get("grpc-status") {
+            return (code(c), 0);
+        }
+        let mut data = Vec::new();
+        while let Some(chunk) = body.data().await {
+            match chunk {
+                Ok(c) => {
+                    let _ = body.flow_control().release_capacity(c.len());
+                    data.extend_from_slice(&c);
+                }
+                Err(e) => return (format!("reset: {e}"), grpc_messages(&data)),
+            }
+        }
+        let end = match body.trailers().await {
+            Ok(Some(t)) => t.get("grpc-status").map_or("no grpc-status".into(), code),
+            Ok(None) => "no trailers".into(),
+            Err(e) => format!("reset: {e}"),
+        };
+        (end, grpc_messages(&data))
+    })
+    .await
+    .unwrap_or_else(|_| ("no end within 20 s".into(), 0));
+    driver.abort();
+    out
+}
+
+/// How many whole gRPC messages `data` holds.
+fn grpc_messages(mut data: &[u8]) -> usize {
+    let mut n = 0;
+    while data.len() >= 5 {
+        let len = u32::from_be_bytes([data[1], data[2], data[3], data[4]]) as usize;
+        if data.len() < 5 + len {
+            break;
+        }
+        data = &data[5 + len..];
+        n += 1;
+    }
+    n
+}
+
+/// `msg` as one gRPC message: flag 0, 4-byte length, the bytes.
+fn grpc_frame(msg: &[u8]) -> Vec<u8> {
+    let mut f = vec![0];
+    f.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    f.extend_from_slice(msg);
+    f
+}
+
+/// Request bodies broken at the gRPC framing level, for any method. Each names a message that
+/// is valid for every method here (an empty one, or a keep-alive for lease 0).
+fn broken_grpc_bodies() -> Vec<(&'static str, Vec<u8>)> {
+    let valid = grpc_frame(&[]);
+    vec![
+        ("length prefix past the end", [&[0, 0, 0, 0, 100][..], &[0x08; 10]].concat()),
+        ("length prefix of 4 GiB", [&[0, 0xff, 0xff, 0xff, 0xff][..], &[0x08; 10]].concat()),
+        ("half a prefix", vec![0, 0, 0]),
+        ("compressed flag without grpc-encoding", [&[1, 0, 0, 0, 2][..], &[0x08, 0]].concat()),
+        ("flag 0x80", [&[0x80, 0, 0, 0, 2][..], &[0x08, 0]].concat()),
+        ("a valid message then half a prefix", [&valid[..], &[0, 0]].concat()),
+        ("a valid message then a prefix past the end", [&valid[..], &[0, 0, 0, 0, 9, 1]].concat()),
+        ("over the receive limit", grpc_frame(&padded_keepalive(MAX_REQUEST_BYTES + (600 << 10)))),
+    ]
+}
+
+/// The framing cases where mem_etcd still answers differently from etcd (see
+/// `broken_grpc_framing_edge_cases_match_etcd`).
+fn framing_difference(path: &str, what: &str) -> bool {
+    let unary_request = path == SNAPSHOT || path.starts_with("/etcdserverpb.KV/");
+    what.contains("half a prefix")
+        || (unary_request && what.starts_with("a valid message then"))
+        || (path.starts_with("/etcdserverpb.KV/") && what == "length prefix past the end")
+}
+
+/// Sends each broken body on each method to both servers; returns the differences in (status
+/// code, replies or not) (snapshots differ in size, so only whether there were replies counts).
+async fn framing_differences(
+    etcd: &Server,
+    mem: &Server,
+    which: impl Fn(&str, &str) -> bool,
+) -> Vec<String> {
+    let mut differences = Vec::new();
+    let mut cases = 0;
+    for path in [KEEPALIVE, WATCH, SNAPSHOT, "/etcdserverpb.KV/Range"] {
+        for (what, body) in broken_grpc_bodies() {
+            if !which(path, what) {
+                continue;
+            }
+            cases += 1;
+            let (e, m) = tokio::join!(
+                h2_call(etcd.addr(), path, body.clone()),
+                h2_call(mem.addr(), path, body)
+            );
+            let key = |(code, n): &(String, usize)| (code.clone(), *n > 0);
+            if key(&e) != key(&m) {
+                differences.push(format!("{path} {what}: etcd {e:?}, mem_etcd {m:?}"));
+            }
+        }
+    }
+    assert!(cases > 0, "no case selected");
+    differences
+}
+
+/// Streaming methods and one unary one for reference, with bodies broken at the gRPC framing
+/// level (sent with the stream's end), on etcd and mem_etcd: the same status code, and replies
+/// or none alike. (Regression: a keep-alive stream ended OK on a request that did not decode
+/// or was over the receive limit, and accepted requests up to 4 MiB where etcd's limit is
+/// 2 MiB; watch and keep-alive streams failed OUT_OF_RANGE, not RESOURCE_EXHAUSTED, on a
+/// request over the limit.)
+#[tokio::test]
+async fn broken_grpc_framing_on_streams_matches_etcd() {
+    let Some(etcd) = Server::start(Kind::Etcd, &[]).await else { return };
+    let mut mem = server_of!(Kind::MemEtcd);
+    let tasks0 = idle_tasks(mem.addr()).await;
+    let differences = framing_differences(&etcd, &mem, |p, w| !framing_difference(p, w)).await;
+    assert_serving(&mut mem, "broken gRPC framing").await;
+    assert_tasks_back(mem.addr(), tasks0, "broken gRPC framing").await;
+    assert!(
+        differences.is_empty(),
+        "expected etcd's (status code, replies or not):\n{}",
+        differences.join("\n")
+    );
+}
+
+/// Three framing corners where tonic's transport differs from grpc-go's, not fixable in
+/// mem_etcd without re-framing every request body: (1) a request stream that ends inside a
+/// 5-byte message prefix is a clean end of requests to grpc-go (a watch stays open, a
+/// keep-alive stream ends OK), tonic fails it INTERNAL "Unexpected EOF decoding stream";
+/// (2) bytes after the one request of a unary or server-streaming call are ignored by grpc-go,
+/// tonic reads on and fails the call INTERNAL; (3) a unary request cut short is UNKNOWN from
+/// grpc-go, INTERNAL from tonic. No etcd client sends such bodies.
+#[tokio::test]
+#[ignore = "BUG: gRPC framing corners (a request stream ending inside a message prefix, bytes \
+            after a unary request, a truncated unary request) get tonic's INTERNAL where etcd \
+            ends cleanly, ignores them or answers UNKNOWN"]
+async fn broken_grpc_framing_edge_cases_match_etcd() {
+    let Some(etcd) = Server::start(Kind::Etcd, &[]).await else { return };
+    let mut mem = server_of!(Kind::MemEtcd);
+    let differences = framing_differences(&etcd, &mem, framing_difference).await;
+    assert_serving(&mut mem, "broken gRPC framing").await;
+    assert!(
+        differences.is_empty(),
+        "expected etcd's (status code, replies or not):\n{}",
+        differences.join("\n")
+    );
+}
+
+/// Hostile keep-alive and Snapshot streams whose outcome is deterministic, on etcd and
+/// mem_etcd: keep-alive replies (id, TTL) and how each stream ends must match; for Snapshot,
+/// whether it sent a snapshot and how it ended.
+#[tokio::test]
+async fn hostile_keepalive_and_snapshot_streams_match_etcd() {
+    const LIVE: i64 = 0x5eed;
+    let Some(etcd) = Server::start(Kind::Etcd, &[]).await else { return };
+    let mut mem = server_of!(Kind::MemEtcd);
+    let garbage = vec![0x0a, 0xff, 0xff, 0xff, 0x0f];
+    let keepalive_cases: Vec<(&str, Vec<Vec<u8>>)> = vec![
+        ("bogus lease ids", BOGUS_LEASES.iter().map(|id| keepalive(*id)).collect()),
+        ("the live lease", vec![keepalive(LIVE)]),
+        ("an empty message", vec![vec![]]),
+        ("an unknown field", vec![vec![0x10, 0x05], keepalive(LIVE)]),
+        ("garbage after a valid request", vec![keepalive(LIVE), garbage.clone()]),
+        ("id with the wrong wire type", vec![keepalive(1), vec![0x0a, 0x01, 0x00]]),
+        ("an overlong varint id", vec![[&[0x08][..], &[0xff; 11], &[0x01]].concat()]),
+        ("no request at all", vec![]),
+        (
+            "a request over the receive limit",
+            vec![keepalive(LIVE), padded_keepalive(MAX_REQUEST_BYTES + (600 << 10))],
+        ),
+        ("a request just under it", vec![padded_keepalive(MAX_REQUEST_BYTES)]),
+        ("5000 requests", (0..5000).map(|_| keepalive(LIVE)).collect()),
+    ];
+    let snapshot_cases: Vec<(&str, Vec<Vec<u8>>)> = vec![
+        ("an empty request", vec![vec![]]),
+        ("an unknown field", vec![vec![0x08, 0x01]]),
+        ("garbage", vec![garbage.clone()]),
+        ("an overlong varint", vec![[&[0x08][..], &[0xff; 11], &[0x01]].concat()]),
+    ];
+    let mut results: Vec<Vec<String>> = Vec::new();
+    for s in [&etcd, &mem] {
+        let ch = s.channel().await.expect("connect");
+        let mut lease = pb::lease_client::LeaseClient::new(ch.clone());
+        lease.lease_grant(pb::LeaseGrantRequest { ttl: 600, id: LIVE }).await.expect("grant");
+        let mut out = Vec::new();
+        for (what, msgs) in &keepalive_cases {
+            let o = stream_raw(ch.clone(), KEEPALIVE, msgs.clone(), Duration::from_secs(20)).await;
+            let replies = keepalive_replies(&o);
+            // Thousands of replies are summed up.
+            let replies = if replies.len() > 10 {
+                let mut distinct = replies.clone();
+                distinct.dedup();
+                format!("{} replies: {distinct:?}", replies.len())
+            } else {
+                format!("{replies:?}")
+            };
+            out.push(format!("keep-alive, {what}: {replies}, ended {}", o.end));
+        }
+        for (what, msgs) in &snapshot_cases {
+            let o = stream_raw(ch.clone(), SNAPSHOT, msgs.clone(), Duration::from_secs(20)).await;
+            out.push(format!(
+                "snapshot, {what}: {}, ended {}",
+                if o.replies.is_empty() { "nothing sent" } else { "a snapshot" },
+                o.end
+            ));
+        }
+        results.push(out);
+    }
+    assert_serving(&mut mem, "hostile keep-alive and snapshot streams").await;
+    let differences: Vec<String> = results[0]
+        .iter()
+        .zip(&results[1])
+        .filter(|(e, m)| e != m)
+        .map(|(e, m)| format!("  etcd:     {e}\n  mem_etcd: {m}"))
+        .collect();
+    assert!(differences.is_empty(), "expected etcd's outcomes:\n{}", differences.join("\n"));
+}
+
+/// A random but well-formed watch request: creates with odd keys, ranges, revisions, filters
+/// and ids; cancels of ids that may not exist; progress requests.
+fn random_watch_request(rng: &mut SmallRng) -> pb::WatchRequest {
+    use pb::watch_request::RequestUnion as U;
+    let pick = |choices: &[&[u8]], rng: &mut SmallRng| -> bytes::Bytes {
+        match rng.random_range(0..choices.len() + 1) {
+            i if i < choices.len() => bytes::Bytes::copy_from_slice(choices[i]),
+            _ => (0..rng.random_range(0..8)).map(|_| rng.random::<u8>()).collect(),
+        }
+    };
+    let union = match rng.random_range(0..5) {
+        0..=2 => U::CreateRequest(pb::WatchCreateRequest {
+            key: pick(&[b"", b"a", b"w/", b"\0"], rng),
+            range_end: pick(&[b"", b"\0", b"w0", b"a"], rng),
+            start_revision: [0, 1, -1, i64::MAX, i64::MIN, rng.random_range(0..50)]
+                [rng.random_range(0..6)],
+            progress_notify: rng.random(),
+            filters: (0..rng.random_range(0..3)).map(|_| rng.random_range(-2..4)).collect(),
+            prev_kv: rng.random(),
+            watch_id: [0, -1, 1, 7, rng.random()][rng.random_range(0..5)],
+            fragment: rng.random(),
+        }),
+        3 => U::CancelRequest(pb::WatchCancelRequest {
+            watch_id: [0, -1, 1, 7, rng.random()][rng.random_range(0..5)],
+        }),
+        _ => U::ProgressRequest(pb::WatchProgressRequest {}),
+    };
+    pb::WatchRequest { request_union: Some(union) }
+}
+
+/// Seeded watch streams, all open at once while a writer goes on: random well-formed requests
+/// mixed with hostile bodies. A stream whose requests all decode stays open (watch streams do
+/// not end on a half-close); one with a body that does not decode fails with INTERNAL. Then
+/// every stream is gone from the hub and the task count is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_stream_fuzz() {
+    let mut s = server_of!(Kind::MemEtcd);
+    let mut raw = s.raw_clients().await;
+    let tasks0 = idle_tasks(s.addr()).await;
+    let iters = fuzz_iters();
+    let seed = 0x9_3000;
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let sample = pb::WatchRequest { request_union: Some(create("w/", "w0", 1)) }.encode_to_vec();
+    let ch = s.channel().await.expect("connect");
+    let mut streams = tokio::task::JoinSet::new();
+    for i in 0..iters {
+        let msgs: Vec<Vec<u8>> = (0..rng.random_range(1..6))
+            .map(|_| {
+                if rng.random_range(0..3) == 0 {
+                    hostile_body(&mut rng, &sample)
+                } else {
+                    random_watch_request(&mut rng).encode_to_vec()
+                }
+            })
+            .collect();
+        let decodes = msgs.iter().all(|m| pb::WatchRequest::decode(&m[..]).is_ok());
+        let ch = ch.clone();
+        streams.spawn(async move {
+            let out = stream_raw(ch, WATCH, msgs.clone(), Duration::from_secs(3)).await;
+            (i, msgs, decodes, out)
+        });
+    }
+    for i in 0..100 {
+        raw.kv.put(put_req(format!("w/{}", i % 7), 64)).await.expect("put during the fuzzing");
+    }
+    let mut tally = std::collections::BTreeMap::<String, usize>::new();
+    while let Some(r) = streams.join_next().await {
+        let (i, msgs, decodes, out) = r.expect("a watch stream task panicked");
+        let want = if decodes { "no end" } else { "Internal" };
+        assert_eq!(
+            out.end,
+            want,
+            "watch stream (seed {seed}, case {i}) of {msgs:02x?}: {} replies, {}",
+            out.replies.len(),
+            out.detail
+        );
+        *tally.entry(out.end).or_default() += 1;
+    }
+    eprintln!("{iters} hostile watch streams: {tally:?}");
+    assert!(tally.contains_key("Internal"), "no stream failed: the fuzzing tested nothing");
+    assert_serving(&mut s, "hostile watch streams").await;
+    drop(ch);
+    wait_metric(s.addr(), "etcd_debugging_mvcc_watch_stream_total", 0.0, Duration::from_secs(10))
+        .await;
+    wait_metric(s.addr(), "etcd_debugging_mvcc_watcher_total", 0.0, Duration::from_secs(10)).await;
+    assert_tasks_back(s.addr(), tasks0, "hostile watch streams").await;
+}
+
+/// Snapshots whose clients read two blobs and leave: by cancelling the stream (the connection
+/// stays) or by closing the connection. Each sender must notice and stop, releasing its hold on
+/// compaction and its tasks; a whole snapshot still works afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_abandoned_mid_stream() {
+    const ROUNDS: usize = 6;
+    let mut s = server_of!(Kind::MemEtcd);
+    let mut raw = s.raw_clients().await;
+    // 4 MiB: far more than the sender queues (16 blobs of 32 KiB) and HTTP/2 windows hold.
+    for i in 0..64 {
+        raw.kv.put(put_req(format!("snap/{i}"), 64 << 10)).await.expect("put");
+    }
+    let tasks0 = idle_tasks(s.addr()).await;
+    let kept = s.channel().await.expect("connect");
+    for round in 0..ROUNDS {
+        let ch = if round % 2 == 0 { kept.clone() } else { s.channel().await.expect("connect") };
+        let mut m = pb::maintenance_client::MaintenanceClient::new(ch);
+        let mut st = m.snapshot(pb::SnapshotRequest {}).await.expect("snapshot").into_inner();
+        for _ in 0..2 {
+            st.message().await.expect("a blob").expect("a blob");
+        }
+        drop(st);
+    }
+    let start = Instant::now();
+    loop {
+        let gone = s.grep_log("the client went away").len();
+        if gone == ROUNDS {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{gone} of {ROUNDS} abandoned snapshots were noticed within 10 s\n{}",
+            s.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Nothing holds off compaction any more.
+    let rev = raw.kv.range(range("a", "")).await.expect("range").into_inner().header.unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        raw.kv.compact(pb::CompactionRequest { revision: rev.revision, physical: true }),
+    )
+    .await
+    .expect("a compaction within 10 s of the snapshots' clients leaving")
+    .expect("compact");
+    let mut st = raw.maint.snapshot(pb::SnapshotRequest {}).await.expect("snapshot").into_inner();
+    let (mut bytes, mut last) = (0, None);
+    while let Some(m) = st.message().await.expect("a whole snapshot") {
+        bytes += m.blob.len();
+        last = Some(m.remaining_bytes);
+    }
+    assert!(
+        bytes > 4 << 20 && last == Some(0),
+        "a whole snapshot after the abandoned ones: {bytes} bytes, last remaining {last:?}"
+    );
+    drop(kept);
+    assert_tasks_back(s.addr(), tasks0, "abandoned snapshots").await;
+    assert_serving(&mut s, "abandoned snapshots").await;
 }
