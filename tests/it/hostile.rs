@@ -1,20 +1,24 @@
 //! Hostile input (issue 9): malformed protobuf on every unary method, structured requests that
 //! etcd rejects, hostile watch requests and garbage on watch streams, binary metadata, clients
-//! that abuse connections and streams, and the streaming RPCs (LeaseKeepAlive, Snapshot, Watch)
-//! fuzzed with hostile messages and with request bodies broken at the gRPC framing level.
+//! that abuse connections and streams, the streaming RPCs (LeaseKeepAlive, Snapshot, Watch)
+//! fuzzed with hostile messages and with request bodies broken at the gRPC framing level, and
+//! raw HTTP/2 connections with hand-built frames (protocol violations, random frames, floods).
 //!
 //! Every case ends with the server still answering Status, and every abuse scenario with the
 //! server's count of live tasks (`mem_etcd_runtime_alive_tasks` on /metrics) back where it was
 //! before, so a task left behind per connection or stream fails it. Where a real etcd is at hand
 //! the same bytes or request go to it too and the outcomes must match: etcd's own refusals by
 //! code and message, transport refusals (decode errors, messages over the receive limit) by code
-//! only, as grpc-go and tonic word them differently. The differences found are `#[ignore = "BUG: ..."]`
-//! tests here.
+//! only, as grpc-go and tonic word them differently. The differences found are
+//! `#[ignore = "BUG: ..."]` tests here.
 //!
 //! The random cases are seeded (the seed is in every failure message). `MEM_ETCD_FUZZ_ITERS`
 //! (default 200) is the count of hostile bodies per method; it also scales the rounds of
-//! vanishing clients (one per 40) and the waves of connections (one per 100, at least two), for
-//! a soak.
+//! vanishing clients (one per 40), the waves of connections (one per 100, at least two), the
+//! hostile keep-alive and watch streams and random HTTP/2 connections (one each per iteration),
+//! the requests hammered onto one keep-alive stream and the streams one HTTP/2 connection opens
+//! without sending their messages (25 per iteration), and the HTTP/2 floods (5 to 20 frames per
+//! iteration each, at least 500), for a soak.
 
 use std::time::{Duration, Instant};
 
@@ -2002,4 +2006,467 @@ async fn snapshot_abandoned_mid_stream() {
     drop(kept);
     assert_tasks_back(s.addr(), tasks0, "abandoned snapshots").await;
     assert_serving(&mut s, "abandoned snapshots").await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP/2 frames
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+// Frame types and flags (RFC 9113 section 6).
+const F_DATA: u8 = 0;
+const F_HEADERS: u8 = 1;
+const F_PRIORITY: u8 = 2;
+const F_RST_STREAM: u8 = 3;
+const F_SETTINGS: u8 = 4;
+const F_PING: u8 = 6;
+const F_GOAWAY: u8 = 7;
+const F_WINDOW_UPDATE: u8 = 8;
+const F_CONTINUATION: u8 = 9;
+const END_HEADERS: u8 = 0x4;
+
+/// One frame: 24-bit length, type, flags, 31-bit stream id, payload.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    h2_frame_claiming(payload.len(), kind, flags, stream, payload)
+}
+
+/// A frame whose length field says `len`, whatever the payload.
+fn h2_frame_claiming(len: usize, kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(9 + payload.len());
+    f.extend_from_slice(&(len as u32).to_be_bytes()[1..]);
+    f.push(kind);
+    f.push(flags);
+    f.extend_from_slice(&(stream & 0x7fff_ffff).to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+fn h2_settings(pairs: &[(u16, u32)]) -> Vec<u8> {
+    let payload: Vec<u8> = pairs
+        .iter()
+        .flat_map(|(id, v)| [&id.to_be_bytes()[..], &v.to_be_bytes()].concat())
+        .collect();
+    h2_frame(F_SETTINGS, 0, 0, &payload)
+}
+
+/// The preface and an empty SETTINGS frame: what every client sends first.
+fn h2_hello() -> Vec<u8> {
+    [PREFACE, &h2_settings(&[])].concat()
+}
+
+/// An HPACK block for a gRPC call on `path`, literal fields only (no dynamic table, no
+/// Huffman), so any number of streams can open with it.
+fn grpc_header_block(path: &str) -> Vec<u8> {
+    let mut b = vec![0x83, 0x86]; // :method POST, :scheme http (static table 3 and 6)
+    let mut literal = |name_index: &[u8], value: &str| {
+        b.extend_from_slice(name_index);
+        b.push(value.len() as u8);
+        b.extend_from_slice(value.as_bytes());
+    };
+    literal(&[0x04], path); // :path
+    literal(&[0x01], "x"); // :authority
+    literal(&[0x0f, 0x10], "application/grpc"); // content-type (static 31)
+    b.extend_from_slice(&[0x00, 0x02]);
+    b.extend_from_slice(b"te");
+    b.push(8);
+    b.extend_from_slice(b"trailers");
+    b
+}
+
+/// How a raw HTTP/2 connection ended: the GOAWAY error code the server sent, if any, and
+/// whether the server closed it (within `wait`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct H2End {
+    goaway: Option<u32>,
+    closed: bool,
+}
+
+/// Sends `bytes` on a new connection, half-closes it if `half_close`, and reads what comes back
+/// until the server closes it or `wait` passes.
+async fn h2_raw(
+    addr: std::net::SocketAddr,
+    bytes: Vec<u8>,
+    half_close: bool,
+    wait: Duration,
+) -> H2End {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let c = tokio::net::TcpStream::connect(addr).await.expect("tcp connect");
+    let (mut rd, mut wr) = c.into_split();
+    // Written while reading, or a server that answers each frame could block both sides.
+    let writer = tokio::spawn(async move {
+        // The server may close first; what it said is read below.
+        if wr.write_all(&bytes).await.is_ok() && half_close {
+            let _ = wr.shutdown().await;
+        }
+        wr
+    });
+    let mut got = Vec::new();
+    let mut buf = vec![0; 64 << 10];
+    let deadline = tokio::time::Instant::now() + wait;
+    let closed = loop {
+        match tokio::time::timeout_at(deadline, rd.read(&mut buf)).await {
+            Err(_) => break false,
+            Ok(Ok(0)) | Ok(Err(_)) => break true,
+            // Only frame headers and GOAWAYs matter; replies to floods are not kept.
+            Ok(Ok(n)) => {
+                if got.len() < 1 << 20 {
+                    got.extend_from_slice(&buf[..n]);
+                }
+            }
+        }
+    };
+    writer.abort();
+    let mut goaway = None;
+    let mut rest = &got[..];
+    while rest.len() >= 9 {
+        let len = u32::from_be_bytes([0, rest[0], rest[1], rest[2]]) as usize;
+        if rest[3] == F_GOAWAY && rest.len() >= 9 + 8 {
+            goaway = Some(u32::from_be_bytes([rest[13], rest[14], rest[15], rest[16]]));
+        }
+        rest = &rest[(9 + len).min(rest.len())..];
+    }
+    H2End { goaway, closed }
+}
+
+/// What RFC 9113 requires of a server for a fixed hostile connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum H2Rule {
+    /// A connection error: the server must end the connection (etcd does).
+    Error,
+    /// A connection error that etcd's grpc-go transport lets pass (it does not validate
+    /// SETTINGS values, window overflows or frames on idle streams); mem_etcd's h2 ends the
+    /// connection as the RFC says. Compared as such: etcd keeps it, mem_etcd ends it.
+    ErrorEtcdIgnores,
+    /// Not an error: the server must keep the connection.
+    Fine,
+}
+
+/// The fixed hostile connections: (name, bytes after the preface and SETTINGS, the rule).
+fn h2_fixed_cases() -> Vec<(&'static str, Vec<u8>, H2Rule)> {
+    use H2Rule::*;
+    let headers = |stream: u32, flags: u8| {
+        h2_frame(F_HEADERS, flags, stream, &grpc_header_block("/etcdserverpb.KV/Range"))
+    };
+    vec![
+        ("DATA on stream 0", h2_frame(F_DATA, 0, 0, b"abc"), Error),
+        ("HEADERS on stream 0", headers(0, END_HEADERS), Error),
+        ("RST_STREAM on stream 0", h2_frame(F_RST_STREAM, 0, 0, &[0, 0, 0, 8]), Error),
+        ("CONTINUATION on stream 0", h2_frame(F_CONTINUATION, END_HEADERS, 0, &[0x82]), Error),
+        ("PRIORITY on stream 0", h2_frame(F_PRIORITY, 0, 0, &[0, 0, 0, 1, 16]), Error),
+        ("CONTINUATION without HEADERS", h2_frame(F_CONTINUATION, END_HEADERS, 1, &[0x82]), Error),
+        (
+            "HEADERS with bogus HPACK",
+            h2_frame(F_HEADERS, END_HEADERS, 1, &[0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x3f]),
+            Error,
+        ),
+        (
+            "HEADERS indexing past the dynamic table",
+            h2_frame(F_HEADERS, END_HEADERS, 1, &[0xbe]),
+            Error,
+        ),
+        ("WINDOW_UPDATE of 0 on the connection", h2_frame(F_WINDOW_UPDATE, 0, 0, &[0; 4]), Error),
+        (
+            "WINDOW_UPDATE overflowing the connection window",
+            [
+                h2_frame(F_WINDOW_UPDATE, 0, 0, &0x7fff_ffffu32.to_be_bytes()),
+                h2_frame(F_WINDOW_UPDATE, 0, 0, &0x7fff_ffffu32.to_be_bytes()),
+            ]
+            .concat(),
+            ErrorEtcdIgnores,
+        ),
+        ("SETTINGS of 5 bytes", h2_frame(F_SETTINGS, 0, 0, &[0, 4, 0, 0, 1]), Error),
+        ("SETTINGS on stream 1", h2_frame(F_SETTINGS, 0, 1, &[]), Error),
+        ("SETTINGS max frame size 100", h2_settings(&[(5, 100)]), ErrorEtcdIgnores),
+        ("SETTINGS max frame size 2^24", h2_settings(&[(5, 1 << 24)]), ErrorEtcdIgnores),
+        ("SETTINGS initial window 2^31", h2_settings(&[(4, 1 << 31)]), Error),
+        ("SETTINGS enable push 2", h2_settings(&[(2, 2)]), ErrorEtcdIgnores),
+        ("SETTINGS ACK with a payload", h2_frame(F_SETTINGS, 1, 0, &[0, 1, 0, 0, 0, 0]), Error),
+        ("PING of 7 bytes", h2_frame(F_PING, 0, 0, &[0; 7]), Error),
+        ("PING on stream 1", h2_frame(F_PING, 0, 1, &[0; 8]), Error),
+        ("GOAWAY on stream 1", h2_frame(F_GOAWAY, 0, 1, &[0; 8]), Error),
+        ("HEADERS on an even stream", headers(2, END_HEADERS), Error),
+        ("frame over the max frame size", h2_frame(F_DATA, 0, 1, &vec![0; 16385]), Error),
+        (
+            "WINDOW_UPDATE on an idle stream",
+            h2_frame(F_WINDOW_UPDATE, 0, 1, &1u32.to_be_bytes()),
+            ErrorEtcdIgnores,
+        ),
+        // Not errors: a server must ignore or accept these and keep the connection.
+        ("an unknown frame type", h2_frame(0xee, 0xff, 0, b"whatever"), Fine),
+        ("SETTINGS header table 2^32-1", h2_settings(&[(1, u32::MAX)]), Fine),
+        ("SETTINGS unknown ids", h2_settings(&[(0x99, 7), (0, 0), (0xffff, u32::MAX)]), Fine),
+    ]
+}
+
+/// Random frames after a valid preface and SETTINGS: random types (known and not), flags,
+/// stream ids and payloads, and now and then a length field that lies.
+fn random_h2_frames(rng: &mut SmallRng) -> Vec<u8> {
+    let mut out = Vec::new();
+    for _ in 0..rng.random_range(1..12) {
+        let kind = if rng.random_range(0..4) == 0 { rng.random() } else { rng.random_range(0..10) };
+        let stream = match rng.random_range(0..4) {
+            0 => 0,
+            1 => rng.random_range(1..8) * 2 - 1,
+            2 => rng.random_range(0..16),
+            _ => rng.random(),
+        };
+        let payload: Vec<u8> = if kind == F_HEADERS && rng.random() {
+            grpc_header_block("/etcdserverpb.KV/Range")
+        } else {
+            (0..rng.random_range(0..48)).map(|_| rng.random()).collect()
+        };
+        let len = match rng.random_range(0..8) {
+            0 => rng.random_range(0..1 << 24),
+            _ => payload.len(),
+        };
+        out.extend(h2_frame_claiming(len, kind, rng.random(), stream, &payload));
+    }
+    out
+}
+
+/// Floods that a server must survive without its memory or tasks growing with them.
+fn h2_floods(scale: usize) -> Vec<(&'static str, Vec<u8>)> {
+    let block = grpc_header_block("/etcdserverpb.KV/Range");
+    let n = 50 * scale;
+    vec![
+        (
+            "RST_STREAM flood (rapid reset)",
+            (0..n as u32)
+                .flat_map(|i| {
+                    let id = 2 * i + 1;
+                    [
+                        h2_frame(F_HEADERS, END_HEADERS, id, &block),
+                        h2_frame(F_RST_STREAM, 0, id, &[0, 0, 0, 8]),
+                    ]
+                    .concat()
+                })
+                .collect(),
+        ),
+        (
+            "PING flood",
+            (0..4 * n as u64).flat_map(|i| h2_frame(F_PING, 0, 0, &i.to_be_bytes())).collect(),
+        ),
+        ("SETTINGS flood", (0..2 * n).flat_map(|_| h2_settings(&[(4, 65535)])).collect()),
+        (
+            "WINDOW_UPDATE flood",
+            (0..4 * n).flat_map(|_| h2_frame(F_WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes())).collect(),
+        ),
+        (
+            "empty DATA flood on an open stream",
+            [
+                h2_frame(F_HEADERS, END_HEADERS, 1, &block),
+                (0..4 * n).flat_map(|_| h2_frame(F_DATA, 0, 1, &[])).collect(),
+            ]
+            .concat(),
+        ),
+        (
+            "CONTINUATION flood",
+            [
+                h2_frame(F_HEADERS, 0, 1, &block),
+                (0..n)
+                    .flat_map(|_| h2_frame(F_CONTINUATION, 0, 1, &[0x40, 0x01, b'x', 0x7f, 0x10]))
+                    .collect(),
+            ]
+            .concat(),
+        ),
+    ]
+}
+
+/// Raw HTTP/2 abuse, all at once with a prober: fixed protocol violations, seeded random
+/// frames, random bytes after the preface, floods, and a connection that opens thousands of
+/// streams without sending their messages. The server must stay up, answer Ranges on fresh
+/// connections throughout, end each connection a protocol error calls for, keep its memory
+/// bounded, and have no task left once the connections are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_frame_fuzz() {
+    let mut s = server_of!(Kind::MemEtcd);
+    let addr = s.addr();
+    let pid = server_pid(addr);
+    assert_serving(&mut s, "startup").await;
+    let (rss0, _) = rss_and_threads(pid);
+    let tasks0 = idle_tasks(addr).await;
+    let iters = fuzz_iters();
+    let started = Instant::now();
+
+    // Fresh connections answering a Range all along.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let endpoint = s.endpoint();
+    let prober = tokio::spawn(async move {
+        let (mut ok, mut failures) = (0, Vec::new());
+        while !*stop_rx.borrow() {
+            let r = tokio::time::timeout(Duration::from_secs(5), async {
+                let ch = Channel::from_shared(endpoint.clone()).unwrap().connect().await?;
+                pb::kv_client::KvClient::new(ch)
+                    .range(range("a", ""))
+                    .await
+                    .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)?;
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+            })
+            .await;
+            match r {
+                Ok(Ok(())) => ok += 1,
+                Ok(Err(e)) => failures.push(e.to_string()),
+                Err(_) => failures.push("no answer within 5 s".into()),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        (ok, failures)
+    });
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(rss0));
+    let sampler = {
+        let peak = peak.clone();
+        tokio::spawn(async move {
+            loop {
+                peak.fetch_max(rss_and_threads(pid).0, std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+
+    // A connection holding thousands of streams opened and never given their message.
+    let block = grpc_header_block("/etcdserverpb.KV/Range");
+    let streams = 25 * iters;
+    let flood: Vec<u8> = (0..streams as u32)
+        .flat_map(|i| h2_frame(F_HEADERS, END_HEADERS, 2 * i + 1, &block))
+        .collect();
+    let held =
+        tokio::spawn(h2_raw(addr, [h2_hello(), flood].concat(), false, Duration::from_secs(5)));
+    // Each open stream is a task in the server: the count shows they all arrived (and, once the
+    // connection is gone, that they all went).
+    let start = Instant::now();
+    let mut most = 0.0;
+    while most < tasks0 + streams as f64 {
+        assert!(
+            start.elapsed() < Duration::from_secs(4),
+            "{streams} streams opened on one connection, but the server's tasks peaked at {most} \
+             ({tasks0} idle)"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        most = metric(addr, ALIVE_TASKS).await;
+    }
+    eprintln!("{most} tasks in the server with {streams} streams open ({tasks0} idle)");
+
+    let mut cases: Vec<(String, Vec<u8>, bool, Option<bool>)> = Vec::new();
+    for (what, bytes, rule) in h2_fixed_cases() {
+        let error = rule != H2Rule::Fine;
+        cases.push((what.to_string(), [h2_hello(), bytes].concat(), false, Some(error)));
+    }
+    for (what, bytes) in h2_floods((iters / 10).max(10)) {
+        cases.push((what.to_string(), [h2_hello(), bytes].concat(), true, None));
+    }
+    let seed = 0x9_4000;
+    let mut rng = SmallRng::seed_from_u64(seed);
+    for i in 0..iters {
+        let bytes = if i % 4 == 0 {
+            let junk: Vec<u8> = (0..rng.random_range(1..200)).map(|_| rng.random()).collect();
+            [PREFACE, &junk].concat()
+        } else {
+            [h2_hello(), random_h2_frames(&mut rng)].concat()
+        };
+        cases.push((format!("random (seed {seed}, case {i})"), bytes, true, None));
+    }
+    let mut tally = std::collections::BTreeMap::<String, usize>::new();
+    let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(32));
+    let mut running = tokio::task::JoinSet::new();
+    for (what, bytes, half_close, error) in cases {
+        let permit = sem.clone().acquire_owned().await.unwrap();
+        running.spawn(async move {
+            // Errors are answered at once; a connection that is fine stays open until it
+            // has been quiet a while, so those are given a second before counting as open.
+            let wait =
+                if error == Some(false) { Duration::from_secs(1) } else { Duration::from_secs(5) };
+            let end = h2_raw(addr, bytes.clone(), half_close, wait).await;
+            drop(permit);
+            (what, bytes, error, end)
+        });
+    }
+    let mut wrong = Vec::new();
+    while let Some(r) = running.join_next().await {
+        let (what, bytes, error, end) = r.expect("a connection task panicked");
+        *tally.entry(format!("goaway {:?}, closed {}", end.goaway, end.closed)).or_default() += 1;
+        match error {
+            Some(true) if !end.closed => {
+                wrong.push(format!("{what}: still open, expected it ended ({end:?})"))
+            }
+            Some(false) if end.closed => {
+                wrong.push(format!("{what}: ended ({end:?}), expected it kept"))
+            }
+            // Half-closed by the client: the server must let it go.
+            None if !end.closed => wrong.push(format!(
+                "{what}: still open 5 s after the client half-closed it ({end:?}); sent {:02x?}",
+                &bytes[..bytes.len().min(200)]
+            )),
+            _ => {}
+        }
+    }
+    let held = held.await.expect("the stream flood task");
+    eprintln!(
+        "{streams} streams held open on one connection: {held:?}; rss peak {} MiB (was {} MiB)",
+        peak.load(std::sync::atomic::Ordering::Relaxed) / MIB,
+        rss0 / MIB
+    );
+    stop_tx.send(true).unwrap();
+    let (ok, failures) = prober.await.expect("the prober");
+    sampler.abort();
+    eprintln!("HTTP/2 cases in {:?}: {tally:?}; {ok} probes answered", started.elapsed());
+    assert_serving(&mut s, "hostile HTTP/2 connections").await;
+    assert!(
+        failures.is_empty() && ok > 0,
+        "Ranges on fresh connections during the HTTP/2 abuse: {ok} answered, failures: {failures:?}"
+    );
+    assert!(wrong.is_empty(), "connections not handled as HTTP/2 requires:\n{}", wrong.join("\n"));
+    let peak = peak.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        peak <= rss0 + 256 * MIB,
+        "RSS peaked at {} MiB during the HTTP/2 abuse (was {} MiB): expected at most 256 MiB more",
+        peak / MIB,
+        rss0 / MIB
+    );
+    assert_tasks_back(addr, tasks0, "hostile HTTP/2 connections").await;
+    let rss = settled_rss(pid, rss0 + 64 * MIB).await;
+    assert!(
+        rss <= rss0 + 64 * MIB,
+        "RSS {} MiB after the HTTP/2 abuse (was {} MiB)",
+        rss / MIB,
+        rss0 / MIB
+    );
+}
+
+/// The fixed protocol violations on etcd and mem_etcd: each server must end the connection or
+/// keep it as [`H2Rule`] says (grpc-go closes without a GOAWAY; hyper sends one first, so only
+/// whether the connection ends is compared).
+#[tokio::test]
+async fn http2_protocol_errors_end_connections_like_etcd() {
+    let Some(etcd) = Server::start(Kind::Etcd, &[]).await else { return };
+    let mut mem = server_of!(Kind::MemEtcd);
+    let mut runs = tokio::task::JoinSet::new();
+    for (what, bytes, rule) in h2_fixed_cases() {
+        let bytes = [h2_hello(), bytes].concat();
+        let (e, m) = (etcd.addr(), mem.addr());
+        runs.spawn(async move {
+            let wait = Duration::from_secs(2);
+            let (e, m) =
+                tokio::join!(h2_raw(e, bytes.clone(), false, wait), h2_raw(m, bytes, false, wait));
+            (what, rule, e, m)
+        });
+    }
+    let mut wrong = Vec::new();
+    while let Some(r) = runs.join_next().await {
+        let (what, rule, e, m) = r.expect("a case panicked");
+        let (etcd_ends, mem_ends) = match rule {
+            H2Rule::Error => (true, true),
+            H2Rule::ErrorEtcdIgnores => (false, true),
+            H2Rule::Fine => (false, false),
+        };
+        if (e.closed, m.closed) != (etcd_ends, mem_ends) {
+            wrong.push(format!(
+                "{what} ({rule:?}): expected etcd to {} it and mem_etcd to {} it; etcd {e:?}, \
+                 mem_etcd {m:?}",
+                if etcd_ends { "end" } else { "keep" },
+                if mem_ends { "end" } else { "keep" }
+            ));
+        }
+    }
+    assert_serving(&mut mem, "HTTP/2 protocol errors").await;
+    assert!(wrong.is_empty(), "connections ended or kept unlike expected:\n{}", wrong.join("\n"));
 }
