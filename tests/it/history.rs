@@ -1,10 +1,12 @@
 //! History checking: concurrent clients send Kubernetes-shaped traffic to one server, every
 //! request and response is recorded with its timing, and the history is then validated.
 //!
-//! * KV operations must be linearizable against a model of etcd's MVCC store. The search is
-//!   Wing & Gong's with Lowe's memoization (a set of linearized operations plus a model state is
-//!   explored at most once). Revisions are global, so the history cannot be partitioned by key;
-//!   runs are kept to a few hundred operations instead, with several seeds.
+//! * KV and lease operations must be linearizable against a model of etcd's MVCC store and
+//!   lessor (a lease's expiry is an operation of unknown outcome, possible from its TTL after
+//!   the grant on). The search is Wing & Gong's with Lowe's memoization (a set of linearized
+//!   operations plus a model state is explored at most once). Revisions are global, so the
+//!   history cannot be partitioned by key; runs are kept to a few thousand operations instead,
+//!   with several seeds.
 //! * Reads at a pinned revision are checked outside the search, exactly, against the state the
 //!   linearization had at that revision.
 //! * Watches started from a list's revision must deliver exactly the linearization's events
@@ -55,6 +57,11 @@ const CLIENTS: usize = 8;
 const RUNS: u64 = 10;
 /// Operations each client starts per run (a list counts once but sends several pages).
 const OPS_PER_CLIENT: usize = 40;
+/// The TTL of the leases clients grant, in seconds: etcd's minimum, so that runs of a few
+/// seconds see leases expire.
+const LEASE_TTL: i64 = 2;
+/// A client's average pause between operations in the runs of several seconds.
+const THINK: Duration = Duration::from_millis(10);
 /// How long one request may take before its outcome counts as unknown.
 const DEADLINE: Duration = Duration::from_secs(5);
 /// Model states the search may visit before it gives up (and the test fails, saying so).
@@ -70,6 +77,7 @@ struct Val {
     create: i64,
     modr: i64,
     version: i64,
+    lease: i64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -77,6 +85,8 @@ struct State {
     kvs: BTreeMap<Vec<u8>, Val>,
     rev: i64,
     compacted: i64,
+    /// Leases granted and not yet revoked or expired.
+    leases: BTreeSet<i64>,
 }
 
 impl State {
@@ -93,7 +103,7 @@ impl State {
             create_revision: v.create,
             mod_revision: v.modr,
             version: v.version,
-            lease: 0,
+            lease: v.lease,
         })
     }
 
@@ -143,6 +153,27 @@ enum Req {
     Compact {
         rev: i64,
     },
+    /// Txn: create_revision == 0 ? put with the lease : range (as the apiserver creates an
+    /// Event or a Lease object with a TTL).
+    CreateWithLease {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        lease: i64,
+    },
+    /// LeaseGrant with the client's choice of id.
+    Grant {
+        id: i64,
+    },
+    /// LeaseRevoke: the lease and its keys go, the keys in one revision.
+    Revoke {
+        id: i64,
+    },
+    /// Not a request: the server expiring a lease, which it may do any time from the lease's
+    /// TTL after its grant on (or not within the run). Added to the history for every grant,
+    /// with an unknown outcome.
+    Expire {
+        id: i64,
+    },
     /// Txn: every key's create_revision == 0 ? put them all : range each. Kubernetes writes
     /// one key per txn; this is here so watches see revisions with several events.
     CreateAll {
@@ -160,15 +191,20 @@ impl Req {
                 | Req::Delete { .. }
                 | Req::Compact { .. }
                 | Req::CreateAll { .. }
+                | Req::CreateWithLease { .. }
+                | Req::Grant { .. }
+                | Req::Revoke { .. }
+                | Req::Expire { .. }
         )
     }
 
     /// The keys a txn writes, in its operations' order.
     fn keys(&self) -> Vec<Vec<u8>> {
         match self {
-            Req::Create { key, .. } | Req::Update { key, .. } | Req::Delete { key, .. } => {
-                vec![key.clone()]
-            }
+            Req::Create { key, .. }
+            | Req::Update { key, .. }
+            | Req::Delete { key, .. }
+            | Req::CreateWithLease { key, .. } => vec![key.clone()],
             Req::CreateAll { keys, .. } => keys.clone(),
             _ => Vec::new(),
         }
@@ -190,6 +226,7 @@ struct Resp {
 enum ErrKind {
     Compacted,
     FutureRev,
+    LeaseNotFound,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -223,7 +260,7 @@ fn apply(s: &State, req: &Req) -> (State, Result<Resp, ErrKind>) {
         let kvs: Vec<Kv> = s.kv(key).into_iter().collect();
         Resp { rev: s.rev, count: kvs.len() as i64, kvs, ..Default::default() }
     };
-    let put = |n: &mut State, key: &[u8], value: &[u8]| {
+    let put_leased = |n: &mut State, key: &[u8], value: &[u8], lease: i64| {
         n.rev += 1;
         let prev = s.kvs.get(key);
         n.kvs.insert(
@@ -233,9 +270,21 @@ fn apply(s: &State, req: &Req) -> (State, Result<Resp, ErrKind>) {
                 create: prev.map_or(n.rev, |p| p.create),
                 modr: n.rev,
                 version: prev.map_or(1, |p| p.version + 1),
+                lease,
             },
         );
         Resp { rev: n.rev, succeeded: true, ..Default::default() }
+    };
+    let put = |n: &mut State, key: &[u8], value: &[u8]| put_leased(n, key, value, 0);
+    // A lease's end: it goes, and its keys with it, in one revision (none if it had no keys).
+    let end_lease = |n: &mut State, id: i64| {
+        n.leases.remove(&id);
+        let before = n.kvs.len();
+        n.kvs.retain(|_, v| v.lease != id);
+        if n.kvs.len() < before {
+            n.rev += 1;
+        }
+        Resp { rev: n.rev, ..Default::default() }
     };
     let r = match req {
         Req::Create { key, value } => {
@@ -243,6 +292,27 @@ fn apply(s: &State, req: &Req) -> (State, Result<Resp, ErrKind>) {
                 Ok(failed(key))
             } else {
                 Ok(put(&mut n, key, value))
+            }
+        }
+        // The lease is checked only when the put is the branch taken, as etcd does.
+        Req::CreateWithLease { key, value, lease } => {
+            if s.kvs.contains_key(key) {
+                Ok(failed(key))
+            } else if !s.leases.contains(lease) {
+                Err(ErrKind::LeaseNotFound)
+            } else {
+                Ok(put_leased(&mut n, key, value, *lease))
+            }
+        }
+        Req::Grant { id } => {
+            n.leases.insert(*id);
+            Ok(Resp::default())
+        }
+        Req::Revoke { id } | Req::Expire { id } => {
+            if s.leases.contains(id) {
+                Ok(end_lease(&mut n, *id))
+            } else {
+                Err(ErrKind::LeaseNotFound)
             }
         }
         Req::Update { key, seen, value } => {
@@ -283,7 +353,13 @@ fn apply(s: &State, req: &Req) -> (State, Result<Resp, ErrKind>) {
             if keys.iter().all(|k| !s.kvs.contains_key(k)) {
                 n.rev += 1;
                 for k in keys {
-                    let v = Val { value: value.clone(), create: n.rev, modr: n.rev, version: 1 };
+                    let v = Val {
+                        value: value.clone(),
+                        create: n.rev,
+                        modr: n.rev,
+                        version: 1,
+                        lease: 0,
+                    };
                     n.kvs.insert(k.clone(), v);
                 }
                 Ok(Resp { rev: n.rev, succeeded: true, ..Default::default() })
@@ -314,9 +390,10 @@ fn step(s: &State, op: &Op) -> Option<State> {
         (Out::Err(got), Err(w)) => got == w,
         (Out::Ok(got), Ok(w)) => match &op.req {
             Req::List { rev, .. } if *rev > 0 => got.rev == w.rev,
-            // etcd reads the header revision of a compaction after applying it, so writes
-            // that land meanwhile may be in it (etcdserver's Compact); it can never be older.
-            Req::Compact { .. } => got.rev >= w.rev,
+            // etcd reads the header revision of a compaction or a revocation after applying
+            // it, so writes that land meanwhile may be in it (etcdserver's Compact and
+            // LeaseRevoke); it can never be older.
+            Req::Compact { .. } | Req::Revoke { .. } => got.rev >= w.rev,
             _ => got == w,
         },
         _ => false,
@@ -467,6 +544,12 @@ fn show_req(r: &Req) -> String {
             format!("list from {:?} at {rev} limit {limit}", short(start))
         }
         Req::Compact { rev } => format!("compact {rev}"),
+        Req::CreateWithLease { key, value, lease } => {
+            format!("create {}={} with lease {lease:x}", short(key), text(value))
+        }
+        Req::Grant { id } => format!("grant lease {id:x}"),
+        Req::Revoke { id } => format!("revoke lease {id:x}"),
+        Req::Expire { id } => format!("expiry of lease {id:x}"),
         Req::CreateAll { keys, value } => {
             let keys: Vec<String> = keys.iter().map(|k| short(k)).collect();
             format!("create {} = {}", keys.join(","), text(value))
@@ -501,9 +584,12 @@ fn replay(ops: &[Op], init: &State, lin: &Linearization) -> (BTreeMap<i64, State
     let mut s = init.clone();
     for &i in &lin.order {
         let n = step(&s, &ops[i]).expect("the linearization replays");
-        let keys = ops[i].req.keys();
-        assert!(n.rev == s.rev || !keys.is_empty(), "a revision from {:?}", ops[i].req);
-        for key in keys.iter().filter(|_| n.rev > s.rev) {
+        // The revision's events: every key it changed, in key order (a txn's keys are
+        // sorted, and etcd deletes a lease's keys in key order).
+        let changed: BTreeSet<&Vec<u8>> =
+            s.kvs.keys().chain(n.kvs.keys()).filter(|k| s.kvs.get(*k) != n.kvs.get(*k)).collect();
+        assert_eq!(changed.is_empty(), n.rev == s.rev, "events without a revision: {:?}", ops[i]);
+        for key in changed {
             let prev = s.kv(key);
             match n.kv(key) {
                 Some(kv) => events.push(Ev { put: true, kv, prev }),
@@ -564,6 +650,8 @@ struct Checked {
     events: Vec<Ev>,
     /// The revision of every compaction that took effect (two in a row share a state).
     compactions: BTreeSet<i64>,
+    /// Leases the linearization has the server expire.
+    expired: usize,
     /// Search states explored, to show how hard the history was.
     visited: usize,
 }
@@ -582,22 +670,27 @@ fn check_history(ops: &[Op], init: &State) -> Result<Checked, String> {
         })
         .chain([init.compacted])
         .collect();
-    Ok(Checked { states, events, compactions, visited: lin.visited })
+    let expired = lin.order.iter().filter(|&&i| matches!(ops[i].req, Req::Expire { .. })).count();
+    Ok(Checked { states, events, compactions, expired, visited: lin.visited })
 }
 
 /// What a run exercised, so a run that silently stopped exercising something shows.
 fn summary(ops: &[Op], logs: &[Vec<WatchLog>], visited: usize) -> String {
     let count = |f: &dyn Fn(&Op) -> bool| ops.iter().filter(|o| f(o)).count();
     let ok = |o: &Op| matches!(&o.out, Out::Ok(r) if r.succeeded);
-    let writes = count(&|o| o.req.is_write() && !matches!(o.req, Req::Compact { .. }));
+    let writes = count(&|o| !o.req.keys().is_empty() || matches!(o.req, Req::CreateAll { .. }));
     let multi = count(&|o| ok(o) && o.req.keys().len() > 1);
     let applied = count(&|o| ok(o) && !matches!(o.req, Req::Compact { .. }));
     let pinned = count(&|o| matches!(o.req, Req::List { rev, .. } if rev > 0));
     let compacted = count(&|o| o.out == Out::Err(ErrKind::Compacted));
     let compacts = count(&|o| matches!(o.req, Req::Compact { .. }) && matches!(o.out, Out::Ok(_)));
-    let unknown = count(&|o| o.out == Out::Unknown);
+    let unknown = count(&|o| o.out == Out::Unknown && !matches!(o.req, Req::Expire { .. }));
     // The most operations in flight at once: how much the search had to reorder.
-    let mut edges: Vec<(u64, i32)> = ops.iter().flat_map(|o| [(o.call, 1), (o.ret, -1)]).collect();
+    let mut edges: Vec<(u64, i32)> = ops
+        .iter()
+        .filter(|o| !matches!(o.req, Req::Expire { .. }))
+        .flat_map(|o| [(o.call, 1), (o.ret, -1)])
+        .collect();
     edges.sort();
     let overlap = edges
         .iter()
@@ -787,6 +880,15 @@ fn txn_of(req: &Req, pad: usize) -> pb::TxnRequest {
                 ..Default::default()
             }),
         ),
+        Req::CreateWithLease { key, value, lease } => (
+            cmp(key, CompareTarget::Create, TargetUnion::CreateRevision(0)),
+            Rq::RequestPut(pb::PutRequest {
+                key: key.to_vec().into(),
+                value: padded(value, pad).into(),
+                lease: *lease,
+                ..Default::default()
+            }),
+        ),
         Req::Update { key, seen, value } => (
             cmp(key, CompareTarget::Mod, TargetUnion::ModRevision(*seen)),
             Rq::RequestPut(pb::PutRequest {
@@ -804,14 +906,11 @@ fn txn_of(req: &Req, pad: usize) -> pb::TxnRequest {
         ),
         other => unreachable!("not a txn: {other:?}"),
     };
-    let key = match req {
-        Req::Create { key, .. } | Req::Update { key, .. } | Req::Delete { key, .. } => key,
-        _ => unreachable!(),
-    };
+    let key = req.keys().pop().expect("a txn of one key");
     pb::TxnRequest {
         compare: vec![compare],
         success: vec![pb::RequestOp { request: Some(success) }],
-        failure: vec![range_of(key)],
+        failure: vec![range_of(&key)],
     }
 }
 
@@ -872,7 +971,8 @@ async fn send(raw: &mut Raw, req: &Req, pad: usize) -> Option<Out> {
             Req::Create { .. }
             | Req::Update { .. }
             | Req::Delete { .. }
-            | Req::CreateAll { .. } => raw.kv.txn(txn_of(req, pad)).await.map(|r| {
+            | Req::CreateAll { .. }
+            | Req::CreateWithLease { .. } => raw.kv.txn(txn_of(req, pad)).await.map(|r| {
                 let r = r.into_inner();
                 let mut out =
                     Resp { rev: header(r.header), succeeded: r.succeeded, ..Default::default() };
@@ -910,6 +1010,15 @@ async fn send(raw: &mut Raw, req: &Req, pad: usize) -> Option<Out> {
                 .compact(pb::CompactionRequest { revision: *rev, physical: false })
                 .await
                 .map(|r| Resp { rev: header(r.into_inner().header), ..Default::default() }),
+            Req::Grant { id } => pb::lease_client::LeaseClient::new(raw.channel.clone())
+                .lease_grant(pb::LeaseGrantRequest { id: *id, ttl: LEASE_TTL })
+                .await
+                .map(|_| Resp::default()),
+            Req::Revoke { id } => pb::lease_client::LeaseClient::new(raw.channel.clone())
+                .lease_revoke(pb::LeaseRevokeRequest { id: *id })
+                .await
+                .map(|r| Resp { rev: header(r.into_inner().header), ..Default::default() }),
+            Req::Expire { .. } => unreachable!("the server expires leases by itself"),
         }
     };
     match tokio::time::timeout(DEADLINE, call).await {
@@ -919,6 +1028,9 @@ async fn send(raw: &mut Raw, req: &Req, pad: usize) -> Option<Out> {
         }
         Ok(Err(s)) if s.message().contains("required revision is a future revision") => {
             Some(Out::Err(ErrKind::FutureRev))
+        }
+        Ok(Err(s)) if s.message() == "etcdserver: requested lease not found" => {
+            Some(Out::Err(ErrKind::LeaseNotFound))
         }
         Ok(Err(s))
             if s.code() == tonic::Code::Unavailable
@@ -1011,6 +1123,7 @@ async fn client(
     t0: Instant,
     pad: usize,
     stop: tokio::sync::watch::Receiver<bool>,
+    think: Duration,
 ) -> Vec<Op> {
     let mut rng = SmallRng::seed_from_u64(seed ^ (id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let mut ops = Vec::new();
@@ -1018,6 +1131,8 @@ async fn client(
     let mut seen: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
     let mut list_revs: Vec<i64> = Vec::new();
     let mut serial = 0;
+    // Leases this client was granted and believes alive.
+    let mut leases: Vec<i64> = Vec::new();
     let record = async |conn: &mut Conn, ops: &mut Vec<Op>, req: Req| -> Option<Resp> {
         let call = t0.elapsed().as_nanos() as u64;
         let Some(out) = send(&mut conn.raw, &req, pad).await else {
@@ -1040,6 +1155,9 @@ async fn client(
         if n >= OPS_PER_CLIENT && *stop.borrow() {
             break;
         }
+        if !think.is_zero() {
+            tokio::time::sleep(think.mul_f64(rng.random_range(0.0..2.0))).await;
+        }
         let key = key_name(rng.random_range(0..KEYS));
         serial += 1;
         let value = format!("c{id}-{serial}").into_bytes();
@@ -1058,7 +1176,12 @@ async fn client(
             keys.dedup();
             Req::CreateAll { keys, value }
         } else if roll < 18 {
-            Req::Create { key: key.clone(), value }
+            if !leases.is_empty() && rng.random_bool(0.5) {
+                let lease = leases[rng.random_range(0..leases.len())];
+                Req::CreateWithLease { key: key.clone(), value, lease }
+            } else {
+                Req::Create { key: key.clone(), value }
+            }
         } else if roll < 48 {
             // An unseen key gets a revision no key has, so the update fails and reads it.
             Req::Update {
@@ -1070,7 +1193,7 @@ async fn client(
             Req::Delete { key: key.clone(), seen: seen.get(&key).copied().unwrap_or(1 << 40) }
         } else if roll < 73 {
             Req::Get { key: key.clone() }
-        } else if roll < 97 {
+        } else if roll < 93 {
             // A paged list: the first page at the current revision (or, sometimes, at an
             // earlier list's revision, which compaction may have removed), the rest pinned to
             // the first page's.
@@ -1104,15 +1227,32 @@ async fn client(
                 }
             }
             continue;
+        } else if roll < 95 || (roll < 97 && leases.is_empty()) {
+            Req::Grant { id: ((id as i64 + 1) << 32) | serial }
+        } else if roll < 97 {
+            Req::Revoke { id: leases[rng.random_range(0..leases.len())] }
         } else {
             // Compact a little behind the newest revision this client knows of, as the
             // apiserver's compactor does.
             let newest = list_revs.last().copied().unwrap_or(1);
             Req::Compact { rev: (newest - rng.random_range(0..8)).max(1) }
         };
-        if let Some(r) = record(&mut conn, &mut ops, req.clone()).await {
+        let answer = record(&mut conn, &mut ops, req.clone()).await;
+        let refused = ops.last().is_some_and(|o| o.out == Out::Err(ErrKind::LeaseNotFound));
+        match &req {
+            Req::Grant { id } if answer.is_some() => leases.push(*id),
+            Req::Revoke { id } if answer.is_some() || refused => leases.retain(|l| l != id),
+            Req::CreateWithLease { lease, .. } if refused => leases.retain(|l| l != lease),
+            _ => {}
+        }
+        if let Some(r) = answer {
             match &req {
-                Req::Create { .. } | Req::Update { .. } | Req::CreateAll { .. } if r.succeeded => {
+                Req::Create { .. }
+                | Req::Update { .. }
+                | Req::CreateAll { .. }
+                | Req::CreateWithLease { .. }
+                    if r.succeeded =>
+                {
                     for key in req.keys() {
                         seen.insert(key, r.rev);
                     }
@@ -1244,6 +1384,8 @@ struct Faults {
     disk: Option<&'static str>,
     /// Bytes of padding per value, so that a stalled watcher falls megabytes behind.
     pad: usize,
+    /// The traffic runs at least this long, so leases (of `LEASE_TTL`) expire meanwhile.
+    at_least: Duration,
 }
 
 /// What a fault-injecting run restarts its server with.
@@ -1271,7 +1413,9 @@ async fn inject(
     let mut rng = SmallRng::seed_from_u64(seed ^ 0xfa17);
     let args: Vec<&str> = host.args.iter().map(String::as_str).collect();
     let (mut kills, mut fulls) = (0, 0);
-    for n in 0..FAULTS_PER_RUN {
+    let until = Instant::now() + f.at_least;
+    let faults = if f.kill || f.disk.is_some() { FAULTS_PER_RUN } else { 0 };
+    for n in 0..faults {
         tokio::time::sleep(Duration::from_millis(rng.random_range(50..250))).await;
         let kill = match (f.kill, f.disk) {
             (true, Some(_)) => n % 2 == 1,
@@ -1295,6 +1439,7 @@ async fn inject(
     // Traffic after the last fault too: the restarted server (or the disk that works again)
     // must take writes and serve reads that see everything before.
     tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::time::sleep_until(until.into()).await;
     stop.send_replace(true);
     (s, incarnation, kills, fulls)
 }
@@ -1385,7 +1530,10 @@ async fn run(seed: u64, faults: Option<Faults>) -> String {
     let mut tasks = Vec::new();
     for id in 0..CLIENTS {
         let conn = Conn::new(d.clone(), faulty).await;
-        tasks.push(tokio::spawn(client(id, conn, seed, t0, pad, stop_rx.clone())));
+        // Runs of several seconds pace their clients, so that their histories stay a size the
+        // search checks in seconds.
+        let think = if faulty { THINK } else { Duration::ZERO };
+        tasks.push(tokio::spawn(client(id, conn, seed, t0, pad, stop_rx.clone(), think)));
     }
     let mut ops = Vec::new();
     for t in tasks {
@@ -1409,15 +1557,34 @@ async fn run(seed: u64, faults: Option<Faults>) -> String {
     }
     let refused = ops.iter().filter(|o| o.out == Out::Refused).count();
     ops.retain(|o| o.out != Out::Refused);
+    // Every lease that may exist may expire, no sooner than its TTL after the grant was sent.
+    let expiries: Vec<Op> = ops
+        .iter()
+        .filter(|o| matches!(o.out, Out::Ok(_) | Out::Unknown))
+        .filter_map(|o| match o.req {
+            Req::Grant { id } => Some(Op {
+                client: CLIENTS + 1,
+                call: o.call + Duration::from_secs(LEASE_TTL as u64).as_nanos() as u64,
+                ret: u64::MAX,
+                req: Req::Expire { id },
+                out: Out::Unknown,
+            }),
+            _ => None,
+        })
+        .collect();
+    ops.extend(expiries);
     ops.sort_by_key(|o| o.call);
     if kills == 0 {
-        let unknown = ops.iter().filter(|o| o.out == Out::Unknown).count();
+        let unknown = ops
+            .iter()
+            .filter(|o| o.out == Out::Unknown && !matches!(o.req, Req::Expire { .. }))
+            .count();
         assert_eq!(
             unknown, 0,
             "seed {seed}: requests without an answer, and no crash to explain them"
         );
     }
-    let Checked { states, events, compactions, visited } =
+    let Checked { states, events, compactions, expired, visited } =
         check_history(&ops, &init).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     let final_state = states.values().next_back().expect("a state");
     assert_eq!(
@@ -1478,6 +1645,16 @@ async fn run(seed: u64, faults: Option<Faults>) -> String {
     }
     drop(s);
     let mut out = summary(&ops, &logs, visited);
+    let leased = |f: &dyn Fn(&Op) -> bool| ops.iter().filter(|o| f(o)).count();
+    out += &format!(
+        "; leases: {} granted, {} revoked, {} expired, {} keys created with one, {} refused as not found",
+        leased(&|o| matches!(o.req, Req::Grant { .. }) && matches!(o.out, Out::Ok(_))),
+        leased(&|o| matches!(o.req, Req::Revoke { .. }) && matches!(o.out, Out::Ok(_))),
+        expired,
+        leased(&|o| matches!(o.req, Req::CreateWithLease { .. })
+            && matches!(&o.out, Out::Ok(r) if r.succeeded)),
+        leased(&|o| o.out == Out::Err(ErrKind::LeaseNotFound)),
+    );
     if faulty {
         let bytes = pad * ops.iter().filter(|o| o.req.is_write()).count();
         out += &format!(
@@ -1512,6 +1689,18 @@ async fn history_is_linearizable_and_watches_keep_their_guarantees() {
     seeds("history", RUNS, None).await;
 }
 
+/// How long a fault run's traffic lasts at least: long enough for leases granted early to
+/// expire (their TTL restarts with every restart).
+const FAULT_RUN: Duration = Duration::from_secs(4);
+
+/// Leases expire while the traffic runs, with no other fault: their keys' deletion must be one
+/// revision each, seen by every watcher, and puts with an expired lease refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn history_holds_while_leases_expire() {
+    let f = Faults { mode: &["--fsync"], kill: false, disk: None, pad: 0, at_least: FAULT_RUN };
+    seeds("history lease expiry", FAULT_RUNS / 2, Some(f)).await;
+}
+
 /// Values padded to this size in fault runs: enough that the stalled watcher falls megabytes
 /// behind, few enough that a run stays a few seconds.
 const FAULT_PAD: usize = 16 << 10;
@@ -1524,7 +1713,8 @@ const FAULT_RUNS: u64 = 4;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn history_holds_across_kill9_restarts_in_fsync_mode() {
-    let f = Faults { mode: &["--fsync"], kill: true, disk: None, pad: FAULT_PAD };
+    let f =
+        Faults { mode: &["--fsync"], kill: true, disk: None, pad: FAULT_PAD, at_least: FAULT_RUN };
     seeds("history kill9 fsync", FAULT_RUNS, Some(f)).await;
 }
 
@@ -1532,19 +1722,32 @@ async fn history_holds_across_kill9_restarts_in_fsync_mode() {
 /// process loses nothing acknowledged, so the same history must hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn history_holds_across_kill9_restarts_in_buffered_mode() {
-    let f = Faults { mode: &["--wal-mode", "buffered"], kill: true, disk: None, pad: FAULT_PAD };
+    let f = Faults {
+        mode: &["--wal-mode", "buffered"],
+        kill: true,
+        disk: None,
+        pad: FAULT_PAD,
+        at_least: FAULT_RUN,
+    };
     seeds("history kill9 buffered", FAULT_RUNS, Some(f)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn history_holds_while_the_disk_fills_up() {
-    let enospc = Faults { mode: &["--fsync"], kill: true, disk: Some("enospc"), pad: FAULT_PAD };
+    let enospc = Faults {
+        mode: &["--fsync"],
+        kill: true,
+        disk: Some("enospc"),
+        pad: FAULT_PAD,
+        at_least: FAULT_RUN,
+    };
     seeds("history enospc fsync", FAULT_RUNS / 2, Some(enospc)).await;
     let short = Faults {
         mode: &["--wal-mode", "buffered"],
         kill: true,
         disk: Some("short"),
         pad: FAULT_PAD,
+        at_least: FAULT_RUN,
     };
     seeds("history short-write buffered", FAULT_RUNS / 2, Some(short)).await;
 }
