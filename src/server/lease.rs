@@ -63,7 +63,10 @@ async fn delete_keys(shared: &Shared, leases: Vec<(i64, Vec<bytes::Bytes>)>) -> 
     if let (Some(w), Some(batch)) = (shared.store.wal(), logged) {
         w.wait_durable(batch).await;
     }
-    rev
+    // Read again now that the leases are gone, as etcd reads its header after applying: the
+    // revision taken at the start may predate writes that happened before the revocation
+    // (the history checker saw a header older than the state the revocation took effect in).
+    rev.max(shared.store.current_revision())
 }
 
 /// Logs a lease grant and waits until it is durable (nothing to do without a WAL).
