@@ -87,7 +87,8 @@ async fn by_revision(store: &Store, retention: i64, every: Duration) {
 async fn compact(store: &Store, rev: i64) -> Result<(), Error> {
     // A compaction waits for a snapshot being streamed: hand this worker's other tasks to
     // another thread meanwhile (the runtime may have only one or two). A single-threaded
-    // runtime (the paused-time tests) has no other thread to hand them to.
+    // runtime (the paused-time tests) has no other thread to hand them to; it must not have a
+    // buffered WAL either, whose flusher task the compaction would wait for.
     let multi = tokio::runtime::Handle::current().runtime_flavor()
         == tokio::runtime::RuntimeFlavor::MultiThread;
     let compacted =
