@@ -329,8 +329,6 @@ impl Config {
         }
     }
 
-    /// Member and cluster ids: stable for the same name and advertised URLs (as etcd derives
-    /// them from its configuration), never zero.
     /// The emulated version's `major.minor`: etcd's cluster version (`/version`, metrics).
     pub fn cluster_version(&self) -> String {
         let mut parts = self.emulated_version.split('.');
@@ -342,6 +340,8 @@ impl Config {
         format!("{}.0", self.cluster_version())
     }
 
+    /// Member and cluster ids: stable for the same name and advertised URLs (as etcd derives
+    /// them from its configuration), never zero.
     pub fn ids(&self) -> (u64, u64) {
         let mut member = crc32c::crc32c(self.name.as_bytes()) as u64;
         for u in self.advertised_client_urls() {
