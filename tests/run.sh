@@ -13,7 +13,9 @@
 # 4. runs the benches once in test mode, so they never rot.
 #
 # Works from any directory, as root on a fresh Debian machine or as a user with sudo.
-# Any failing step fails the script. Peers are required; only a local run with
+# A failing set-up step (1-2) stops the script at once. The test steps (3, 3b, 4) all run even
+# when an earlier one fails, and the script ends with one line per step (passed, FAILED, or
+# left out and why) and a non-zero exit if any failed. Peers are required; only a local run with
 # MEM_ETCD_SKIP_PEERS=1 (and CI not "true") may go on without them, and the peer tests then
 # print loud SKIPPED lines.
 #
@@ -82,36 +84,73 @@ if [ -n "${KUBE_APISERVER_BIN:-}" ]; then
 fi
 
 # --- 3. tests -------------------------------------------------------------------------------
+# Every step below runs whatever happened before it; `results` says how each ended.
+results=()
+failed_steps=0
+record() { # STEP STATUS
+  results+=("$(printf '%-60s %s' "$1" "$2")")
+  case "$2" in FAILED*) failed_steps=$((failed_steps + 1)) ;; esac
+}
+
 log "cargo test --release --no-fail-fast $*"
 test_log=$(mktemp)
-trap 'rm -f "$test_log"' EXIT
-cargo test --release --no-fail-fast "$@" 2>&1 | tee "$test_log" || die "cargo test --release --no-fail-fast $*"
+storage_log=$(mktemp)
+trap 'rm -f "$test_log" "$storage_log"' EXIT
+if cargo test --release --no-fail-fast "$@" 2>&1 | tee "$test_log"; then
+  record "cargo test --release $*" passed
+else
+  record "cargo test --release $*" "FAILED (see the failures listed above)"
+fi
 # The totals over every test binary (unit, integration, doc), for a closing line.
 passed=$(sed -n 's/^test result: .* \([0-9][0-9]*\) passed; \([0-9][0-9]*\) failed.*/\1/p' "$test_log" | awk '{s+=$1} END {print s+0}')
 failed=$(sed -n 's/^test result: .* \([0-9][0-9]*\) passed; \([0-9][0-9]*\) failed.*/\2/p' "$test_log" | awk '{s+=$1} END {print s+0}')
+# The failing tests by name, repeated at the end where they are easy to find.
+# (cargo's list: a "failures:" line, the names indented by four spaces, a blank line.)
+failing_tests=$(awk '/^failures:$/ {on = 1; next}
+  on && /^    [^ ]+$/ {sub(/^ +/, ""); print; next}
+  {on = 0}' "$test_log" | sort -u)
 
 # --- 3b. Kubernetes' own storage suites (k8s.io/apiserver etcd3 and cacher) against mem_etcd ----
 # Only on a full run: extra arguments select a subset of the cargo tests above.
-if [ "$#" -eq 0 ]; then
-  log "tests/k8s_storage/run.sh (Kubernetes' etcd3 and cacher storage suites)"
-  storage_log=$(mktemp)
-  trap 'rm -f "$test_log" "$storage_log"' EXIT
+storage_step="tests/k8s_storage/run.sh (Kubernetes' etcd3 and cacher storage suites)"
+if [ "$#" -ne 0 ]; then
+  record "$storage_step" "left out: arguments select a subset of the cargo tests"
+elif [ ! -x target/release/mem_etcd ]; then
+  record "$storage_step" "FAILED (no target/release/mem_etcd: the cargo build failed)"
+else
+  log "$storage_step"
   if MEM_ETCD_BIN="$PWD/target/release/mem_etcd" MEM_ETCD_STORAGE_TARGET=${MEM_ETCD_TEST_TARGET:-mem_etcd} \
       tests/k8s_storage/run.sh 2>&1 | tee "$storage_log"; then
-    # "<suite>: N passed, M failed, K skipped" lines count into the closing line.
-    passed=$((passed + $(sed -n 's/^[a-z0-9]*: \([0-9][0-9]*\) passed, .*/\1/p' "$storage_log" | awk '{s+=$1} END {print s+0}')))
+    record "$storage_step" passed
   elif [ "$skip_ok" = 1 ] && ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
     log "!!!!!!!! WARNING: no Go toolchain; MEM_ETCD_SKIP_PEERS=1, so the Kubernetes storage suites were SKIPPED !!!!!!!!"
+    record "$storage_step" "SKIPPED (no Go toolchain; MEM_ETCD_SKIP_PEERS=1)"
   else
-    die "tests/k8s_storage/run.sh (Kubernetes' etcd3 and cacher storage suites)"
+    record "$storage_step" FAILED
   fi
-else
-  log "arguments given: the Kubernetes storage suites are left out of this run"
+  # "<suite>: N passed, M failed, K skipped" lines count into the closing line.
+  passed=$((passed + $(sed -n 's/^[a-z0-9]*: \([0-9][0-9]*\) passed, .*/\1/p' "$storage_log" | awk '{s+=$1} END {print s+0}')))
+  failed=$((failed + $(sed -n 's/^[a-z0-9]*: [0-9][0-9]* passed, \([0-9][0-9]*\) failed.*/\1/p' "$storage_log" | awk '{s+=$1} END {print s+0}')))
 fi
 
 # --- 4. benches, in test mode ---------------------------------------------------------------
-log "cargo bench --bench store --bench lease_expiry --bench e2e -- --test"
-cargo bench --bench store --bench lease_expiry --bench e2e -- --test || die "cargo bench -- --test"
+bench_step="cargo bench --bench store --bench lease_expiry --bench e2e -- --test"
+log "$bench_step"
+if cargo bench --bench store --bench lease_expiry --bench e2e -- --test; then
+  record "$bench_step" passed
+else
+  record "$bench_step" FAILED
+fi
 
-log "all tests passed"
+# --- summary --------------------------------------------------------------------------------
+log "summary"
+printf '%s\n' "${results[@]}" >&2
+if [ -n "$failing_tests" ]; then
+  printf '\nfailing cargo tests:\n%s\n' "$failing_tests" >&2
+fi
 echo "$passed passed, $failed failed"
+if [ "$failed_steps" -ne 0 ]; then
+  log "FAILED: $failed_steps step(s) failed"
+  exit 1
+fi
+log "all tests passed"
