@@ -160,7 +160,7 @@ pub struct Config {
     /// The most memory the store may hold, in bytes (its own estimate, reported as the db
     /// size): past it writes fail with "database space exceeded" and the NOSPACE alarm is
     /// raised until disarmed. 0: etcd's default, 2 GiB; negative: no quota. The process's RSS
-    /// runs at about 1.5x the store's estimate; leave room for it.
+    /// runs about a quarter above the store's estimate; leave room for it.
     #[arg(
         long,
         env = "ETCD_QUOTA_BACKEND_BYTES",
