@@ -439,6 +439,9 @@ fn compare(result: i32, target: i32, union: Option<pb::compare::TargetUnion>) ->
     }
 }
 
+/// The hostile request that grants a lease id that is still alive.
+const DUPLICATE_GRANT: &str = "grant: the same id again";
+
 /// The structured hostile requests, in order (earlier ones change the store for later ones the
 /// same way on both servers).
 fn hostile_requests() -> Vec<(&'static str, Req)> {
@@ -569,7 +572,10 @@ fn hostile_requests() -> Vec<(&'static str, Req)> {
         ("grant: ttl 0", Req::Grant(pb::LeaseGrantRequest { ttl: 0, id: 1002 })),
         ("grant: ttl i64::MIN", Req::Grant(pb::LeaseGrantRequest { ttl: i64::MIN, id: 1003 })),
         ("grant: id -1", Req::Grant(pb::LeaseGrantRequest { ttl: 60, id: -1 })),
-        ("grant: the same id again", Req::Grant(pb::LeaseGrantRequest { ttl: 60, id: 1001 })),
+        // The duplicate is of a lease with a long TTL: 1001 got the minimum (2 s), and a stall
+        // could let it expire before the second grant, which would then succeed.
+        ("grant: id 1004, ttl 60", Req::Grant(pb::LeaseGrantRequest { ttl: 60, id: 1004 })),
+        (DUPLICATE_GRANT, Req::Grant(pb::LeaseGrantRequest { ttl: 60, id: 1004 })),
         ("revoke: id 0", Req::Revoke(pb::LeaseRevokeRequest { id: 0 })),
         ("revoke: id -1", Req::Revoke(pb::LeaseRevokeRequest { id: -1 })),
         ("revoke: id that does not exist", Req::Revoke(pb::LeaseRevokeRequest { id: 0x7a7a })),
@@ -601,6 +607,10 @@ async fn structured_hostile_requests_match_etcd() {
         let e = send(raw, lease, req.clone()).await;
         let (raw, lease) = &mut sides[1];
         let m = send(raw, lease, req).await;
+        if what == DUPLICATE_GRANT && !matches!(&e, Err((Code::FailedPrecondition, _))) {
+            // Otherwise the lease was gone by then, and the case compares nothing of interest.
+            differences.push(format!("{what}: etcd was expected to refuse it, got {e:?}"));
+        }
         if e != m {
             differences.push(format!("{what}:\n  etcd:     {e:?}\n  mem_etcd: {m:?}"));
         }
@@ -685,9 +695,17 @@ fn create(key: &str, end: &str, start_revision: i64) -> pb::watch_request::Reque
     })
 }
 
-/// Sends `reqs` on a new watch stream, then a put to "a", and summarizes what comes back within
-/// `window` (responses without headers, then how the stream ended).
-async fn watch_outcome(s: &Server, reqs: Vec<pb::WatchRequest>, window: Duration) -> Vec<String> {
+/// How long a watch comparison waits for the responses a case expects (a bound for a slow or
+/// loaded server, not a guess at its timing: the wait ends as soon as they have come).
+const WATCH_WAIT: Duration = Duration::from_secs(10);
+/// How long it then listens for anything more than the case expects.
+const WATCH_EXTRA: Duration = Duration::from_millis(300);
+
+/// Sends `reqs` on a new watch stream, then a put to "a" after the first reply, and summarizes
+/// what comes back (responses without headers, then how the stream ended): it waits up to
+/// [`WATCH_WAIT`] for the `expect` responses the case should get (or the stream's end), then
+/// [`WATCH_EXTRA`] for anything more.
+async fn watch_outcome(s: &Server, reqs: Vec<pb::WatchRequest>, expect: usize) -> Vec<String> {
     let raw = s.raw_clients().await;
     let mut w = pb::watch_client::WatchClient::new(raw.channel.clone());
     let (tx, rx) = tokio::sync::mpsc::channel(16);
@@ -695,7 +713,8 @@ async fn watch_outcome(s: &Server, reqs: Vec<pb::WatchRequest>, window: Duration
         tx.send(r).await.unwrap();
     }
     let mut out = Vec::new();
-    let deadline = tokio::time::Instant::now() + window;
+    let now = tokio::time::Instant::now();
+    let mut deadline = now + if expect == 0 { WATCH_EXTRA } else { WATCH_WAIT };
     // grpc-go sends the response headers with the first message, so the call itself may wait.
     let call = tokio::time::timeout_at(deadline, w.watch(ReceiverStream::new(rx))).await;
     let mut stream = match call {
@@ -728,6 +747,10 @@ async fn watch_outcome(s: &Server, reqs: Vec<pb::WatchRequest>, window: Duration
                 break;
             }
         }
+        if out.len() == expect {
+            // Everything expected has come: listen a little longer for anything extra.
+            deadline = tokio::time::Instant::now() + WATCH_EXTRA;
+        }
         if !wrote {
             // One write after the first reply, so created watchers have an event to report.
             wrote = true;
@@ -744,14 +767,17 @@ async fn hostile_watch_requests_match_etcd() {
     let Some(etcd) = Server::start(Kind::Etcd, &[]).await else { return };
     let mut mem = server_of!(Kind::MemEtcd);
     let wr = |u: Option<U>| pb::WatchRequest { request_union: u };
-    let cases: Vec<(&str, Vec<pb::WatchRequest>)> = vec![
-        ("inverted range", vec![wr(Some(create("b", "a", 0)))]),
-        ("range end equal to key", vec![wr(Some(create("a", "a", 0)))]),
-        ("empty key", vec![wr(Some(create("", "", 0)))]),
-        ("start revision -1", vec![wr(Some(create("a", "", -1)))]),
-        ("start revision i64::MAX", vec![wr(Some(create("a", "", i64::MAX)))]),
+    // Each case with the number of responses etcd gives it: the created (or refused) reply for
+    // each create, then one with the put's event for each watcher on "a".
+    let cases: Vec<(&str, usize, Vec<pb::WatchRequest>)> = vec![
+        ("inverted range", 1, vec![wr(Some(create("b", "a", 0)))]),
+        ("range end equal to key", 1, vec![wr(Some(create("a", "a", 0)))]),
+        ("empty key", 1, vec![wr(Some(create("", "", 0)))]),
+        ("start revision -1", 1, vec![wr(Some(create("a", "", -1)))]),
+        ("start revision i64::MAX", 1, vec![wr(Some(create("a", "", i64::MAX)))]),
         (
             "filter out of enum",
+            2,
             vec![wr(Some(U::CreateRequest(pb::WatchCreateRequest {
                 key: "a".into(),
                 filters: vec![7, -1],
@@ -760,6 +786,7 @@ async fn hostile_watch_requests_match_etcd() {
         ),
         (
             "watch id -5",
+            2,
             vec![wr(Some(U::CreateRequest(pb::WatchCreateRequest {
                 key: "a".into(),
                 watch_id: -5,
@@ -768,6 +795,7 @@ async fn hostile_watch_requests_match_etcd() {
         ),
         (
             "the same watch id twice",
+            3,
             vec![
                 wr(Some(U::CreateRequest(pb::WatchCreateRequest {
                     key: "a".into(),
@@ -781,27 +809,33 @@ async fn hostile_watch_requests_match_etcd() {
                 }))),
             ],
         ),
-        ("no union set", vec![wr(None), wr(Some(create("a", "", 0)))]),
+        ("no union set", 2, vec![wr(None), wr(Some(create("a", "", 0)))]),
         (
             "cancel of an unknown id",
+            2,
             vec![
                 wr(Some(U::CancelRequest(pb::WatchCancelRequest { watch_id: 99 }))),
                 wr(Some(create("a", "", 0))),
             ],
         ),
+        // No watch, so nothing to wait for: etcd says nothing.
         (
             "progress before any watch",
+            0,
             vec![wr(Some(U::ProgressRequest(pb::WatchProgressRequest {})))],
         ),
     ];
     let mut differences = Vec::new();
-    for (what, reqs) in cases {
-        let window = Duration::from_millis(1000);
+    for (what, expect, reqs) in cases {
         let (e, m) = tokio::join!(
-            watch_outcome(&etcd, reqs.clone(), window),
-            watch_outcome(&mem, reqs, window)
+            watch_outcome(&etcd, reqs.clone(), expect),
+            watch_outcome(&mem, reqs, expect)
         );
-        if e != m {
+        if expect > 0 && e.is_empty() {
+            // Every case that creates a watch gets a reply from etcd; silence is a stall, and two
+            // stalls would compare equal.
+            differences.push(format!("{what}: etcd said nothing within {WATCH_WAIT:?}"));
+        } else if e != m {
             differences.push(format!("{what}:\n  etcd:     {e:?}\n  mem_etcd: {m:?}"));
         }
     }
@@ -823,7 +857,8 @@ fn watch_garbage() -> Vec<Vec<u8>> {
 }
 
 /// For each body, a watch stream that carries a valid create and then the body, and how the
-/// stream ended.
+/// stream ended (waiting up to [`WATCH_WAIT`] for the end of a stream whose body does not
+/// decode, [`WATCH_EXTRA`] for one whose body does).
 async fn watch_garbage_outcomes(s: &Server, bodies: &[Vec<u8>]) -> Vec<String> {
     let valid = pb::WatchRequest { request_union: Some(create("a", "", 0)) }.encode_to_vec();
     let mut out = Vec::new();
@@ -832,13 +867,17 @@ async fn watch_garbage_outcomes(s: &Server, bodies: &[Vec<u8>]) -> Vec<String> {
         g.ready().await.unwrap();
         let msgs = tokio_stream::iter(vec![valid.clone(), garbage.clone()]);
         let path = PathAndQuery::from_static("/etcdserverpb.Watch/Watch");
+        // A body that does not decode ends the stream: wait (bounded) for that. One that does
+        // is a request like any other, and the stream stays open: listen briefly.
+        let wait =
+            if pb::WatchRequest::decode(&garbage[..]).is_err() { WATCH_WAIT } else { WATCH_EXTRA };
         let end = match g.streaming(tonic::Request::new(msgs), path, RawBytes).await {
             // Whether the status comes before or after the created reply is a race.
             Err(st) => format!("failed: {:?}", st.code()),
             Ok(resp) => {
                 let mut stream = resp.into_inner();
-                let mut end = "no end within 1 s".to_string();
-                let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+                let mut end = format!("no end within {wait:?}");
+                let deadline = tokio::time::Instant::now() + wait;
                 while let Ok(m) = tokio::time::timeout_at(deadline, stream.message()).await {
                     match m {
                         Ok(Some(_)) => continue,
@@ -887,7 +926,9 @@ async fn garbage_on_a_watch_stream_fails_it_like_etcd() {
     let differences: Vec<String> = bodies
         .iter()
         .zip(e.iter().zip(&m))
-        .filter(|(_, (ee, me))| ee != me)
+        // Neither body decodes, so etcd ends each stream; a stream still open is a stall, and
+        // two stalls would compare equal.
+        .filter(|(_, (ee, me))| ee != me || ee.starts_with("no end"))
         .map(|(body, (ee, me))| format!("body {body:02x?}: etcd {ee}, mem_etcd {me}"))
         .collect();
     assert!(differences.is_empty(), "expected etcd's outcome:\n{}", differences.join("\n"));

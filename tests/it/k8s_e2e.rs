@@ -925,10 +925,16 @@ fn exercise(api: &Apiserver, backend: &str, t: &mut Timings) {
                 from_cache += v;
             }
         }
-        assert!(
-            from_cache > 0.0 && fallback == 0.0,
+        let figures = format!(
             "{backend}: consistent reads from cache {from_cache}, fallen back or failed {fallback}"
         );
+        say(&figures);
+        // mem_etcd answers every progress request, so nothing falls back. etcd promises less: it
+        // drops progress requests while a watcher is catching up, so under load kube-apiserver
+        // may fall back to it; its figures are reported, not asserted.
+        if backend == "mem_etcd" {
+            assert!(from_cache > 0.0 && fallback == 0.0, "{figures}");
+        }
     });
 
     // 410 Gone once compaction passed the old revisions, for the three requests that reach the

@@ -1073,7 +1073,8 @@ struct Step {
     args: &'static [&'static str],
     /// Name the lease this `lease grant` prints.
     grants: Option<&'static str>,
-    /// The output shows remaining TTLs, which may differ by one second between the servers.
+    /// The output shows remaining TTLs of the lease it names, which depend on when each server
+    /// ran it: compared with that server's own clock, not with the other server.
     remaining: bool,
 }
 
@@ -1190,9 +1191,24 @@ fn sort_list_after(text: &str, open: &str, close: char, sep: char) -> String {
     format!("{}{}{}", &text[..start], items.join(&sep.to_string()), &text[start + len..])
 }
 
-/// Runs the script against one server: the masked outputs and the remaining TTLs they showed.
-fn run_lease_script(bin: &Path, endpoint: &str) -> Vec<(String, CtlOut, Vec<i64>)> {
+/// What one command of the script printed on one server.
+struct ScriptOut {
+    cmd: String,
+    /// The output, with the remaining TTLs masked.
+    out: CtlOut,
+    /// The remaining TTLs it showed.
+    left: Vec<i64>,
+    /// The remaining TTLs this server's own clock allows for the command's lease: its granted
+    /// TTL less the time since its grant (or last keep-alive), bounded by when the commands were
+    /// sent and answered, with a second of tolerance and one of rounding either way.
+    allowed: Option<(i64, i64)>,
+}
+
+/// Runs the script against one server.
+fn run_lease_script(bin: &Path, endpoint: &str) -> Vec<ScriptOut> {
     let mut ids: BTreeMap<&'static str, i64> = BTreeMap::new();
+    // Per lease name: its granted TTL, and when the grant (or keep-alive) was sent and answered.
+    let mut granted: BTreeMap<&'static str, (i64, Instant, Instant)> = BTreeMap::new();
     let mut results = Vec::new();
     for st in lease_script() {
         let args: Vec<String> = st
@@ -1206,7 +1222,11 @@ fn run_lease_script(bin: &Path, endpoint: &str) -> Vec<(String, CtlOut, Vec<i64>
                 a
             })
             .collect();
+        // The lease a `lease ...` command names as its own argument.
+        let named = st.args.iter().find_map(|a| a.strip_prefix('{')?.strip_suffix('}'));
+        let sent = Instant::now();
         let (code, stdout, stderr) = run_etcdctl(bin, endpoint, &args);
+        let answered = Instant::now();
         if let (Some(name), Some(0)) = (st.grants, code) {
             let id = if stdout.starts_with('{') {
                 let v: serde_json::Value = serde_json::from_str(&stdout).expect("grant json");
@@ -1216,7 +1236,27 @@ fn run_lease_script(bin: &Path, endpoint: &str) -> Vec<(String, CtlOut, Vec<i64>
                 i64::from_str_radix(hex, 16).expect("hex lease id")
             };
             ids.insert(name, id);
+            let ttl = ["TTL(", "\"TTL\":"]
+                .iter()
+                .find_map(|m| take_numbers_after(&stdout, m).1.first().copied())
+                .unwrap_or_else(|| panic!("no granted TTL in {stdout:?}"));
+            granted.insert(name, (ttl, sent, answered));
         }
+        if let (["lease", "keep-alive", ..], Some(name), Some(0)) = (st.args, named, code) {
+            // A keep-alive starts the lease's TTL over.
+            if let Some(g) = granted.get_mut(name) {
+                (g.1, g.2) = (sent, answered);
+            }
+        }
+        let allowed = named.filter(|_| st.remaining).and_then(|n| granted.get(n)).map(
+            |&(ttl, g_sent, g_answered)| {
+                // The time the server's lease has run lies between these two.
+                let longest = answered.duration_since(g_sent).as_secs_f64();
+                let shortest = sent.saturating_duration_since(g_answered).as_secs_f64();
+                let ttl = ttl as f64;
+                ((ttl - longest).floor() as i64 - 1, (ttl - shortest).ceil() as i64 + 1)
+            },
+        );
         let mut text = stdout;
         for (name, id) in &ids {
             text = text.replace(&format!("{id:016x}"), name).replace(&id.to_string(), name);
@@ -1233,9 +1273,30 @@ fn run_lease_script(bin: &Path, endpoint: &str) -> Vec<(String, CtlOut, Vec<i64>
             }
         }
         let errors = stderr.lines().filter(|l| l.starts_with("Error:")).map(String::from).collect();
-        results.push((args.join(" "), CtlOut { code, stdout: text, errors }, left));
+        results.push(ScriptOut {
+            cmd: args.join(" "),
+            out: CtlOut { code, stdout: text, errors },
+            left,
+            allowed,
+        });
     }
     results
+}
+
+/// The remaining TTLs of `side`'s commands that its own clock does not allow.
+fn remaining_off_clock(side: &str, outs: &[ScriptOut]) -> Vec<String> {
+    outs.iter()
+        .filter(|o| match o.allowed {
+            Some((lo, hi)) => o.left.iter().any(|l| !(lo..=hi).contains(l)),
+            None => !o.left.is_empty(),
+        })
+        .map(|o| {
+            format!(
+                "etcdctl {} on {side}: remaining {:?}, its clock allows {:?}",
+                o.cmd, o.left, o.allowed
+            )
+        })
+        .collect()
 }
 
 #[test]
@@ -1262,19 +1323,22 @@ async fn etcdctl_lease_commands_print_what_etcd_prints() {
     let tgt = server!();
     let (e_ep, t_ep) = (etcd.addr().to_string(), tgt.addr().to_string());
     let ctl2 = ctl.clone();
-    // Both scripts run at once so remaining TTLs are read at about the same time.
     let want = tokio::task::spawn_blocking(move || run_lease_script(&ctl, &e_ep));
     let got = tokio::task::spawn_blocking(move || run_lease_script(&ctl2, &t_ep));
     let (want, got) = (want.await.unwrap(), got.await.unwrap());
+    // The remaining TTLs are masked in the comparison (the two scripts need not keep pace);
+    // each side's are checked against its own clock instead.
     let mut failures = Vec::new();
-    for ((cmd, w, wl), (_, g, gl)) in want.iter().zip(&got) {
-        let close = wl.len() == gl.len() && wl.iter().zip(gl).all(|(a, b)| (a - b).abs() <= 1);
-        if w != g || !close {
+    for (w, g) in want.iter().zip(&got) {
+        if w.out != g.out || w.left.len() != g.left.len() {
             failures.push(format!(
-                "etcdctl {cmd}:\n  etcd:   {w:?} remaining {wl:?}\n  target: {g:?} remaining {gl:?}"
+                "etcdctl {}:\n  etcd:   {:?} remaining {:?}\n  target: {:?} remaining {:?}",
+                w.cmd, w.out, w.left, g.out, g.left
             ));
         }
     }
+    failures.extend(remaining_off_clock("etcd", &want));
+    failures.extend(remaining_off_clock("target", &got));
     assert!(
         failures.is_empty(),
         "{} of {} commands differ:\n{}",
@@ -1282,13 +1346,18 @@ async fn etcdctl_lease_commands_print_what_etcd_prints() {
         want.len(),
         failures.join("\n")
     );
-    // Sanity: the script saw grants, successes and errors, and the expected texts.
-    let text = |i: usize| &want[i].1.stdout;
+    // Sanity: the script saw grants, successes and errors, remaining TTLs, and the expected texts.
+    let text = |i: usize| &want[i].out.stdout;
     assert_eq!(text(0), "lease L1 granted with TTL(100s)\n");
-    assert!(want.iter().any(|(_, o, _)| o.code != Some(0) && !o.errors.is_empty()));
-    assert!(want.iter().any(|(_, o, _)| o.stdout.contains("already expired")));
-    assert!(want.iter().any(|(_, o, _)| o.stdout.contains("attached keys([k2 k3])")));
-    assert!(want.last().unwrap().1.stdout.contains("\"TTL\":2"), "{:?}", want.last());
+    assert!(want.iter().any(|o| o.out.code != Some(0) && !o.out.errors.is_empty()));
+    assert!(want.iter().any(|o| o.out.stdout.contains("already expired")));
+    assert!(want.iter().any(|o| o.out.stdout.contains("attached keys([k2 k3])")));
+    assert!(want.iter().any(|o| o.allowed.is_some() && !o.left.is_empty()));
+    assert!(
+        want.last().unwrap().out.stdout.contains("\"TTL\":2"),
+        "{:?}",
+        want.last().unwrap().out
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
