@@ -310,20 +310,32 @@ impl Record {
     }
 }
 
-/// Reads fields out of a body; slices share the body's buffer (no copies on replay).
-struct Decoder<'a> {
+/// Reads fields out of a body; slices share the body's buffer (no copies on replay). Used by the
+/// Raft log's records too.
+#[derive(Debug)]
+pub struct Decoder<'a> {
     buf: &'a Bytes,
     pos: usize,
 }
 
-impl Decoder<'_> {
-    fn byte(&mut self) -> Option<u8> {
+impl<'a> Decoder<'a> {
+    /// Reads `buf` from byte `pos` on.
+    pub fn new(buf: &'a Bytes, pos: usize) -> Self {
+        Self { buf, pos }
+    }
+
+    /// Whether every byte was read.
+    pub fn done(&self) -> bool {
+        self.pos == self.buf.len()
+    }
+
+    pub fn byte(&mut self) -> Option<u8> {
         let b = *self.buf.get(self.pos)?;
         self.pos += 1;
         Some(b)
     }
 
-    fn uvarint(&mut self) -> Option<u64> {
+    pub fn uvarint(&mut self) -> Option<u64> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.byte()?;
@@ -335,11 +347,11 @@ impl Decoder<'_> {
         None
     }
 
-    fn ivarint(&mut self) -> Option<i64> {
+    pub fn ivarint(&mut self) -> Option<i64> {
         self.uvarint().map(|v| v as i64)
     }
 
-    fn bytes(&mut self) -> Option<Bytes> {
+    pub fn bytes(&mut self) -> Option<Bytes> {
         let n = self.uvarint()? as usize;
         let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len())?;
         let b = self.buf.slice(self.pos..end);

@@ -108,43 +108,54 @@ pub enum End {
 
 /// A file's records (with their offsets) and how it ended.
 #[derive(Debug)]
-pub struct FileRecords {
-    pub records: Vec<(u64, Record)>,
+pub struct FileRecords<R = Record> {
+    pub records: Vec<(u64, R)>,
     pub end: End,
 }
 
 /// Reads every record of a segment or snapshot file.
 pub fn read_file(path: &Path) -> io::Result<FileRecords> {
     let data = fs::read(path)?;
-    Ok(parse(&data))
+    Ok(parse(&data, record::MAGIC, record::VERSION, Record::decode))
 }
 
-fn parse(data: &[u8]) -> FileRecords {
+/// Parses a file of framed records (`record`'s framing) that starts with `magic` and format
+/// `version`, decoding each body with `decode` (the Raft log uses the same framing for its own
+/// records).
+pub fn parse<R>(
+    data: &[u8],
+    magic: &[u8; 8],
+    version: u32,
+    decode: impl Fn(&Bytes) -> Option<R>,
+) -> FileRecords<R> {
     let mut records = Vec::new();
     let hl = FILE_HEADER_LEN as usize;
     if data.len() < hl {
         // A file is created and its header written in one go; a short one is a crash during
         // creation (empty or partial header).
-        let end = if record::file_header().starts_with(data) {
+        let mut header = magic.to_vec();
+        header.extend_from_slice(&version.to_le_bytes());
+        header.resize(hl, 0);
+        let end = if header.starts_with(data) {
             End::Torn { offset: 0, reason: "incomplete file header".into() }
         } else {
             End::Corrupt { offset: 0, reason: "not a mem_etcd WAL file".into(), records_after: 0 }
         };
         return FileRecords { records, end };
     }
-    if &data[..8] != record::MAGIC {
+    if &data[..8] != magic {
         let end =
             End::Corrupt { offset: 0, reason: "not a mem_etcd WAL file".into(), records_after: 0 };
         return FileRecords { records, end };
     }
-    let version = u32::from_le_bytes(data[8..12].try_into().expect("4 bytes"));
-    if version != record::VERSION {
-        let reason = format!("format version {version}, this build reads {}", record::VERSION);
+    let found = u32::from_le_bytes(data[8..12].try_into().expect("4 bytes"));
+    if found != version {
+        let reason = format!("format version {found}, this build reads {version}");
         return FileRecords { records, end: End::Corrupt { offset: 0, reason, records_after: 0 } };
     }
     let mut pos = hl;
     let end = loop {
-        match frame_at(data, pos) {
+        match frame_at(data, pos, &decode) {
             Frame::End => break End::Clean,
             Frame::Good(next, rec) => {
                 records.push((pos as u64, rec));
@@ -160,7 +171,7 @@ fn parse(data: &[u8]) -> FileRecords {
                 if last || data[pos..].iter().all(|&b| b == 0) {
                     break End::Torn { offset: pos as u64, reason };
                 }
-                let records_after = next.map_or(0, |n| count_after(data, n));
+                let records_after = next.map_or(0, |n| count_after(data, n, &decode));
                 break End::Corrupt { offset: pos as u64, reason, records_after };
             }
         }
@@ -168,15 +179,15 @@ fn parse(data: &[u8]) -> FileRecords {
     FileRecords { records, end }
 }
 
-enum Frame {
+enum Frame<R> {
     End,
     Short,
-    Good(usize, Record),
+    Good(usize, R),
     /// A bad record: where the next one would start (if its length is believable), and why.
     Bad(Option<usize>, String),
 }
 
-fn frame_at(data: &[u8], pos: usize) -> Frame {
+fn frame_at<R>(data: &[u8], pos: usize, decode: &impl Fn(&Bytes) -> Option<R>) -> Frame<R> {
     if pos == data.len() {
         return Frame::End;
     }
@@ -196,16 +207,16 @@ fn frame_at(data: &[u8], pos: usize) -> Frame {
     if crc32c::crc32c(body) != crc {
         return Frame::Bad(Some(end), "checksum mismatch".into());
     }
-    match Record::decode(&Bytes::copy_from_slice(body)) {
+    match decode(&Bytes::copy_from_slice(body)) {
         Some(r) => Frame::Good(end, r),
         None => Frame::Bad(Some(end), "record does not decode".into()),
     }
 }
 
 /// How many good records follow `pos` (to say what a repair drops).
-fn count_after(data: &[u8], mut pos: usize) -> u64 {
+fn count_after<R>(data: &[u8], mut pos: usize, decode: &impl Fn(&Bytes) -> Option<R>) -> u64 {
     let mut n = 0;
-    while let Frame::Good(next, _) = frame_at(data, pos) {
+    while let Frame::Good(next, _) = frame_at(data, pos, decode) {
         n += 1;
         pos = next;
     }
@@ -227,6 +238,10 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn wal(data: &[u8]) -> FileRecords {
+        parse(data, record::MAGIC, record::VERSION, Record::decode)
+    }
 
     fn file_with(records: &[Record]) -> Vec<u8> {
         let mut data = record::file_header().to_vec();
@@ -256,25 +271,25 @@ mod tests {
     #[test]
     fn torn_tails_and_corruption_are_told_apart() {
         let data = file_with(&grants(5));
-        let clean = parse(&data);
+        let clean = wal(&data);
         assert_eq!((clean.records.len(), clean.end), (5, End::Clean));
 
         // Cut inside the last record: torn at its start.
         let last_at = clean.records[4].0;
-        let torn = parse(&data[..data.len() - 3]);
+        let torn = wal(&data[..data.len() - 3]);
         assert_eq!(torn.records.len(), 4);
         assert!(matches!(torn.end, End::Torn { offset, .. } if offset == last_at));
 
         // A flipped byte in the last record: torn too (it ends the file).
         let mut bad_last = data.clone();
         *bad_last.last_mut().unwrap() ^= 0xff;
-        assert!(matches!(parse(&bad_last).end, End::Torn { offset, .. } if offset == last_at));
+        assert!(matches!(wal(&bad_last).end, End::Torn { offset, .. } if offset == last_at));
 
         // A flipped byte in the second record: corruption, with three good records after.
         let mut bad_mid = data.clone();
         let second = clean.records[1].0 as usize;
         bad_mid[second + FRAME_LEN + 1] ^= 0xff;
-        let r = parse(&bad_mid);
+        let r = wal(&bad_mid);
         assert_eq!(r.records.len(), 1);
         assert!(
             matches!(r.end, End::Corrupt { offset, records_after: 3, .. } if offset == second as u64)
@@ -283,10 +298,10 @@ mod tests {
         // Zeroes after the records: torn.
         let mut zeroed = data.clone();
         zeroed.extend_from_slice(&[0; 100]);
-        assert!(matches!(parse(&zeroed).end, End::Torn { .. }));
+        assert!(matches!(wal(&zeroed).end, End::Torn { .. }));
 
         // A partial header is a torn creation; a wrong magic is not ours.
-        assert!(matches!(parse(&data[..5]).end, End::Torn { offset: 0, .. }));
-        assert!(matches!(parse(b"NOTAWALFILE_____x").end, End::Corrupt { .. }));
+        assert!(matches!(wal(&data[..5]).end, End::Torn { offset: 0, .. }));
+        assert!(matches!(wal(b"NOTAWALFILE_____x").end, End::Corrupt { .. }));
     }
 }
