@@ -161,6 +161,19 @@ impl<T> RevisionClock<T> {
         }
     }
 
+    /// Moves the clock to `rev` at once: a snapshot replaced the store's state. Only while no
+    /// write is in flight (a cluster installs snapshots between two applies), and never back.
+    pub fn reset(&self, rev: i64) {
+        let old = self.sequenced.load(Ordering::SeqCst);
+        for r in old..=rev.min(old + WINDOW as i64) {
+            self.done[slot(r)].store(-1, Ordering::SeqCst);
+        }
+        self.done[slot(rev)].store(rev, Ordering::SeqCst);
+        self.allocated.store(rev, Ordering::SeqCst);
+        self.sequenced.store(rev, Ordering::SeqCst);
+        self.advance(rev);
+    }
+
     /// Waits until the watermark reaches `rev`.
     pub async fn wait_committed(&self, rev: i64) {
         if self.committed() >= rev {

@@ -119,6 +119,60 @@ impl Lessor {
         Ok((id, ttl))
     }
 
+    /// An id no lease has, for a grant without one that is proposed to a cluster (the lease
+    /// is created when the proposal is applied, on every member, with this id).
+    pub fn fresh_id(&self) -> i64 {
+        let mut g = self.inner.lock();
+        while g.next_id <= 0 || g.leases.contains_key(&g.next_id) {
+            g.next_id = g.next_id.wrapping_add(1).max(1);
+        }
+        let id = g.next_id;
+        g.next_id = g.next_id.wrapping_add(1).max(1);
+        id
+    }
+
+    /// This member became the cluster's leader: every lease gets its full TTL from now, as
+    /// etcd's lessor `Promote` does, so no lease expires because of the election (a follower's
+    /// deadlines were never kept up to date: renewals go to the leader).
+    pub fn promote(&self) {
+        let mut g = self.inner.lock();
+        let now = Instant::now();
+        for l in g.leases.values_mut() {
+            l.deadline = now + Duration::from_secs(l.ttl as u64);
+            l.revoking = false;
+        }
+        let fresh = g.leases.iter().map(|(&id, l)| Reverse((l.deadline, id))).collect();
+        g.queue = fresh;
+    }
+
+    /// This member stopped leading: leases it had started to expire are only revoked if the
+    /// new leader decides so.
+    pub fn demote(&self) {
+        for l in self.inner.lock().leases.values_mut() {
+            l.revoking = false;
+        }
+    }
+
+    /// Replaces every lease with `leases` (id, TTL), without keys (a snapshot installed into
+    /// the store; the store then attaches its keys again).
+    pub fn reset(&self, leases: &[(i64, i64)]) {
+        let mut g = self.inner.lock();
+        g.leases.clear();
+        g.queue.clear();
+        g.orphans.clear();
+        let deadline = Instant::now() + Duration::from_secs(MAX_TTL as u64 / 1000);
+        for &(id, ttl) in leases {
+            let ttl = ttl.max(MIN_TTL);
+            let expires =
+                Instant::now().checked_add(Duration::from_secs(ttl as u64)).unwrap_or(deadline);
+            g.leases.insert(
+                id,
+                Lease { ttl, deadline: expires, keys: HashSet::new(), revoking: false },
+            );
+            g.queue.push(Reverse((expires, id)));
+        }
+    }
+
     /// Renews a lease to its full TTL and returns the TTL. `LeaseNotFound` if it does not exist,
     /// `Renewal::Expiring` if it is past its deadline or being revoked: etcd then waits until
     /// the revocation has deleted the keys and answers "not found" (see [`Self::exists`]).

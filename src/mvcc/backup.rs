@@ -15,7 +15,8 @@ use parking_lot::MutexGuard;
 use super::partition::Partition;
 use super::persist::to_version;
 use super::store::Store;
-use crate::wal::backup::{Encoder, SHA_LEN};
+use crate::wal::backup::{BackupError, Encoder, Item, SHA_LEN, Summary, read_at};
+use std::path::Path;
 
 /// Keys read per partition lock.
 const CHUNK_KEYS: usize = 1024;
@@ -51,6 +52,51 @@ impl Store {
         // A partition created after `rev` holds no version at or below it: an empty group.
         let parts = self.table.read().all.clone();
         Backup { store: self, _serial: serial, rev, compacted, leases, parts }
+    }
+}
+
+impl Store {
+    /// A backup of revision `rev` taken later (a Raft snapshot fixes its revision between two
+    /// applies and writes it while applying goes on): `None` if a compaction since trimmed
+    /// history the backup needs (`compacted` is the compaction revision at `rev`).
+    pub fn backup_at(
+        &self,
+        rev: i64,
+        compacted: i64,
+        leases: Vec<(i64, i64)>,
+    ) -> Option<Backup<'_>> {
+        let serial = self.compaction.lock();
+        if self.compact_rev.load(Ordering::SeqCst) != compacted {
+            return None;
+        }
+        let parts = self.table.read().all.clone();
+        Some(Backup { store: self, _serial: serial, rev, compacted, leases, parts })
+    }
+
+    /// Replaces everything the store holds with the backup in `path` (starting `offset` bytes
+    /// in): keys with their histories since its compaction, the compaction, the revision. The
+    /// store must not be written meanwhile (a cluster installs a snapshot between two applies);
+    /// readers see the old state, then the new one. Returns what the backup holds besides keys
+    /// (its leases, for the lessor). Nothing changes if the backup cannot be read.
+    pub fn install_backup(&self, path: &Path, offset: u64) -> Result<Summary, BackupError> {
+        let mut fresh = Store::new(self.config.clone());
+        let summary = read_at(path, offset, false, &mut |item| {
+            if let Item::Key(key, versions) = item {
+                let p = fresh.partition_for_key(&key);
+                let mut st = p.state.write();
+                for v in versions {
+                    st.restore(&key, super::persist::from_version(v));
+                }
+            }
+            Ok(())
+        })?;
+        fresh.finish_restore(summary.rev, summary.compacted);
+        let _serial = self.compaction.lock();
+        std::mem::swap(&mut *self.table.write(), &mut *fresh.table.write());
+        self.compact_rev.store(summary.compacted, Ordering::SeqCst);
+        self.commit.events.replace_with(&fresh.commit.events);
+        self.commit.clock.reset(summary.rev);
+        Ok(summary)
     }
 }
 

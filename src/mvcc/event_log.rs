@@ -217,6 +217,12 @@ impl EventLog {
         Ok(out)
     }
 
+    /// Takes over `other`'s history (a snapshot installed into the store): the watch hub keeps
+    /// reading from this log.
+    pub fn replace_with(&self, other: &EventLog) {
+        std::mem::swap(&mut *self.inner.write(), &mut *other.inner.write());
+    }
+
     /// The compaction revision (0 before the first compaction).
     pub fn compacted(&self) -> i64 {
         self.inner.read().compacted

@@ -67,7 +67,7 @@ impl Store {
     /// Makes the recovered partitions a consistent store at revision `rev`: liveness and
     /// change logs in order, an event log reading the revisions since the compaction back from
     /// them, compaction applied, the clock at `rev`.
-    fn finish_restore(&mut self, rev: i64, compacted: i64) {
+    pub(super) fn finish_restore(&mut self, rev: i64, compacted: i64) {
         let parts = self.table.read().all.clone();
         let log = EventLog::new(compacted.max(2).min(rev + 1));
         for p in &parts {
@@ -137,6 +137,17 @@ impl Store {
     }
 }
 
+/// A logged version as the partition keeps it.
+pub(super) fn from_version(v: Version) -> KeyRecord {
+    KeyRecord {
+        rev: Revision::new(v.main, v.sub),
+        create_rev: v.create_rev,
+        version: v.version,
+        lease: v.lease,
+        value: v.value,
+    }
+}
+
 pub(super) fn to_version(r: KeyRecord) -> Version {
     Version {
         main: r.rev.main,
@@ -158,14 +169,7 @@ impl Replay for Restore<'_> {
         let p = self.store.partition_for_key(&key);
         let mut st = p.state.write();
         for v in versions {
-            let rec = KeyRecord {
-                rev: Revision::new(v.main, v.sub),
-                create_rev: v.create_rev,
-                version: v.version,
-                lease: v.lease,
-                value: v.value,
-            };
-            st.restore(&key, rec);
+            st.restore(&key, from_version(v));
         }
     }
 

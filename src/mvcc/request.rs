@@ -162,4 +162,14 @@ impl TxnRequest {
     pub fn is_read_only(&self) -> bool {
         self.success.iter().chain(&self.failure).all(|op| matches!(op, RequestOp::Range(_)))
     }
+
+    /// Whether every range in it asks for a serializable read (etcd's `isTxnSerializable`): a
+    /// cluster member then serves it without a read barrier.
+    pub fn is_serializable(&self) -> bool {
+        self.success.iter().chain(&self.failure).all(|op| match op {
+            RequestOp::Range(r) => r.serializable,
+            RequestOp::Txn(t) => t.is_serializable(),
+            _ => true,
+        })
+    }
 }

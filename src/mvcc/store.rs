@@ -192,6 +192,8 @@ pub struct Store {
     pub(super) compaction: Mutex<()>,
     max_txn_ops: usize,
     max_request_bytes: usize,
+    /// What the store was made with (a snapshot installed into it is built with the same).
+    pub(super) config: StoreConfig,
 }
 
 impl Store {
@@ -216,6 +218,7 @@ impl Store {
             compaction: Mutex::new(()),
             max_txn_ops: config.max_txn_ops,
             max_request_bytes: config.max_request_bytes,
+            config,
         }
     }
 
@@ -250,6 +253,12 @@ impl Store {
     /// The revision readers see: every write at or below it is applied.
     pub fn current_revision(&self) -> i64 {
         self.commit.clock.committed()
+    }
+
+    /// The compaction revision as kept: -1 before the first compaction (what
+    /// [`backup_at`](Self::backup_at) compares with).
+    pub fn compact_revision_raw(&self) -> i64 {
+        self.compact_rev.load(Ordering::SeqCst)
     }
 
     /// The compaction revision (0 before the first compaction).
@@ -462,6 +471,28 @@ impl Store {
         let varint = (usize::BITS - size.max(1).leading_zeros()).div_ceil(7) as usize;
         if size + 15 + varint > self.max_request_bytes {
             return Err(Error::RequestTooLarge);
+        }
+        Ok(())
+    }
+
+    /// The checks a Put gets before it is applied, for a cluster to run before proposing it
+    /// (so that a request refused for its shape never enters the Raft log).
+    pub fn check_put(&self, req: &PutRequest, size: usize) -> Result<()> {
+        validate::check_put(req)?;
+        self.check_size(size)
+    }
+
+    /// [`check_put`](Self::check_put) for a DeleteRange.
+    pub fn check_delete_range(&self, req: &DeleteRangeRequest, size: usize) -> Result<()> {
+        validate::check_range_key(&req.key)?;
+        self.check_size(size)
+    }
+
+    /// [`check_put`](Self::check_put) for a Txn.
+    pub fn check_txn(&self, req: &TxnRequest, size: usize) -> Result<()> {
+        validate::check_txn(req, self.max_txn_ops)?;
+        if !req.is_read_only() {
+            self.check_size(size)?;
         }
         Ok(())
     }

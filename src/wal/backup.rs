@@ -210,10 +210,22 @@ pub fn read(
     skip_hash_check: bool,
     visit: &mut dyn FnMut(Item) -> Result<(), BackupError>,
 ) -> Result<Summary, BackupError> {
+    read_at(path, 0, skip_hash_check, visit)
+}
+
+/// [`read`] of a backup that starts `offset` bytes into the file (a Raft snapshot holds one
+/// after its own header).
+pub fn read_at(
+    path: &Path,
+    offset: u64,
+    skip_hash_check: bool,
+    visit: &mut dyn FnMut(Item) -> Result<(), BackupError>,
+) -> Result<Summary, BackupError> {
     let name = path.display();
     let io_err = |e: io::Error| err(format!("{name}: {e}"));
     let mut f = File::open(path).map_err(io_err)?;
-    let size = f.metadata().map_err(io_err)?.len();
+    let size = f.metadata().map_err(io_err)?.len().saturating_sub(offset);
+    f.seek(SeekFrom::Start(offset)).map_err(io_err)?;
     let mut head = [0u8; 20];
     let got = read_up_to(&mut f, &mut head).map_err(io_err)?;
     if got == head.len() && head[16..20] == BBOLT_MAGIC {
@@ -243,12 +255,12 @@ pub fn read(
                  {ALIGN} plus the 32-byte sha256 a complete snapshot ends with"
             )));
         }
-        f.seek(SeekFrom::Start(0)).map_err(io_err)?;
+        f.seek(SeekFrom::Start(offset)).map_err(io_err)?;
         let mut r = BufReader::with_capacity(1 << 20, (&mut f).take(data_len));
         let mut sha = Sha256::new();
         io::copy(&mut r, &mut sha).map_err(io_err)?;
         let mut want = [0u8; SHA_LEN];
-        f.seek(SeekFrom::Start(data_len)).map_err(io_err)?;
+        f.seek(SeekFrom::Start(offset + data_len)).map_err(io_err)?;
         f.read_exact(&mut want).map_err(io_err)?;
         let got: [u8; SHA_LEN] = sha.finalize().into();
         if got != want {
@@ -261,7 +273,7 @@ pub fn read(
         }
         sha256 = hex(&got);
     }
-    f.seek(SeekFrom::Start(HEADER_LEN as u64)).map_err(io_err)?;
+    f.seek(SeekFrom::Start(offset + HEADER_LEN as u64)).map_err(io_err)?;
     let mut r = BufReader::with_capacity(1 << 20, f);
     let mut out = Summary { rev: -1, size, sha256, ..Default::default() };
     let mut offset = HEADER_LEN as u64;

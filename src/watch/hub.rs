@@ -417,6 +417,28 @@ impl WatchHub {
         }
     }
 
+    /// The store jumped to revision `rev` (a snapshot replaced its state): every live watcher
+    /// replays what it has not seen from the event log, as a slow watcher does, or gets the
+    /// compacted cancel if that history is gone.
+    pub fn jump(&self, rev: i64) {
+        let mut st = self.state.lock();
+        let from = st.published + 1;
+        st.published = st.published.max(rev);
+        for s in st.streams.values_mut() {
+            let mut wake = false;
+            for w in s.watchers.values_mut() {
+                if w.synced {
+                    w.synced = false;
+                    w.next_rev = from.max(w.start_rev);
+                    wake = true;
+                }
+            }
+            if wake {
+                s.wake.notify_one();
+            }
+        }
+    }
+
     /// One catch-up step for some unsynced watcher of the stream whose queue has drained.
     pub fn catch_up(&self, sid: u64) -> CatchUp {
         let (wid, from, target, range, no_put, no_delete, opts) =
