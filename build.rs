@@ -7,6 +7,9 @@
 //! the Watch server again (into `OUT_DIR/wire`), with `WatchResponse` replaced by
 //! `server::watch::WatchFrame`, a wire-identical message whose events are already-encoded
 //! bytes: an event is encoded once and the same bytes go to every watcher that gets it.
+//!
+//! A third pass compiles the peer protocol (proto/memetcd/raftpb.proto: what cluster members
+//! send each other), reusing the etcd types of the first pass.
 
 use std::path::PathBuf;
 
@@ -41,5 +44,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .extern_path(".etcdserverpb.WatchResponse", "crate::server::watch::WatchFrame")
         .codec_path("crate::server::codec::SmallBufferCodec")
         .compile_fds(watch_only)?;
+
+    // The etcd files stay in the set (prost looks up the messages it refers to) but generate
+    // nothing here: their packages are extern.
+    let peer_only = protox::compile(["proto/memetcd/raftpb.proto"], ["proto"])?;
+    let out = PathBuf::from(std::env::var("OUT_DIR")?).join("peer");
+    std::fs::create_dir_all(&out)?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .bytes(".")
+        .out_dir(out)
+        .extern_path(".etcdserverpb", "crate::proto::etcdserverpb")
+        .extern_path(".mvccpb", "crate::proto::mvccpb")
+        .extern_path(".authpb", "crate::proto::authpb")
+        .compile_fds(peer_only)?;
     Ok(())
 }

@@ -44,7 +44,83 @@ pub enum Error {
     NoSpace,
     /// A Maintenance.Snapshot stream that could not be completed.
     SnapshotFailed,
+    // ----- a cluster's errors -----
+    /// No leader is known (an election is going on, or a majority is unreachable).
+    NoLeader,
+    /// A proposal or read was not answered in time; it may still commit.
+    Timeout,
+    /// A proposal was in flight when the leader changed; it may or may not have committed.
+    TimeoutLeaderFail,
+    /// Leadership moved while a linearizable read waited.
+    LeaderChanged,
+    /// This member is stopping.
+    Stopped,
+    /// Between members only: the request reached a member that does not lead, and was not
+    /// appended to any log (the sender may send it again, to the leader).
+    NotLeader,
+    /// A membership change that could lose the quorum.
+    UnhealthyCluster,
+    /// A member id that is not in the cluster.
+    MemberNotFound,
+    /// MemberAdd or MemberUpdate with a peer URL another member has.
+    PeerUrlExists,
+    /// MemberPromote of a voter.
+    MemberNotLearner,
+    /// MemberPromote of a learner that has not caught up with the leader.
+    LearnerNotReady,
+    /// MemberAdd of a learner while the cluster has one.
+    TooManyLearners,
+    /// A learner asked for anything but Status, MemberList or a serializable read.
+    LearnerRpc,
+    /// MemberAdd or MemberRemove while too few members are started.
+    NotEnoughStartedMembers,
+    /// MoveLeader on a member that does not lead.
+    NotLeaderMoveLeader,
+    /// MoveLeader to a member that is not a voter in the cluster.
+    BadLeaderTransferee,
+    /// Something that should not happen (the server log says what).
+    Internal,
 }
+
+/// Every variant, in a fixed order: an error's position here is its code between members
+/// (see [`Error::code`]). Append only.
+const ALL: &[Error] = &[
+    Error::EmptyKey,
+    Error::KeyNotFound,
+    Error::ValueProvided,
+    Error::LeaseProvided,
+    Error::TooManyOps,
+    Error::DuplicateKey,
+    Error::InvalidSortOption,
+    Error::Compacted,
+    Error::FutureRev,
+    Error::RequestTooLarge,
+    Error::LeaseNotFound,
+    Error::LeaseExists,
+    Error::LeaseTtlTooLarge,
+    Error::AuthNotEnabled,
+    Error::MemberChangeUnsupported,
+    Error::WalUnavailable,
+    Error::NoSpace,
+    Error::SnapshotFailed,
+    Error::NoLeader,
+    Error::Timeout,
+    Error::TimeoutLeaderFail,
+    Error::LeaderChanged,
+    Error::Stopped,
+    Error::NotLeader,
+    Error::UnhealthyCluster,
+    Error::MemberNotFound,
+    Error::PeerUrlExists,
+    Error::MemberNotLearner,
+    Error::LearnerNotReady,
+    Error::TooManyLearners,
+    Error::LearnerRpc,
+    Error::NotEnoughStartedMembers,
+    Error::NotLeaderMoveLeader,
+    Error::BadLeaderTransferee,
+    Error::Internal,
+];
 
 impl Error {
     /// etcd's message for this error (`api/v3rpc/rpctypes`).
@@ -73,7 +149,47 @@ impl Error {
                 "etcdserver: WAL write failed (disk full or I/O error); writes are refused until \
                  it succeeds"
             }
+            Error::NoLeader => "etcdserver: no leader",
+            Error::Timeout => "etcdserver: request timed out",
+            Error::TimeoutLeaderFail => {
+                "etcdserver: request timed out, possibly due to previous leader failure"
+            }
+            Error::LeaderChanged => "etcdserver: leader changed",
+            Error::Stopped => "etcdserver: server stopped",
+            // Not an etcd error: it never reaches a client (the sender retries at the leader).
+            Error::NotLeader => "mem_etcd: not the leader; not appended",
+            Error::UnhealthyCluster => "etcdserver: unhealthy cluster",
+            Error::MemberNotFound => "etcdserver: member not found",
+            Error::PeerUrlExists => "etcdserver: Peer URLs already exists",
+            Error::MemberNotLearner => "etcdserver: can only promote a learner member",
+            Error::LearnerNotReady => {
+                "etcdserver: can only promote a learner member which is in sync with leader"
+            }
+            Error::TooManyLearners => "etcdserver: too many learner members in cluster",
+            Error::LearnerRpc => "etcdserver: rpc not supported for learner",
+            Error::NotEnoughStartedMembers => {
+                "etcdserver: re-configuration failed due to not enough started members"
+            }
+            Error::NotLeaderMoveLeader => "etcdserver: not leader",
+            Error::BadLeaderTransferee => "etcdserver: bad leader transferee",
+            Error::Internal => "etcdserver: internal error (see the server log)",
         }
+    }
+
+    /// A stable number for the error, to carry it between members.
+    pub fn code(&self) -> u32 {
+        ALL.iter().position(|e| e == self).expect("every variant is in ALL") as u32
+    }
+
+    /// The error of [`Error::code`].
+    pub fn from_code(code: u32) -> Option<Error> {
+        ALL.get(code as usize).cloned()
+    }
+
+    /// The error whose message `message` is: how a member recognises an error another member
+    /// answered with (statuses between members carry these messages, as to clients).
+    pub fn from_message(message: &str) -> Option<Error> {
+        ALL.iter().find(|e| e.message() == message).cloned()
     }
 }
 

@@ -55,6 +55,7 @@ pub mod keyspace;
 pub mod lease;
 pub mod metrics;
 pub mod mvcc;
+pub mod raft;
 pub mod revision;
 pub mod server;
 pub mod snapshot_cmd;
@@ -76,5 +77,9 @@ pub mod proto {
     /// The Watch server again, answering with pre-encoded events (see `build.rs`).
     pub mod wire {
         include!(concat!(env!("OUT_DIR"), "/wire/etcdserverpb.rs"));
+    }
+    /// mem_etcd's peer protocol (`proto/memetcd/raftpb.proto`).
+    pub mod memetcdpb {
+        include!(concat!(env!("OUT_DIR"), "/peer/memetcdpb.rs"));
     }
 }

@@ -23,9 +23,25 @@ pub fn code(e: &Error) -> Code {
             Code::FailedPrecondition
         }
         // Unavailable: clients retry elsewhere or later, as for a member that lost its disk.
-        Error::WalUnavailable => Code::Unavailable,
+        Error::WalUnavailable
+        | Error::NoLeader
+        | Error::Timeout
+        | Error::TimeoutLeaderFail
+        | Error::LeaderChanged
+        | Error::Stopped
+        | Error::NotLeader
+        | Error::UnhealthyCluster
+        | Error::LearnerRpc => Code::Unavailable,
         Error::NoSpace => Code::ResourceExhausted,
-        Error::SnapshotFailed => Code::Internal,
+        Error::SnapshotFailed | Error::Internal => Code::Internal,
+        Error::MemberNotFound => Code::NotFound,
+        Error::PeerUrlExists
+        | Error::MemberNotLearner
+        | Error::LearnerNotReady
+        | Error::TooManyLearners
+        | Error::NotEnoughStartedMembers
+        | Error::NotLeaderMoveLeader
+        | Error::BadLeaderTransferee => Code::FailedPrecondition,
     }
 }
 

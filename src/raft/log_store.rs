@@ -1,0 +1,733 @@
+//! The Raft log (openraft's `RaftLogStorage`): entries, the vote and the committed position, in
+//! memory and, per `--wal-mode`, on disk. In a cluster this is the write-ahead log: a write is
+//! logged once, here, as the client's request; the store applies it from the log and keeps no
+//! WAL of its own, and snapshots (see `state_machine`) bound the log's length.
+//!
+//! # On disk
+//! `<data-dir>/raft/log/<seq>-<first index>.log` (16 hex digits each), framed and checksummed
+//! as the WAL's segments are (`wal::segment`), under their own magic. Records: an entry, the
+//! vote, the committed log id, a truncation (entries after a log id are gone) and a purge
+//! (entries up to a log id are gone). Each segment starts by restating the vote, the committed
+//! log id and the purge point, so a segment whose entries are all purged can be deleted without
+//! losing them.
+//!
+//! # When an append counts as written
+//! `none`: at once (a restarted member has nothing; see `node` for how it rejoins). `buffered`:
+//! once `write(2)` returned, fdatasync'd every `--wal-flush-interval` in the background.
+//! `fsync`: once fdatasync'd, by a syncer thread that takes every append made since its last
+//! sync (group commit). openraft counts a member's acknowledgement only then, so a write is
+//! acknowledged once a majority holds it as its mode promises.
+
+use std::collections::VecDeque;
+use std::fmt::Debug;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::ops::{Bound, RangeBounds};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use openraft::storage::{IOFlushed, RaftLogStorage};
+use openraft::{EntryPayload, LogState, RaftLogReader};
+use parking_lot::{Condvar, Mutex};
+use prost::Message;
+
+use super::{CommittedLeaderId, Entry, LogId, Proposal, TypeConfig, Vote, codec};
+use crate::proto::memetcdpb as pb;
+use crate::wal::Mode;
+use crate::wal::record::{Decoder, FILE_HEADER_LEN, Framer, put_bytes, put_uvarint};
+use crate::wal::segment::{self, End};
+
+/// First bytes of a Raft log segment.
+const MAGIC: &[u8; 8] = b"MEMETCDR";
+const VERSION: u32 = 1;
+
+/// Record types. Values are part of the format: never reuse one.
+mod tag {
+    pub const ENTRY: u8 = 1;
+    pub const VOTE: u8 = 2;
+    pub const COMMITTED: u8 = 3;
+    pub const TRUNCATE: u8 = 4;
+    pub const PURGE: u8 = 5;
+    pub const BLANK: u8 = 0;
+    pub const NORMAL: u8 = 1;
+    pub const MEMBERSHIP: u8 = 2;
+}
+
+/// A decoded log record.
+#[derive(Debug)]
+enum Record {
+    Entry(Entry),
+    Vote(Vote),
+    Committed(Option<LogId>),
+    /// Entries after this log id (all, if none) are gone.
+    Truncate(Option<LogId>),
+    Purge(LogId),
+}
+
+fn put_log_id(out: &mut Vec<u8>, l: &Option<LogId>) {
+    match l {
+        None => out.push(0),
+        Some(l) => {
+            out.push(1);
+            put_uvarint(out, l.leader_id.term);
+            put_uvarint(out, l.index);
+        }
+    }
+}
+
+impl Record {
+    fn encode(&self, out: &mut Vec<u8>) {
+        let mut f = Framer::new(out);
+        let b = f.body();
+        match self {
+            Record::Entry(e) => {
+                b.push(tag::ENTRY);
+                put_uvarint(b, e.log_id.leader_id.term);
+                put_uvarint(b, e.log_id.index);
+                match &e.payload {
+                    EntryPayload::Blank => b.push(tag::BLANK),
+                    EntryPayload::Normal(p) => {
+                        b.push(tag::NORMAL);
+                        put_bytes(b, &p.0);
+                    }
+                    EntryPayload::Membership(m) => {
+                        b.push(tag::MEMBERSHIP);
+                        put_bytes(b, &codec::membership(m).encode_to_vec());
+                    }
+                }
+            }
+            Record::Vote(v) => {
+                b.push(tag::VOTE);
+                put_uvarint(b, v.leader_id.term);
+                put_uvarint(b, v.leader_id.voted_for);
+                b.push(u8::from(v.committed));
+            }
+            Record::Committed(l) => {
+                b.push(tag::COMMITTED);
+                put_log_id(b, l);
+            }
+            Record::Truncate(l) => {
+                b.push(tag::TRUNCATE);
+                put_log_id(b, l);
+            }
+            Record::Purge(l) => {
+                b.push(tag::PURGE);
+                put_log_id(b, &Some(*l));
+            }
+        }
+        f.finish();
+    }
+
+    fn decode(body: &Bytes) -> Option<Record> {
+        let mut r = Decoder::new(body, 1);
+        let rec = match *body.first()? {
+            tag::ENTRY => {
+                let log_id = LogId::new(CommittedLeaderId::new(r.uvarint()?), r.uvarint()?);
+                let payload = match r.byte()? {
+                    tag::BLANK => EntryPayload::Blank,
+                    tag::NORMAL => EntryPayload::Normal(Proposal(r.bytes()?)),
+                    tag::MEMBERSHIP => {
+                        let m = pb::Membership::decode(r.bytes()?).ok()?;
+                        EntryPayload::Membership(codec::from_membership(&Some(m)).ok()?)
+                    }
+                    _ => return None,
+                };
+                Record::Entry(Entry { log_id, payload })
+            }
+            tag::VOTE => {
+                let (term, node, committed) = (r.uvarint()?, r.uvarint()?, r.byte()? == 1);
+                Record::Vote(if committed {
+                    Vote::new_committed(term, node)
+                } else {
+                    Vote::new(term, node)
+                })
+            }
+            tag::COMMITTED => Record::Committed(get_log_id(&mut r)?),
+            tag::TRUNCATE => Record::Truncate(get_log_id(&mut r)?),
+            tag::PURGE => Record::Purge(get_log_id(&mut r)??),
+            _ => return None,
+        };
+        r.done().then_some(rec)
+    }
+}
+
+fn get_log_id(r: &mut Decoder<'_>) -> Option<Option<LogId>> {
+    Some(match r.byte()? {
+        0 => None,
+        _ => Some(LogId::new(CommittedLeaderId::new(r.uvarint()?), r.uvarint()?)),
+    })
+}
+
+/// The log as openraft sees it. Entries are kept in memory from the purge point on, so reads
+/// (replication to followers) never touch the disk.
+#[derive(Debug, Default)]
+struct Mem {
+    /// The newest purged log id: entries up to it are gone.
+    purged: Option<LogId>,
+    /// Entries `purged.index + 1 ..`, consecutive.
+    entries: VecDeque<Entry>,
+    vote: Option<Vote>,
+    committed: Option<LogId>,
+}
+
+impl Mem {
+    /// The index the first entry in memory has (or would have).
+    fn first_index(&self) -> u64 {
+        self.purged.map_or(0, |p| p.index + 1)
+    }
+
+    fn last_log_id(&self) -> Option<LogId> {
+        self.entries.back().map(|e| e.log_id).or(self.purged)
+    }
+
+    fn truncate_after(&mut self, after: Option<LogId>) {
+        let keep = after.map_or(0, |l| l.index + 1).saturating_sub(self.first_index());
+        self.entries.truncate(keep as usize);
+    }
+
+    fn push(&mut self, e: Entry) -> io::Result<()> {
+        let want = self.last_log_id().map_or(0, |l| l.index + 1);
+        if e.log_id.index < want {
+            // An entry rewritten after a conflict: what followed it is gone too.
+            self.truncate_after(e.log_id.index.checked_sub(1).map(|i| self.log_id_at(i)));
+        } else if e.log_id.index > want {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("raft log: entry {} after {want}: a hole in the log", e.log_id.index),
+            ));
+        }
+        if e.log_id.index >= self.first_index() {
+            self.entries.push_back(e);
+        }
+        Ok(())
+    }
+
+    fn log_id_at(&self, index: u64) -> LogId {
+        match index.checked_sub(self.first_index()) {
+            Some(i) => self.entries[i as usize].log_id,
+            None => self.purged.expect("an index below the first entry is purged"),
+        }
+    }
+
+    fn purge(&mut self, upto: LogId) {
+        let n = (upto.index + 1).saturating_sub(self.first_index()).min(self.entries.len() as u64);
+        self.entries.drain(..n as usize);
+        self.purged = Some(upto);
+    }
+
+    fn range(&self, range: impl RangeBounds<u64>) -> Vec<Entry> {
+        let first = self.first_index();
+        let start = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s + 1,
+            Bound::Unbounded => first,
+        }
+        .max(first);
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e + 1,
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => u64::MAX,
+        }
+        .min(first + self.entries.len() as u64);
+        if start >= end {
+            return Vec::new();
+        }
+        self.entries.range((start - first) as usize..(end - first) as usize).cloned().collect()
+    }
+}
+
+/// The log's files and how writes reach them.
+#[derive(Debug)]
+struct Disk {
+    dir: PathBuf,
+    mode: Mode,
+    segment_bytes: u64,
+    /// The segment being written and what else the writer needs; appends come from openraft's
+    /// log task one at a time, the syncer takes the lock only to sync.
+    file: Mutex<Segment>,
+    /// fsync mode: callbacks waiting for the next fdatasync, and whether the syncer should
+    /// stop; buffered mode: whether anything was written since the last background sync.
+    sync: Mutex<SyncQueue>,
+    wake: Condvar,
+}
+
+#[derive(Debug)]
+struct Segment {
+    file: File,
+    path: PathBuf,
+    seq: u64,
+    size: u64,
+    /// Segments before this one, oldest first: (path, first index it may hold).
+    older: Vec<(PathBuf, u64)>,
+    first: u64,
+}
+
+#[derive(Default)]
+struct SyncQueue {
+    waiting: Vec<IOFlushed<TypeConfig>>,
+    dirty: bool,
+    stop: bool,
+}
+
+impl Debug for SyncQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncQueue").field("waiting", &self.waiting.len()).finish()
+    }
+}
+
+fn segment_name(seq: u64, first: u64) -> String {
+    format!("{seq:016x}-{first:016x}.log")
+}
+
+fn file_header() -> [u8; FILE_HEADER_LEN as usize] {
+    let mut h = [0u8; FILE_HEADER_LEN as usize];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    h
+}
+
+/// A Raft log of `--wal-mode` in `dir` (`None` for mode none).
+#[derive(Clone, Debug)]
+pub struct LogStore {
+    /// Shared by openraft's log task (writes) and the replication tasks (reads); held briefly,
+    /// never across an await.
+    mem: Arc<Mutex<Mem>>,
+    disk: Option<Arc<Disk>>,
+    /// Bytes of entries appended since start: what snapshots are scheduled by.
+    appended: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Options for the log's files.
+#[derive(Clone, Debug)]
+pub struct LogOptions {
+    pub dir: PathBuf,
+    pub mode: Mode,
+    pub segment_bytes: u64,
+    pub flush_interval: Duration,
+}
+
+impl LogStore {
+    /// An empty log kept in memory only.
+    pub fn in_memory() -> Self {
+        Self { mem: Arc::new(Mutex::new(Mem::default())), disk: None, appended: Default::default() }
+    }
+
+    /// Opens (or creates) the log in `opts.dir`, reading back what it holds; a torn last
+    /// record is cut off, corruption elsewhere refuses to start.
+    pub fn open(opts: &LogOptions) -> io::Result<Self> {
+        if opts.mode == Mode::None {
+            return Ok(Self::in_memory());
+        }
+        fs::create_dir_all(&opts.dir)?;
+        let mut mem = Mem::default();
+        let mut segs = list(&opts.dir)?;
+        let n = segs.len();
+        for (i, (path, _, _)) in segs.iter().enumerate() {
+            let data = fs::read(path)?;
+            let read = segment::parse(&data, MAGIC, VERSION, Record::decode);
+            for (_, rec) in read.records {
+                match rec {
+                    Record::Entry(e) => mem.push(e)?,
+                    Record::Vote(v) => mem.vote = Some(v),
+                    Record::Committed(c) => mem.committed = c,
+                    Record::Truncate(after) => mem.truncate_after(after),
+                    Record::Purge(upto) => {
+                        if mem.purged < Some(upto) {
+                            mem.purge(upto)
+                        }
+                    }
+                }
+            }
+            match read.end {
+                End::Clean => {}
+                End::Torn { offset, reason } if i + 1 == n => {
+                    tracing::warn!(file = %path.display(), offset, reason, "raft log: torn tail cut off");
+                    segment::truncate(path, offset.max(FILE_HEADER_LEN))?;
+                }
+                End::Torn { offset, reason } | End::Corrupt { offset, reason, .. } => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("raft log {} at offset {offset}: {reason}", path.display()),
+                    ));
+                }
+            }
+        }
+        let next = mem.last_log_id().map_or(0, |l| l.index + 1);
+        let (seq, older) = match segs.pop() {
+            Some((_, seq, _)) => (seq + 1, segs.into_iter().map(|(p, _, f)| (p, f)).collect()),
+            None => (1, Vec::new()),
+        };
+        let seg = new_segment(&opts.dir, seq, next, older, &mem)?;
+        let disk = Arc::new(Disk {
+            dir: opts.dir.clone(),
+            mode: opts.mode,
+            segment_bytes: opts.segment_bytes.max(1 << 20),
+            file: Mutex::new(seg),
+            sync: Mutex::new(SyncQueue::default()),
+            wake: Condvar::new(),
+        });
+        let me = disk.clone();
+        let interval = opts.flush_interval;
+        std::thread::Builder::new()
+            .name("raft-log-sync".into())
+            .spawn(move || me.run_syncer(interval))?;
+        Ok(Self { mem: Arc::new(Mutex::new(mem)), disk: Some(disk), appended: Default::default() })
+    }
+
+    /// Bytes of entries appended since start.
+    pub fn appended_bytes(&self) -> u64 {
+        self.appended.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Stops the syncer after a last sync (shutdown).
+    pub fn close(&self) {
+        if let Some(d) = &self.disk {
+            d.sync.lock().stop = true;
+            d.wake.notify_all();
+            let _ = d.file.lock().file.sync_data();
+        }
+    }
+
+    /// The vote and the last log id, for a member deciding at start whether it holds a
+    /// cluster's state.
+    pub fn is_pristine(&self) -> bool {
+        let m = self.mem.lock();
+        m.vote.is_none() && m.last_log_id().is_none()
+    }
+
+    /// Writes records; `sync` makes them durable before returning (votes), whatever the mode.
+    fn write(&self, recs: &[Record], sync: bool) -> io::Result<()> {
+        let Some(d) = &self.disk else { return Ok(()) };
+        let mut buf = Vec::new();
+        for r in recs {
+            r.encode(&mut buf);
+        }
+        let mut seg = d.file.lock();
+        seg.file.write_all(&buf)?;
+        seg.size += buf.len() as u64;
+        if sync {
+            seg.file.sync_data()?;
+        } else if d.mode == Mode::Buffered {
+            d.sync.lock().dirty = true;
+        }
+        Ok(())
+    }
+
+    /// Starts a new segment once the current one is full; called between appends.
+    fn maybe_rotate(&self) -> io::Result<()> {
+        let Some(d) = &self.disk else { return Ok(()) };
+        let mut seg = d.file.lock();
+        if seg.size < d.segment_bytes {
+            return Ok(());
+        }
+        seg.file.sync_data()?;
+        let mem = self.mem.lock();
+        let next = mem.last_log_id().map_or(0, |l| l.index + 1);
+        let mut older = std::mem::take(&mut seg.older);
+        older.push((seg.path.clone(), seg.first));
+        *seg = new_segment(&d.dir, seg.seq + 1, next, older, &mem)?;
+        Ok(())
+    }
+
+    /// Deletes segments whose entries are all purged.
+    fn delete_purged(&self, purged: u64) -> io::Result<()> {
+        let Some(d) = &self.disk else { return Ok(()) };
+        let mut seg = d.file.lock();
+        let current_first = seg.first;
+        let mut firsts: Vec<u64> = seg.older.iter().map(|o| o.1).collect();
+        firsts.push(current_first);
+        let mut keep = Vec::new();
+        let mut deleted = false;
+        for (i, (path, first)) in std::mem::take(&mut seg.older).into_iter().enumerate() {
+            // Entries of segment i are below the next segment's first index (a rewrite after a
+            // conflict only lowers what later segments hold).
+            if firsts[i + 1].saturating_sub(1) <= purged && (keep.is_empty()) {
+                fs::remove_file(&path)?;
+                deleted = true;
+            } else {
+                keep.push((path, first));
+            }
+        }
+        seg.older = keep;
+        if deleted {
+            segment::sync_dir(&d.dir)?;
+        }
+        Ok(())
+    }
+}
+
+/// The segments in `dir`, oldest first: (path, seq, first index).
+fn list(dir: &Path) -> io::Result<Vec<(PathBuf, u64, u64)>> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name();
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".log")) else { continue };
+        let Some((seq, first)) = stem.split_once('-') else { continue };
+        if let (Ok(seq), Ok(first)) = (u64::from_str_radix(seq, 16), u64::from_str_radix(first, 16))
+        {
+            out.push((e.path(), seq, first));
+        }
+    }
+    out.sort_by_key(|s| s.1);
+    Ok(out)
+}
+
+/// Creates segment `seq`, restating the vote, the purge point and the committed log id so
+/// that older segments can go once purged.
+fn new_segment(
+    dir: &Path,
+    seq: u64,
+    first: u64,
+    older: Vec<(PathBuf, u64)>,
+    mem: &Mem,
+) -> io::Result<Segment> {
+    let path = dir.join(segment_name(seq, first));
+    let mut buf = file_header().to_vec();
+    if let Some(v) = mem.vote {
+        Record::Vote(v).encode(&mut buf);
+    }
+    if let Some(p) = mem.purged {
+        Record::Purge(p).encode(&mut buf);
+    }
+    Record::Committed(mem.committed).encode(&mut buf);
+    let mut file = OpenOptions::new().create_new(true).append(true).open(&path)?;
+    file.write_all(&buf)?;
+    file.sync_all()?;
+    segment::sync_dir(dir)?;
+    Ok(Segment { file, path, seq, size: buf.len() as u64, older, first })
+}
+
+impl Disk {
+    /// fsync mode: syncs whenever appends wait, then tells openraft they are durable (all
+    /// appends made before the sync started are in it). Buffered mode: syncs what was
+    /// written every `interval`.
+    fn run_syncer(&self, interval: Duration) {
+        loop {
+            let waiting = {
+                let mut q = self.sync.lock();
+                if self.mode == Mode::Fsync {
+                    while q.waiting.is_empty() && !q.stop {
+                        self.wake.wait(&mut q);
+                    }
+                } else if !q.stop {
+                    self.wake.wait_for(&mut q, interval);
+                }
+                if q.stop && q.waiting.is_empty() {
+                    return;
+                }
+                q.dirty = false;
+                std::mem::take(&mut q.waiting)
+            };
+            // The file lock is held only to clone the handle: appends go on while we sync.
+            let file = self.file.lock().file.try_clone();
+            let result = file.and_then(|f| f.sync_data());
+            if let Err(e) = &result {
+                tracing::error!(error = %e, "raft log: fdatasync failed");
+            }
+            for cb in waiting {
+                cb.io_completed(
+                    result
+                        .as_ref()
+                        .map(|_| ())
+                        .map_err(|e| io::Error::new(e.kind(), e.to_string())),
+                );
+            }
+        }
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        Ok(self.mem.lock().range(range))
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        Ok(self.mem.lock().vote)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+        let m = self.mem.lock();
+        Ok(LogState { last_purged_log_id: m.purged, last_log_id: m.last_log_id() })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        // Durable before returning, in every mode that has a disk: a vote forgotten in a crash
+        // could be given twice in one term.
+        self.write(&[Record::Vote(*vote)], true)?;
+        self.mem.lock().vote = Some(*vote);
+        Ok(())
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
+        // Not synced: it only lets a restarted member re-apply up to it at once; a lost one is
+        // learned again from the leader.
+        self.write(&[Record::Committed(committed)], false)?;
+        self.mem.lock().committed = committed;
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
+        Ok(self.mem.lock().committed)
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: IOFlushed<TypeConfig>,
+    ) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let bytes: usize = entries
+            .iter()
+            .map(|e| match &e.payload {
+                EntryPayload::Normal(p) => p.0.len() + 16,
+                _ => 16,
+            })
+            .sum();
+        self.appended.fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
+        if let Some(d) = &self.disk {
+            let mut buf = Vec::new();
+            for e in &entries {
+                Record::Entry(e.clone()).encode(&mut buf);
+            }
+            {
+                let mut seg = d.file.lock();
+                seg.file.write_all(&buf)?;
+                seg.size += buf.len() as u64;
+            }
+            {
+                let mut mem = self.mem.lock();
+                for e in entries {
+                    mem.push(e)?;
+                }
+            }
+            let mut q = d.sync.lock();
+            match d.mode {
+                Mode::Fsync => {
+                    q.waiting.push(callback);
+                    drop(q);
+                    d.wake.notify_one();
+                }
+                _ => {
+                    q.dirty = true;
+                    drop(q);
+                    callback.io_completed(Ok(()));
+                }
+            }
+            self.maybe_rotate()?;
+            return Ok(());
+        }
+        let mut mem = self.mem.lock();
+        for e in entries {
+            mem.push(e)?;
+        }
+        drop(mem);
+        callback.io_completed(Ok(()));
+        Ok(())
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
+        self.write(&[Record::Truncate(last_log_id)], false)?;
+        self.mem.lock().truncate_after(last_log_id);
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        self.write(&[Record::Purge(log_id)], false)?;
+        self.mem.lock().purge(log_id);
+        self.delete_purged(log_id.index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(term: u64, index: u64, data: &'static [u8]) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(term), index),
+            payload: EntryPayload::Normal(Proposal(Bytes::from_static(data))),
+        }
+    }
+
+    fn opts(dir: &Path, mode: Mode) -> LogOptions {
+        LogOptions {
+            dir: dir.join("log"),
+            mode,
+            segment_bytes: 1 << 20,
+            flush_interval: Duration::from_millis(5),
+        }
+    }
+
+    async fn append(s: &mut LogStore, entries: Vec<Entry>) {
+        use openraft::type_config::TypeConfigExt;
+        let (tx, rx) = TypeConfig::oneshot();
+        s.append(entries, IOFlushed::signal(tx)).await.unwrap();
+        rx.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_log_survives_a_restart_with_truncations_and_purges() {
+        for mode in [Mode::Buffered, Mode::Fsync] {
+            let dir = tempfile::tempdir().unwrap();
+            {
+                let mut s = LogStore::open(&opts(dir.path(), mode)).unwrap();
+                s.save_vote(&Vote::new_committed(2, 7)).await.unwrap();
+                append(&mut s, vec![entry(1, 0, b"a"), entry(1, 1, b"b"), entry(1, 2, b"c")]).await;
+                s.truncate_after(Some(LogId::new(CommittedLeaderId::new(1), 1))).await.unwrap();
+                append(&mut s, vec![entry(2, 2, b"C"), entry(2, 3, b"d")]).await;
+                s.save_committed(Some(LogId::new(CommittedLeaderId::new(2), 3))).await.unwrap();
+                s.purge(LogId::new(CommittedLeaderId::new(1), 0)).await.unwrap();
+                s.close();
+            }
+            let mut s = LogStore::open(&opts(dir.path(), mode)).unwrap();
+            assert_eq!(s.read_vote().await.unwrap(), Some(Vote::new_committed(2, 7)));
+            let st = s.get_log_state().await.unwrap();
+            assert_eq!(st.last_purged_log_id.unwrap().index, 0);
+            assert_eq!(st.last_log_id.unwrap(), LogId::new(CommittedLeaderId::new(2), 3));
+            let got = s.try_get_log_entries(0..10).await.unwrap();
+            assert_eq!(got, vec![entry(1, 1, b"b"), entry(2, 2, b"C"), entry(2, 3, b"d")]);
+            assert_eq!(s.read_committed().await.unwrap().unwrap().index, 3);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_torn_tail_is_cut_off_and_full_segments_roll_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = opts(dir.path(), Mode::Buffered);
+        o.segment_bytes = 1;
+        {
+            let mut s = LogStore::open(&o).unwrap();
+            for i in 0..5 {
+                append(&mut s, vec![entry(1, i, b"0123456789")]).await;
+            }
+            s.purge(LogId::new(CommittedLeaderId::new(1), 2)).await.unwrap();
+            s.close();
+        }
+        let segs = list(&o.dir).unwrap();
+        assert!(segs.len() < 6, "purged segments are deleted: {segs:?}");
+        let last = &segs.last().unwrap().0;
+        let mut f = OpenOptions::new().append(true).open(last).unwrap();
+        f.write_all(&[9, 0, 0, 0, 1]).unwrap();
+        let mut s = LogStore::open(&o).unwrap();
+        let got = s.try_get_log_entries(..).await.unwrap();
+        assert_eq!(got.iter().map(|e| e.log_id.index).collect::<Vec<_>>(), [3, 4]);
+    }
+}

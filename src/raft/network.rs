@@ -1,0 +1,367 @@
+//! Reaching the other members (etcd's `rafthttp`, client side): one HTTP/2 connection per peer
+//! over its peer URL, shared by openraft's replication, votes and snapshots and by the
+//! follower-to-leader requests of `node`. Every call is stamped with this member's cluster id
+//! and member id, which the receiving peer checks (`peer::check_stamp`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::io::{Read, Seek, SeekFrom};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{Backoff, RPCOption, RaftNetworkFactory, RaftNetworkV2};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
+};
+use parking_lot::Mutex;
+use tonic::metadata::MetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+
+use prost::Message;
+
+use super::state_machine::SnapshotFile;
+use super::{PeerNode, Snapshot, TypeConfig, Vote, codec};
+use crate::metrics::{Histogram, header};
+use crate::proto::memetcdpb as pb;
+
+/// Metadata keys of the stamp on every peer call.
+pub const CLUSTER_ID_KEY: &str = "memetcd-cluster-id";
+pub const MEMBER_ID_KEY: &str = "memetcd-member-id";
+
+/// Snapshot bytes per message.
+const SNAPSHOT_CHUNK: usize = 1 << 20;
+
+/// Adds the stamp to a call.
+#[derive(Clone, Debug)]
+pub struct Stamp {
+    cluster: MetadataValue<tonic::metadata::Ascii>,
+    member: MetadataValue<tonic::metadata::Ascii>,
+}
+
+impl tonic::service::Interceptor for Stamp {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut().insert(CLUSTER_ID_KEY, self.cluster.clone());
+        req.metadata_mut().insert(MEMBER_ID_KEY, self.member.clone());
+        Ok(req)
+    }
+}
+
+pub type RaftClient = pb::raft_client::RaftClient<InterceptedService<Channel, Stamp>>;
+pub type ForwardClient = pb::forward_client::ForwardClient<InterceptedService<Channel, Stamp>>;
+
+/// Traffic with one peer (etcd's `etcd_network_peer_*` metrics).
+#[derive(Debug)]
+pub struct PeerCounters {
+    pub sent_bytes: AtomicU64,
+    pub received_bytes: AtomicU64,
+    /// Append and vote round trips, as the sender measures them.
+    pub round_trip: Histogram,
+}
+
+/// Traffic with every peer, by member id.
+#[derive(Debug, Default)]
+pub struct PeerStats {
+    /// Locked to find a peer's counters (a map lookup per message), never while counting.
+    peers: Mutex<BTreeMap<u64, Arc<PeerCounters>>>,
+}
+
+impl PeerStats {
+    pub fn of(&self, id: u64) -> Arc<PeerCounters> {
+        self.peers
+            .lock()
+            .entry(id)
+            .or_insert_with(|| {
+                Arc::new(PeerCounters {
+                    sent_bytes: AtomicU64::new(0),
+                    received_bytes: AtomicU64::new(0),
+                    round_trip: Histogram::seconds(),
+                })
+            })
+            .clone()
+    }
+
+    /// The metrics, with etcd's names and labels.
+    pub fn render(&self, out: &mut String) {
+        let peers: Vec<(u64, Arc<PeerCounters>)> =
+            self.peers.lock().iter().map(|(k, v)| (*k, v.clone())).collect();
+        header(
+            out,
+            "etcd_network_peer_sent_bytes_total",
+            "The total number of bytes sent to peers.",
+            "counter",
+        );
+        for (id, c) in &peers {
+            let _ = writeln!(
+                out,
+                "etcd_network_peer_sent_bytes_total{{To=\"{id:x}\"}} {}",
+                c.sent_bytes.load(Ordering::Relaxed)
+            );
+        }
+        header(
+            out,
+            "etcd_network_peer_received_bytes_total",
+            "The total number of bytes received from peers.",
+            "counter",
+        );
+        for (id, c) in &peers {
+            let _ = writeln!(
+                out,
+                "etcd_network_peer_received_bytes_total{{From=\"{id:x}\"}} {}",
+                c.received_bytes.load(Ordering::Relaxed)
+            );
+        }
+        let name = "etcd_network_peer_round_trip_time_seconds";
+        header(out, name, "Round-Trip-Time histogram between peers", "histogram");
+        for (id, c) in &peers {
+            c.round_trip.render_series(out, name, &format!("To=\"{id:x}\""));
+        }
+    }
+}
+
+/// Connections to peers, by member id, made on first use and kept while the peer's URLs stay
+/// the same. Shared by every replication task and by the forwarding of client requests.
+#[derive(Debug)]
+pub struct Peers {
+    stamp: Stamp,
+    /// TLS for https peer URLs (`--peer-*` flags), if configured.
+    tls: Option<super::tls::PeerTls>,
+    /// Locked to look up or add a connection (cheap: a channel clones a handle).
+    channels: Mutex<HashMap<u64, (Vec<String>, Channel)>>,
+    /// How long a connection attempt may take.
+    connect_timeout: Duration,
+    /// Bytes and round trips, per peer.
+    pub stats: PeerStats,
+}
+
+impl Peers {
+    pub fn new(
+        cluster_id: u64,
+        member_id: u64,
+        tls: Option<super::tls::PeerTls>,
+        connect_timeout: Duration,
+    ) -> Arc<Self> {
+        let v = |n: u64| MetadataValue::try_from(format!("{n:x}")).expect("hex is ascii");
+        Arc::new(Self {
+            stamp: Stamp { cluster: v(cluster_id), member: v(member_id) },
+            tls,
+            channels: Mutex::new(HashMap::new()),
+            connect_timeout,
+            stats: PeerStats::default(),
+        })
+    }
+
+    /// The connection to member `id` at `urls` (the first URL; etcd picks one too).
+    pub fn channel(&self, id: u64, urls: &[String]) -> Option<Channel> {
+        let mut g = self.channels.lock();
+        if let Some((u, ch)) = g.get(&id)
+            && u == urls
+        {
+            return Some(ch.clone());
+        }
+        let url = urls.first()?;
+        let endpoint = Endpoint::from_shared(url.clone())
+            .ok()?
+            .connect_timeout(self.connect_timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .keep_alive_timeout(Duration::from_secs(5))
+            .keep_alive_while_idle(true)
+            .initial_stream_window_size(4 << 20)
+            .initial_connection_window_size(16 << 20);
+        let ch = match (&self.tls, url.starts_with("https://")) {
+            (Some(tls), true) => tls.connect_lazy(endpoint),
+            _ => endpoint.connect_lazy(),
+        };
+        g.insert(id, (urls.to_vec(), ch.clone()));
+        Some(ch)
+    }
+
+    pub fn raft_client(&self, id: u64, urls: &[String]) -> Option<RaftClient> {
+        let ch = self.channel(id, urls)?;
+        Some(
+            pb::raft_client::RaftClient::with_interceptor(ch, self.stamp.clone())
+                .max_decoding_message_size(usize::MAX)
+                .max_encoding_message_size(usize::MAX),
+        )
+    }
+
+    pub fn forward_client(&self, id: u64, urls: &[String]) -> Option<ForwardClient> {
+        let ch = self.channel(id, urls)?;
+        Some(
+            pb::forward_client::ForwardClient::with_interceptor(ch, self.stamp.clone())
+                .max_decoding_message_size(usize::MAX)
+                .max_encoding_message_size(usize::MAX),
+        )
+    }
+}
+
+/// openraft's network factory: a connection per target.
+#[derive(Clone, Debug)]
+pub struct Network {
+    pub peers: Arc<Peers>,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Connection;
+
+    async fn new_client(&mut self, target: u64, node: &PeerNode) -> Connection {
+        Connection {
+            client: self.peers.raft_client(target, &node.peer_urls),
+            target,
+            stats: self.peers.stats.of(target),
+        }
+    }
+}
+
+/// openraft's view of one peer.
+#[derive(Debug)]
+pub struct Connection {
+    /// `None` when the peer has no usable URL: every call is then unreachable.
+    client: Option<RaftClient>,
+    target: u64,
+    stats: Arc<PeerCounters>,
+}
+
+fn unreachable(e: impl std::fmt::Display) -> RPCError<TypeConfig> {
+    RPCError::Unreachable(Unreachable::from_string(e.to_string()))
+}
+
+/// A failed call: unreachable (openraft backs off) unless the peer answered with an error.
+fn rpc_error(s: tonic::Status) -> RPCError<TypeConfig> {
+    match s.code() {
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
+            unreachable(s.message())
+        }
+        _ => RPCError::Network(NetworkError::from_string(format!("{}: {}", s.code(), s.message()))),
+    }
+}
+
+impl Connection {
+    fn client(&self) -> Result<RaftClient, RPCError<TypeConfig>> {
+        self.client
+            .clone()
+            .ok_or_else(|| unreachable(format!("member {:x} has no peer URL", self.target)))
+    }
+}
+
+fn with_timeout<T>(msg: T, ttl: Duration) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.set_timeout(ttl);
+    r
+}
+
+impl RaftNetworkV2<TypeConfig> for Connection {
+    type SnapshotData = SnapshotFile;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let msg = codec::append_request(&rpc);
+        self.stats.sent_bytes.fetch_add(msg.encoded_len() as u64, Ordering::Relaxed);
+        let started = std::time::Instant::now();
+        let resp =
+            self.client()?.append(with_timeout(msg, option.soft_ttl())).await.map_err(rpc_error)?;
+        self.stats.round_trip.observe_duration(started.elapsed());
+        codec::from_append_response(resp.into_inner())
+            .map_err(|e| RPCError::Network(NetworkError::from_string(e.to_string())))
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let req = with_timeout(codec::vote_request(&rpc), option.soft_ttl());
+        let resp = self.client()?.vote(req).await.map_err(rpc_error)?;
+        codec::from_vote_response(resp.into_inner())
+            .map_err(|e| RPCError::Network(NetworkError::from_string(e.to_string())))
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let req = with_timeout(codec::vote_request(&rpc), option.soft_ttl());
+        let resp = self.client()?.pre_vote(req).await.map_err(rpc_error)?;
+        codec::from_vote_response(resp.into_inner())
+            .map_err(|e| RPCError::Network(NetworkError::from_string(e.to_string())))
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl std::future::Future<Output = ReplicationClosed> + Send + 'static,
+        _option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let mut client = self.client().map_err(StreamingError::from)?;
+        let path = snapshot.snapshot.path.clone();
+        let header = pb::SnapshotChunk {
+            kind: Some(pb::snapshot_chunk::Kind::Header(pb::SnapshotHeader {
+                vote: Some(codec::vote(&vote)),
+                meta: Some(codec::snapshot_meta(&snapshot.meta)),
+                size: std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0),
+            })),
+        };
+        // The file is read on a blocking thread, a chunk at a time, as the peer takes them.
+        let (tx, rx) = tokio::sync::mpsc::channel::<pb::SnapshotChunk>(4);
+        let reader = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            let mut f = std::fs::File::open(&path)?;
+            f.seek(SeekFrom::Start(0))?;
+            if tx.blocking_send(header).is_err() {
+                return Ok(());
+            }
+            loop {
+                let mut buf = vec![0u8; SNAPSHOT_CHUNK];
+                let n = f.read(&mut buf)?;
+                if n == 0 {
+                    return Ok(());
+                }
+                buf.truncate(n);
+                let chunk =
+                    pb::SnapshotChunk { kind: Some(pb::snapshot_chunk::Kind::Data(buf.into())) };
+                if tx.blocking_send(chunk).is_err() {
+                    return Ok(());
+                }
+            }
+        });
+        let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+        let send = client.install_snapshot(stream);
+        tokio::pin!(cancel);
+        let resp = tokio::select! {
+            r = send => r,
+            closed = &mut cancel => {
+                reader.abort();
+                return Err(StreamingError::Closed(closed));
+            }
+        };
+        let _ = reader.await;
+        let resp = resp.map_err(|s| StreamingError::from(rpc_error(s)))?.into_inner();
+        let vote = codec::from_vote(&resp.vote)
+            .map_err(|e| StreamingError::Network(NetworkError::from_string(e.to_string())))?;
+        Ok(SnapshotResponse::new(vote))
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let req = with_timeout(codec::transfer_leader(&req), option.soft_ttl());
+        self.client()?.transfer_leader(req).await.map_err(rpc_error)?;
+        Ok(Ok(()))
+    }
+
+    fn backoff(&self) -> Option<Backoff> {
+        // A member that is down is retried every 200 ms: quick to notice it back, cheap while
+        // it stays away.
+        Some(Backoff::new(std::iter::repeat(Duration::from_millis(200))))
+    }
+}

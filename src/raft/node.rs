@@ -1,0 +1,778 @@
+//! This member's Raft node (etcd's `raftNode` and the parts of `EtcdServer` that talk to it):
+//! starting or joining a cluster, proposing requests (forwarded to the leader from a
+//! follower), linearizable read barriers, membership changes and leader transfer.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use openraft::async_runtime::WatchReceiver;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{ChangeMembers, ReadPolicy, ServerState};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::log_store::{LogOptions, LogStore};
+use super::membership::InitialMember;
+use super::network::{Network, Peers};
+use super::state_machine::{Machine, StateMachine};
+use super::{PeerNode, Proposal, Raft, TypeConfig};
+use crate::error::Error;
+use crate::proto::memetcdpb as pb;
+use crate::wal::Mode;
+
+/// What a member needs to start its Raft node.
+#[derive(Clone, Debug)]
+pub struct NodeOptions {
+    pub name: String,
+    /// This member's id and the cluster's, as derived from the flags (a restarted member uses
+    /// the ids it stored instead).
+    pub member_id: u64,
+    pub cluster_id: u64,
+    /// This member's peer URLs as others reach it (`--initial-advertise-peer-urls`).
+    pub peer_urls: Vec<String>,
+    /// `--initial-cluster`, with ids.
+    pub initial: BTreeMap<u64, InitialMember>,
+    /// `--initial-cluster-state new` (false: `existing`, join a running cluster).
+    pub new_cluster: bool,
+    /// `<data-dir>/raft`.
+    pub dir: PathBuf,
+    pub mode: Mode,
+    pub segment_bytes: u64,
+    pub flush_interval: Duration,
+    /// A snapshot is taken once this many bytes were logged since the last one (or the
+    /// machine's size, if larger).
+    pub snapshot_bytes: u64,
+    pub heartbeat: Duration,
+    pub election: Duration,
+    pub tls: Option<super::tls::PeerTls>,
+}
+
+/// Why a proposal or read did not succeed, in etcd's terms.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// This member's role, for the lessor (only the leader expires leases) and metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Role {
+    pub leader: Option<u64>,
+    pub term: u64,
+    pub is_leader: bool,
+    /// A learner serves only Status, MemberList and serializable reads.
+    pub is_learner: bool,
+}
+
+/// The Raft node and what serving clients needs of it.
+#[derive(Debug)]
+pub struct RaftNode {
+    pub id: u64,
+    pub cluster_id: u64,
+    pub raft: Raft,
+    peers: Arc<Peers>,
+    log: LogStore,
+    /// The applied index, after each batch of entries applied.
+    applied: watch::Receiver<u64>,
+    /// Leader, term and whether this member leads, from openraft's metrics.
+    role: watch::Receiver<Role>,
+    /// Cached for every response header (raft_term) without a channel borrow.
+    term: AtomicU64,
+    pub leader_changes: AtomicU64,
+    pub proposals_failed: AtomicU64,
+    pub proposals_pending: AtomicU64,
+    /// In `--wal-mode none`, a member that came back without its state must not vote (nor
+    /// campaign) until its cluster has re-admitted it: it may have acknowledged entries it no
+    /// longer holds. Refusing a vote never endangers Raft's safety, only its progress.
+    voting_blocked: AtomicBool,
+    opts: NodeOptions,
+}
+
+/// How long a proposal may take before it is answered "request timed out" (etcd: 5 s plus two
+/// election timeouts).
+fn request_timeout(election: Duration) -> Duration {
+    Duration::from_secs(5) + 2 * election
+}
+
+fn raft_config(o: &NodeOptions) -> std::result::Result<openraft::Config, String> {
+    let hb = o.heartbeat.as_millis().max(10) as u64;
+    let el = o.election.as_millis().max(hb as u128 * 3) as u64;
+    let c = openraft::Config {
+        cluster_name: format!("{:x}", o.cluster_id),
+        heartbeat_interval: hb,
+        election_timeout_min: el,
+        election_timeout_max: el * 2,
+        // Snapshots are triggered by `snapshot_loop`, by bytes logged, as the WAL's are.
+        snapshot_policy: openraft::SnapshotPolicy::Never,
+        // Entries kept after a snapshot, so a follower slightly behind catches up from the log
+        // rather than by a snapshot (etcd keeps 5,000).
+        max_in_snapshot_log_to_keep: 5000,
+        max_payload_entries: 4096,
+        enable_pre_vote: Some(true),
+        install_snapshot_timeout: 60_000,
+        ..Default::default()
+    };
+    c.validate().map_err(|e| format!("raft config: {e}"))
+}
+
+/// The file holding a member's ids once it has joined a cluster (`none` mode keeps nothing).
+fn member_file(dir: &std::path::Path) -> PathBuf {
+    dir.join("member")
+}
+
+impl RaftNode {
+    /// Starts this member's node: a restarted member resumes from its log and snapshot; a new
+    /// one founds the cluster with the other `--initial-cluster` members or waits to be
+    /// reached by a running cluster's leader (`existing`).
+    pub async fn start(
+        opts: NodeOptions,
+        machine: Arc<dyn Machine>,
+    ) -> std::result::Result<Arc<Self>, String> {
+        let durable = opts.mode != Mode::None;
+        std::fs::create_dir_all(&opts.dir).map_err(|e| format!("{}: {e}", opts.dir.display()))?;
+        let restarted = durable && member_file(&opts.dir).exists();
+        let log = LogStore::open(&LogOptions {
+            dir: opts.dir.join("log"),
+            mode: opts.mode,
+            segment_bytes: 64 << 20,
+            flush_interval: opts.flush_interval,
+        })
+        .map_err(|e| format!("raft log: {e}"))?;
+        let (applied_tx, applied) = watch::channel(0);
+        let sm = StateMachine::open(machine, opts.dir.join("snap"), durable, Arc::new(applied_tx))
+            .map_err(|e| format!("raft snapshot: {e}"))?;
+        let peers = Peers::new(opts.cluster_id, opts.member_id, opts.tls.clone(), opts.election);
+        let config = Arc::new(raft_config(&opts)?);
+        let pristine = log.is_pristine();
+        let raft =
+            Raft::new(opts.member_id, config, Network { peers: peers.clone() }, log.clone(), sm)
+                .await
+                .map_err(|e| format!("raft: {e}"))?;
+        let role =
+            watch::channel(Role { leader: None, term: 0, is_leader: false, is_learner: false });
+        let node = Arc::new(Self {
+            id: opts.member_id,
+            cluster_id: opts.cluster_id,
+            raft,
+            peers,
+            log,
+            applied,
+            role: role.1,
+            term: AtomicU64::new(0),
+            leader_changes: AtomicU64::new(0),
+            proposals_failed: AtomicU64::new(0),
+            proposals_pending: AtomicU64::new(0),
+            voting_blocked: AtomicBool::new(false),
+            opts,
+        });
+        tokio::spawn(node.clone().watch_metrics(role.0));
+        if pristine && !restarted {
+            if durable {
+                // The ids are kept from now on: a restart resumes this member, whatever flags
+                // it is given (as etcd ignores --initial-* once it has a data directory).
+                let text = format!("{:x} {:x}\n", node.id, node.cluster_id);
+                let path = member_file(&node.opts.dir);
+                std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+                if node.opts.new_cluster {
+                    node.found().await?;
+                }
+            } else {
+                // A member without state may be one that lost it: it finds out before voting.
+                node.voting_blocked.store(true, Ordering::SeqCst);
+                node.raft.runtime_config().elect(false);
+                tokio::spawn(node.clone().join_without_state());
+            }
+        }
+        Ok(node)
+    }
+
+    /// Settles this member's id and its cluster's before anything is served: a restarted member
+    /// takes the ids it stored (whatever the flags say, as etcd does); a member joining a
+    /// running cluster (`existing`) asks the members of `--initial-cluster` for them, and is
+    /// refused start-up if none answers within 30 s or none knows its peer URLs.
+    pub async fn resolve_ids(opts: &mut NodeOptions) -> std::result::Result<(), String> {
+        let file = member_file(&opts.dir);
+        if opts.mode != Mode::None && file.exists() {
+            let text =
+                std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+            let ids: Vec<u64> =
+                text.split_whitespace().filter_map(|w| u64::from_str_radix(w, 16).ok()).collect();
+            let [member, cluster] = ids[..] else {
+                return Err(format!("{}: not a member file", file.display()));
+            };
+            (opts.member_id, opts.cluster_id) = (member, cluster);
+            return Ok(());
+        }
+        if opts.new_cluster {
+            return Ok(());
+        }
+        let peers = Peers::new(0, 0, opts.tls.clone(), opts.election);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut why = String::from("no member of --initial-cluster answered");
+        while Instant::now() < deadline {
+            for (id, m) in &opts.initial {
+                if m.peer_urls == opts.peer_urls {
+                    continue;
+                }
+                let Some(mut c) = peers.raft_client(*id, &m.peer_urls) else { continue };
+                let mut req =
+                    tonic::Request::new(pb::ProbeRequest { peer_urls: opts.peer_urls.clone() });
+                req.set_timeout(Duration::from_millis(500));
+                match c.probe(req).await {
+                    Ok(r) if r.get_ref().your_id != 0 => {
+                        let r = r.into_inner();
+                        (opts.member_id, opts.cluster_id) = (r.your_id, r.cluster_id);
+                        tracing::info!(
+                            member = format!("{:x}", r.your_id),
+                            cluster = format!("{:x}", r.cluster_id),
+                            "raft: joining a running cluster"
+                        );
+                        return Ok(());
+                    }
+                    Ok(_) => {
+                        why = format!(
+                            "the cluster has no member with peer URLs {:?}: add it first \
+                             (etcdctl member add)",
+                            opts.peer_urls
+                        )
+                    }
+                    Err(_) => {}
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        Err(format!("--initial-cluster-state existing: {why}"))
+    }
+
+    /// Founds the cluster: every founding member proposes the same first membership (openraft
+    /// accepts that from several members).
+    async fn found(&self) -> std::result::Result<(), String> {
+        let members: BTreeMap<u64, PeerNode> = self
+            .opts
+            .initial
+            .iter()
+            .map(|(id, m)| (*id, PeerNode { peer_urls: m.peer_urls.clone() }))
+            .collect();
+        match self.raft.initialize(members).await {
+            Ok(()) => Ok(()),
+            Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => Ok(()),
+            Err(e) => Err(format!("raft: founding the cluster: {e}")),
+        }
+    }
+
+    /// `--wal-mode none`: decides whether this member founds the cluster (every founding member
+    /// is up and none has state) or comes back into a running one (any peer has state), in
+    /// which case the leader re-admits it as a learner until it has caught up, then as a voter.
+    async fn join_without_state(self: Arc<Self>) {
+        let others: Vec<(u64, Vec<String>)> = self
+            .opts
+            .initial
+            .iter()
+            .filter(|(id, _)| **id != self.id)
+            .map(|(id, m)| (*id, m.peer_urls.clone()))
+            .collect();
+        loop {
+            let mut answers = Vec::new();
+            for (id, urls) in &others {
+                if let Some(mut c) = self.peers.raft_client(*id, urls) {
+                    let mut req = tonic::Request::new(pb::ProbeRequest {
+                        peer_urls: self.opts.peer_urls.clone(),
+                    });
+                    req.set_timeout(Duration::from_millis(500));
+                    if let Ok(r) = c.probe(req).await {
+                        answers.push(r.into_inner());
+                    }
+                }
+            }
+            if let Some(a) = answers.iter().find(|a| a.initialized) {
+                if !a.knows_you || !a.you_are_voter {
+                    // A learner or a member being added: catching up from the leader is all
+                    // it needs; it votes only once promoted, by which time it holds the log.
+                    break;
+                }
+                let leader = a.leader;
+                if leader != 0 && self.readmit(leader).await {
+                    break;
+                }
+            } else if self.opts.new_cluster && answers.len() == others.len() {
+                if let Err(e) = self.found().await {
+                    tracing::error!(error = %e, "raft: founding failed; retrying");
+                } else {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        self.voting_blocked.store(false, Ordering::SeqCst);
+        self.raft.runtime_config().elect(true);
+        tracing::info!("raft: this member is back in its cluster and votes again");
+    }
+
+    /// Asks `leader` to re-admit this member (see [`Self::readmit_member`]); true once done.
+    async fn readmit(&self, leader: u64) -> bool {
+        let Some(urls) = self.peer_urls_of(leader) else { return false };
+        let Some(mut c) = self.peers.raft_client(leader, &urls) else { return false };
+        tracing::info!(
+            leader = format!("{leader:x}"),
+            "raft: without state; asking the leader to re-admit this member"
+        );
+        c.readmit(pb::ReadmitRequest { member_id: self.id }).await.is_ok()
+    }
+
+    /// On the leader: a member that lost its state becomes a learner, catches up, and becomes
+    /// a voter again.
+    pub async fn readmit_member(&self, id: u64) -> Result<()> {
+        let m = self.metrics().membership_config;
+        if m.membership().voter_ids().any(|v| v == id) {
+            let mut change = BTreeSet::new();
+            change.insert(id);
+            self.raft
+                .change_membership(ChangeMembers::RemoveVoters(change), true)
+                .await
+                .map_err(write_error)?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while !self.learner_in_sync(id, 1.0) {
+            if Instant::now() > deadline {
+                return Err(Error::Timeout);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.raft
+            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            .await
+            .map_err(write_error)?;
+        Ok(())
+    }
+
+    /// Follows openraft's metrics: leader, term and role changes.
+    async fn watch_metrics(self: Arc<Self>, tx: watch::Sender<Role>) {
+        let mut rx = self.raft.metrics();
+        let mut last_leader = None;
+        loop {
+            let role = {
+                let m = rx.borrow_and_update().clone();
+                Role {
+                    leader: m.current_leader,
+                    term: m.current_term,
+                    is_leader: m.state == ServerState::Leader,
+                    is_learner: m.state == ServerState::Learner
+                        && m.membership_config.membership().get_node(&m.id).is_some(),
+                }
+            };
+            self.term.store(role.term, Ordering::Relaxed);
+            if role.leader != last_leader {
+                if role.leader.is_some() {
+                    self.leader_changes.fetch_add(1, Ordering::Relaxed);
+                }
+                tracing::info!(
+                    leader = role.leader.map(|l| format!("{l:x}")),
+                    term = role.term,
+                    "raft: leader changed"
+                );
+                last_leader = role.leader;
+            }
+            tx.send_if_modified(|r| {
+                let changed = *r != role;
+                *r = role;
+                changed
+            });
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// openraft's metrics, as last published.
+    fn metrics(&self) -> openraft::RaftMetrics<TypeConfig> {
+        self.raft.metrics().borrow_watched().clone()
+    }
+
+    /// The committed index.
+    pub fn committed_index(&self) -> u64 {
+        self.metrics().local_committed.map_or(0, |l| l.index)
+    }
+
+    /// Traffic with the other members.
+    pub fn peer_stats(&self) -> &super::network::PeerStats {
+        &self.peers.stats
+    }
+
+    /// The current term (for response headers).
+    pub fn term(&self) -> u64 {
+        self.term.load(Ordering::Relaxed)
+    }
+
+    /// Leader, term and role, as a channel that changes with them.
+    pub fn role(&self) -> watch::Receiver<Role> {
+        self.role.clone()
+    }
+
+    pub fn leader(&self) -> Option<u64> {
+        self.role.borrow().leader
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.role.borrow().is_leader
+    }
+
+    pub fn voting_blocked(&self) -> bool {
+        self.voting_blocked.load(Ordering::SeqCst)
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        request_timeout(self.opts.election)
+    }
+
+    pub fn election_timeout(&self) -> Duration {
+        self.opts.election
+    }
+
+    /// The applied index.
+    pub fn applied_index(&self) -> u64 {
+        *self.applied.borrow()
+    }
+
+    /// Peer URLs of member `id`, from the membership this member knows.
+    pub fn peer_urls_of(&self, id: u64) -> Option<Vec<String>> {
+        let m = self.metrics().membership_config;
+        m.membership()
+            .get_node(&id)
+            .map(|n| n.peer_urls.clone())
+            .or_else(|| self.opts.initial.get(&id).map(|i| i.peer_urls.clone()))
+    }
+
+    /// A client for the leader's Forward service.
+    pub fn forward_client(&self, leader: u64) -> Option<super::network::ForwardClient> {
+        self.peers.forward_client(leader, &self.peer_urls_of(leader)?)
+    }
+
+    /// Waits until this member has applied `index`.
+    pub async fn wait_applied(&self, index: u64) {
+        let mut rx = self.applied.clone();
+        let _ = rx.wait_for(|a| *a >= index).await;
+    }
+
+    /// Waits for a leader, at most `max`; `None` if there is none by then.
+    pub async fn wait_leader(&self, max: Duration) -> Option<u64> {
+        let mut rx = self.role.clone();
+        match tokio::time::timeout(max, rx.wait_for(|r| r.leader.is_some())).await {
+            Ok(Ok(r)) => r.leader,
+            _ => None,
+        }
+    }
+
+    /// Proposes an encoded request and returns the log index it was applied at and the
+    /// encoded answer. On a follower the request goes to the leader, and the answer comes back
+    /// once this member has applied it too (so a client reading from this member next sees its
+    /// write). A failure never hides a commit: an answer is success only once committed.
+    pub async fn propose(&self, request: Bytes) -> Result<(u64, Bytes)> {
+        self.proposals_pending.fetch_add(1, Ordering::Relaxed);
+        let r = self.propose_inner(request).await;
+        self.proposals_pending.fetch_sub(1, Ordering::Relaxed);
+        if r.is_err() {
+            self.proposals_failed.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    async fn propose_inner(&self, request: Bytes) -> Result<(u64, Bytes)> {
+        let deadline = Instant::now() + self.request_timeout();
+        loop {
+            let leader = match self.leader() {
+                Some(l) => l,
+                None => match self.wait_leader(self.opts.election * 3).await {
+                    Some(l) => l,
+                    None => return Err(Error::NoLeader),
+                },
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout);
+            }
+            if leader == self.id {
+                match tokio::time::timeout(left, self.propose_local(request.clone())).await {
+                    Err(_) => return Err(Error::Timeout),
+                    Ok(Err(Error::NotLeader)) => {
+                        // Not appended: safe to send again, to whoever leads now.
+                        self.wait_role_change(leader, deadline).await;
+                        continue;
+                    }
+                    Ok(r) => return r,
+                }
+            }
+            let Some(mut c) =
+                self.peer_urls_of(leader).and_then(|u| self.peers.raft_client(leader, &u))
+            else {
+                return Err(Error::NoLeader);
+            };
+            let mut req = tonic::Request::new(pb::ProposeRequest { request: request.clone() });
+            req.set_timeout(left);
+            match c.propose(req).await {
+                Ok(r) => {
+                    let r = r.into_inner();
+                    // Answer once this member has it too, as etcd's followers answer from
+                    // their own apply.
+                    if tokio::time::timeout_at(deadline, self.wait_applied(r.index)).await.is_err()
+                    {
+                        return Err(Error::Timeout);
+                    }
+                    return Ok((r.index, r.response));
+                }
+                Err(s) if Error::from_message(s.message()) == Some(Error::NotLeader) => {
+                    self.wait_role_change(leader, deadline).await;
+                }
+                Err(s) => {
+                    return Err(Error::from_message(s.message()).unwrap_or(
+                        if s.code() == tonic::Code::DeadlineExceeded {
+                            Error::Timeout
+                        } else {
+                            Error::TimeoutLeaderFail
+                        },
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Waits (until `deadline`, or a little) for the leader to be someone other than `old`.
+    async fn wait_role_change(&self, old: u64, deadline: Instant) {
+        let mut rx = self.role.clone();
+        let until = deadline.min(Instant::now() + self.opts.election);
+        let _ = tokio::time::timeout_at(until, rx.wait_for(|r| r.leader.is_some_and(|l| l != old)))
+            .await;
+    }
+
+    /// Proposes on this member, which must lead. `NotLeader` means it was not appended.
+    pub async fn propose_local(&self, request: Bytes) -> Result<(u64, Bytes)> {
+        match self.raft.client_write(Proposal(request)).await {
+            Ok(r) => Ok((r.log_id.index, r.data)),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(Error::NotLeader),
+            Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_))) => {
+                Err(Error::TimeoutLeaderFail)
+            }
+            Err(RaftError::APIError(e)) => {
+                tracing::error!(error = %e, "raft: proposal failed");
+                Err(Error::Internal)
+            }
+            Err(RaftError::Fatal(_)) => Err(Error::Stopped),
+        }
+    }
+
+    /// The index a linearizable read must wait for, confirmed with a quorum by the leader.
+    pub async fn read_index(&self) -> Result<u64> {
+        let deadline = Instant::now() + self.request_timeout();
+        loop {
+            let leader = match self.leader() {
+                Some(l) => l,
+                None => self.wait_leader(self.opts.election * 3).await.ok_or(Error::NoLeader)?,
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout);
+            }
+            if leader == self.id {
+                match tokio::time::timeout(left, self.read_index_local()).await {
+                    Err(_) => return Err(Error::Timeout),
+                    Ok(Err(Error::NotLeader)) => {
+                        self.wait_role_change(leader, deadline).await;
+                        continue;
+                    }
+                    Ok(r) => return r,
+                }
+            }
+            let Some(mut c) =
+                self.peer_urls_of(leader).and_then(|u| self.peers.raft_client(leader, &u))
+            else {
+                return Err(Error::NoLeader);
+            };
+            let mut req = tonic::Request::new(pb::Empty {});
+            req.set_timeout(left);
+            match c.read_index(req).await {
+                Ok(r) => return Ok(r.into_inner().index),
+                Err(s) if Error::from_message(s.message()) == Some(Error::NotLeader) => {
+                    self.wait_role_change(leader, deadline).await;
+                }
+                Err(s) => {
+                    return Err(Error::from_message(s.message()).unwrap_or(Error::Timeout));
+                }
+            }
+        }
+    }
+
+    /// On the leader: the read index, once a quorum confirmed this member still leads.
+    pub async fn read_index_local(&self) -> Result<u64> {
+        match self.raft.get_read_linearizer(ReadPolicy::ReadIndex).await {
+            Ok(l) => Ok(l.read_log_id().index()),
+            Err(RaftError::APIError(openraft::error::LinearizableReadError::ForwardToLeader(
+                _,
+            ))) => Err(Error::NotLeader),
+            Err(RaftError::APIError(_)) => Err(Error::Timeout),
+            Err(RaftError::Fatal(_)) => Err(Error::Stopped),
+        }
+    }
+
+    /// A linearizable read barrier: once it returns, this member's applied state holds every
+    /// write acknowledged before it was called.
+    pub async fn linearizable(&self) -> Result<()> {
+        let index = self.read_index().await?;
+        let deadline = Instant::now() + self.request_timeout();
+        tokio::time::timeout_at(deadline, self.wait_applied(index))
+            .await
+            .map_err(|_| Error::Timeout)
+    }
+
+    /// Whether learner `id` has replicated at least `fraction` of the leader's log (etcd
+    /// promotes a learner only at 90%).
+    pub fn learner_in_sync(&self, id: u64, fraction: f64) -> bool {
+        let m = self.metrics();
+        let leader_last = m.last_log_index.unwrap_or(0);
+        let matched = m
+            .replication
+            .as_ref()
+            .and_then(|r| r.get(&id).cloned())
+            .flatten()
+            .map_or(0, |l| l.index);
+        matched as f64 >= leader_last as f64 * fraction && (matched > 0 || leader_last == 0)
+    }
+
+    /// Members the leader heard from within `within` (empty on a follower).
+    pub fn recently_heard(&self, within: Duration) -> BTreeSet<u64> {
+        use openraft::Instant as _;
+        let m = self.metrics();
+        m.heartbeat
+            .as_ref()
+            .map(|h| {
+                h.iter()
+                    .filter(|(_, t)| t.as_ref().is_some_and(|t| t.elapsed() <= within))
+                    .map(|(id, _)| *id)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The membership this member knows: voters, learners and every node's peer URLs.
+    pub fn membership(&self) -> (BTreeSet<u64>, BTreeMap<u64, Vec<String>>) {
+        let m = self.metrics().membership_config;
+        let voters = m.membership().voter_ids().collect();
+        let nodes = m.membership().nodes().map(|(id, n)| (*id, n.peer_urls.clone())).collect();
+        (voters, nodes)
+    }
+
+    /// Raft's status for Maintenance.Status: (last log index, applied index, term, leader,
+    /// is learner).
+    pub fn status(&self) -> (u64, u64, u64, u64, bool) {
+        let m = self.metrics();
+        let learner = !m.membership_config.membership().voter_ids().any(|v| v == self.id);
+        (
+            m.last_log_index.unwrap_or(0),
+            m.last_applied.map_or(0, |l| l.index),
+            m.current_term,
+            m.current_leader.unwrap_or(0),
+            learner,
+        )
+    }
+
+    /// Adds a member (on the leader). A voter counts toward the quorum at once, as in etcd.
+    pub async fn add_member(&self, id: u64, peer_urls: Vec<String>, learner: bool) -> Result<()> {
+        self.raft.add_learner(id, PeerNode { peer_urls }, false).await.map_err(write_error)?;
+        if !learner {
+            self.raft
+                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+                .await
+                .map_err(write_error)?;
+        }
+        Ok(())
+    }
+
+    /// Promotes a learner to voter (on the leader).
+    pub async fn promote_member(&self, id: u64) -> Result<()> {
+        self.raft
+            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            .await
+            .map_err(write_error)?;
+        Ok(())
+    }
+
+    /// Removes a member (on the leader).
+    pub async fn remove_member(&self, id: u64) -> Result<()> {
+        let (voters, _) = self.membership();
+        if voters.contains(&id) {
+            self.raft
+                .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+                .await
+                .map_err(write_error)?;
+        } else {
+            self.raft
+                .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false)
+                .await
+                .map_err(write_error)?;
+        }
+        Ok(())
+    }
+
+    /// Changes a member's peer URLs (on the leader).
+    pub async fn update_member(&self, id: u64, peer_urls: Vec<String>) -> Result<()> {
+        let nodes = BTreeMap::from([(id, PeerNode { peer_urls })]);
+        self.raft
+            .change_membership(ChangeMembers::SetNodes(nodes), false)
+            .await
+            .map_err(write_error)?;
+        Ok(())
+    }
+
+    /// Hands leadership to `to` (on the leader) and waits until it leads.
+    pub async fn transfer_leader(&self, to: u64) -> Result<()> {
+        self.raft.trigger().transfer_leader(to).await.map_err(|_| Error::Stopped)?;
+        let mut rx = self.role.clone();
+        let wait = rx.wait_for(|r| r.leader == Some(to));
+        match tokio::time::timeout(self.request_timeout(), wait).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(Error::Timeout),
+        }
+    }
+
+    /// Takes a snapshot once enough was logged since the last one, so the log (and restart
+    /// time) stays bounded; openraft then purges what it covers.
+    pub async fn snapshot_loop(self: Arc<Self>, machine_size: impl Fn() -> u64 + Send + 'static) {
+        let mut at_last = self.log.appended_bytes();
+        let mut last_snapshot = self.metrics().snapshot;
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let snap = self.metrics().snapshot;
+            if snap != last_snapshot {
+                // Taken (or installed from the leader) since we last looked.
+                last_snapshot = snap;
+                at_last = self.log.appended_bytes();
+            }
+            let logged = self.log.appended_bytes() - at_last;
+            if logged >= self.opts.snapshot_bytes.max(machine_size()) {
+                at_last = self.log.appended_bytes();
+                let _ = self.raft.trigger().snapshot().await;
+            }
+        }
+    }
+
+    /// Stops the node and syncs the log.
+    pub async fn shutdown(&self) {
+        let _ = self.raft.shutdown().await;
+        self.log.close();
+    }
+}
+
+/// A membership change's error, in etcd's terms.
+fn write_error(e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> Error {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => Error::NotLeader,
+        RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)) => Error::TimeoutLeaderFail,
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+            tracing::warn!(error = %e, "raft: membership change refused");
+            Error::UnhealthyCluster
+        }
+        RaftError::APIError(e) => {
+            tracing::error!(error = %e, "raft: membership change failed");
+            Error::Internal
+        }
+        RaftError::Fatal(_) => Error::Stopped,
+    }
+}

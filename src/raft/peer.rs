@@ -1,0 +1,267 @@
+//! The peer service (etcd's `rafthttp`, serving side): what other members of this cluster send
+//! this one over its peer URL. Raft's own messages go to openraft; proposals and read indexes
+//! from followers are served here when this member leads.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use openraft::Snapshot;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::codec;
+use super::network::{CLUSTER_ID_KEY, MEMBER_ID_KEY};
+use super::node::RaftNode;
+use super::state_machine::{SnapshotFile, open_snapshot, temp_path};
+use crate::error::Error;
+use crate::proto::memetcdpb as pb;
+
+/// The Raft service of this member.
+#[derive(Debug, Clone)]
+pub struct PeerService {
+    node: Arc<RaftNode>,
+    /// Where received snapshots are written (`<data-dir>/raft/snap`).
+    snap_dir: std::path::PathBuf,
+}
+
+impl PeerService {
+    pub fn new(node: Arc<RaftNode>, snap_dir: std::path::PathBuf) -> Self {
+        Self { node, snap_dir }
+    }
+}
+
+/// Refuses a call from another cluster (etcd answers such peers "cluster ID mismatch"), so two
+/// clusters sharing addresses never merge. Returns the caller's member id.
+pub fn check_stamp<T>(req: &Request<T>, cluster_id: u64) -> Result<u64, Status> {
+    let get = |k: &str| {
+        req.metadata()
+            .get(k)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| u64::from_str_radix(v, 16).ok())
+    };
+    match (get(CLUSTER_ID_KEY), get(MEMBER_ID_KEY)) {
+        (Some(c), Some(m)) if c == cluster_id => Ok(m),
+        (Some(c), _) => Err(Status::failed_precondition(format!(
+            "cluster ID mismatch: this member is in cluster {cluster_id:x}, the caller in {c:x}"
+        ))),
+        _ => Err(Status::invalid_argument("a peer call without cluster and member ids")),
+    }
+}
+
+fn status(e: Error) -> Status {
+    // The calling member maps the error back by its message (`Error::from_message`) and
+    // answers its client through the server's table.
+    Status::unavailable(e.message())
+}
+
+#[tonic::async_trait]
+impl pb::raft_server::Raft for PeerService {
+    async fn append(
+        &self,
+        req: Request<pb::AppendRequest>,
+    ) -> Result<Response<pb::AppendResponse>, Status> {
+        let from = check_stamp(&req, self.node.cluster_id)?;
+        let msg = req.into_inner();
+        self.node.peer_stats().of(from).received_bytes.fetch_add(
+            prost::Message::encoded_len(&msg) as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let rpc = codec::from_append_request(msg)?;
+        let resp = self
+            .node
+            .raft
+            .append_entries(rpc)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(codec::append_response(&resp)))
+    }
+
+    async fn vote(
+        &self,
+        req: Request<pb::VoteRequest>,
+    ) -> Result<Response<pb::VoteResponse>, Status> {
+        check_stamp(&req, self.node.cluster_id)?;
+        let rpc = codec::from_vote_request(req.into_inner())?;
+        if self.node.voting_blocked() {
+            return Ok(Response::new(self.refusal(&rpc)));
+        }
+        let resp =
+            self.node.raft.vote(rpc).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(codec::vote_response(&resp)))
+    }
+
+    async fn pre_vote(
+        &self,
+        req: Request<pb::VoteRequest>,
+    ) -> Result<Response<pb::VoteResponse>, Status> {
+        check_stamp(&req, self.node.cluster_id)?;
+        let rpc = codec::from_vote_request(req.into_inner())?;
+        if self.node.voting_blocked() {
+            return Ok(Response::new(self.refusal(&rpc)));
+        }
+        let resp =
+            self.node.raft.pre_vote(rpc).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(codec::vote_response(&resp)))
+    }
+
+    async fn install_snapshot(
+        &self,
+        req: Request<Streaming<pb::SnapshotChunk>>,
+    ) -> Result<Response<pb::SnapshotReply>, Status> {
+        check_stamp(&req, self.node.cluster_id)?;
+        let mut stream = req.into_inner();
+        let Some(Ok(pb::SnapshotChunk { kind: Some(pb::snapshot_chunk::Kind::Header(h)) })) =
+            stream.next().await
+        else {
+            return Err(Status::invalid_argument("a snapshot stream starts with its header"));
+        };
+        let vote = codec::from_vote(&h.vote)?;
+        std::fs::create_dir_all(&self.snap_dir).map_err(|e| Status::internal(e.to_string()))?;
+        let path = temp_path(&self.snap_dir);
+        let received = async {
+            let mut f = std::io::BufWriter::with_capacity(
+                1 << 20,
+                std::fs::File::create(&path).map_err(|e| Status::internal(e.to_string()))?,
+            );
+            let mut n = 0u64;
+            while let Some(chunk) = stream.next().await {
+                match chunk?.kind {
+                    Some(pb::snapshot_chunk::Kind::Data(d)) => {
+                        n += d.len() as u64;
+                        f.write_all(&d).map_err(|e| Status::internal(e.to_string()))?;
+                    }
+                    _ => return Err(Status::invalid_argument("a second snapshot header")),
+                }
+            }
+            f.flush().map_err(|e| Status::internal(e.to_string()))?;
+            if n != h.size {
+                return Err(Status::data_loss(format!(
+                    "snapshot cut short: {n} of {} bytes",
+                    h.size
+                )));
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(s) = received {
+            let _ = std::fs::remove_file(&path);
+            return Err(s);
+        }
+        let meta = match open_snapshot(&path) {
+            Ok((meta, _)) => meta,
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                return Err(Status::invalid_argument(e.to_string()));
+            }
+        };
+        let snapshot = Snapshot { meta, snapshot: SnapshotFile { path: path.clone() } };
+        let resp = self.node.raft.install_full_snapshot(vote, snapshot).await;
+        let _ = std::fs::remove_file(&path);
+        let resp = resp.map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(pb::SnapshotReply { vote: Some(codec::vote(&resp.vote)) }))
+    }
+
+    async fn transfer_leader(
+        &self,
+        req: Request<pb::TransferLeaderRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        check_stamp(&req, self.node.cluster_id)?;
+        let rpc = codec::from_transfer_leader(req.into_inner())?;
+        match self.node.raft.handle_transfer_leader(rpc).await {
+            Ok(Ok(())) => Ok(Response::new(pb::Empty {})),
+            Ok(Err(e)) => Err(Status::failed_precondition(e.to_string())),
+            Err(e) => Err(Status::unavailable(e.to_string())),
+        }
+    }
+
+    async fn propose(
+        &self,
+        req: Request<pb::ProposeRequest>,
+    ) -> Result<Response<pb::ProposeResponse>, Status> {
+        check_stamp(&req, self.node.cluster_id)?;
+        let timeout = req.metadata().get("grpc-timeout").is_some();
+        let request = req.into_inner().request;
+        let fut = self.node.propose_local(request);
+        let r = if timeout {
+            fut.await
+        } else {
+            tokio::time::timeout(self.node.request_timeout(), fut)
+                .await
+                .unwrap_or(Err(Error::Timeout))
+        };
+        let (index, response) = r.map_err(status)?;
+        Ok(Response::new(pb::ProposeResponse { index, response }))
+    }
+
+    async fn read_index(
+        &self,
+        req: Request<pb::Empty>,
+    ) -> Result<Response<pb::ReadIndexResponse>, Status> {
+        check_stamp(&req, self.node.cluster_id)?;
+        let index = self.node.read_index_local().await.map_err(status)?;
+        Ok(Response::new(pb::ReadIndexResponse { index }))
+    }
+
+    async fn probe(
+        &self,
+        req: Request<pb::ProbeRequest>,
+    ) -> Result<Response<pb::ProbeResponse>, Status> {
+        // Answered whatever the caller's cluster: a member joining learns the cluster id here.
+        let caller = req
+            .metadata()
+            .get(MEMBER_ID_KEY)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| u64::from_str_radix(v, 16).ok())
+            .unwrap_or(0);
+        let (voters, nodes) = self.node.membership();
+        let initialized = !nodes.is_empty() && !self.node.voting_blocked();
+        let mut urls = req.into_inner().peer_urls;
+        urls.sort();
+        let your_id = nodes
+            .iter()
+            .find(|(_, u)| {
+                let mut u = (*u).clone();
+                u.sort();
+                u == urls
+            })
+            .map_or(0, |(id, _)| *id);
+        Ok(Response::new(pb::ProbeResponse {
+            member_id: self.node.id,
+            initialized,
+            leader: self.node.leader().unwrap_or(0),
+            knows_you: nodes.contains_key(&caller),
+            you_are_voter: voters.contains(&caller),
+            cluster_id: self.node.cluster_id,
+            your_id,
+        }))
+    }
+
+    async fn readmit(
+        &self,
+        req: Request<pb::ReadmitRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let caller = check_stamp(&req, self.node.cluster_id)?;
+        let id = req.into_inner().member_id;
+        if id != caller {
+            return Err(Status::permission_denied("a member may only ask to re-admit itself"));
+        }
+        if !self.node.is_leader() {
+            return Err(status(Error::NotLeader));
+        }
+        tracing::warn!(
+            member = format!("{id:x}"),
+            "raft: member came back without its state; re-admitting it as a learner until it catches up"
+        );
+        self.node.readmit_member(id).await.map_err(status)?;
+        Ok(Response::new(pb::Empty {}))
+    }
+}
+
+impl PeerService {
+    /// A vote refused by a member that may not vote yet: its own vote (lower than any
+    /// candidate's) and no log, so the candidate learns nothing from it.
+    fn refusal(&self, rpc: &openraft::raft::VoteRequest<super::TypeConfig>) -> pb::VoteResponse {
+        let _ = rpc;
+        pb::VoteResponse { vote: Some(pb::Vote::default()), granted: false, last_log_id: None }
+    }
+}
