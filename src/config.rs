@@ -108,7 +108,7 @@ pub struct Config {
     #[arg(long, env = "ETCD_ADVERTISE_CLIENT_URLS", value_delimiter = ',')]
     pub advertise_client_urls: Vec<String>,
 
-    /// Peer URLs advertised in MemberList (there are no peers; kept for etcdctl's display).
+    /// This member's peer URLs, as the other members reach it (comma-separated).
     #[arg(
         long,
         env = "ETCD_INITIAL_ADVERTISE_PEER_URLS",
@@ -116,6 +116,69 @@ pub struct Config {
         value_delimiter = ','
     )]
     pub initial_advertise_peer_urls: Vec<String>,
+
+    /// Where this member accepts the other members' traffic (http:// or https://, comma-
+    /// separated). Only a member of a cluster of several listens.
+    #[arg(
+        long,
+        env = "ETCD_LISTEN_PEER_URLS",
+        default_value = "http://localhost:2380",
+        value_delimiter = ','
+    )]
+    pub listen_peer_urls: Vec<String>,
+
+    /// The founding members: name=peerURL,... (a name given twice has several URLs). Default:
+    /// this member alone (`<name>=<first --initial-advertise-peer-urls>`), which runs without
+    /// Raft. Ignored once the data directory holds a cluster member's state.
+    #[arg(long, env = "ETCD_INITIAL_CLUSTER")]
+    pub initial_cluster: Option<String>,
+
+    /// new: found the cluster with the members of --initial-cluster; existing: join a running
+    /// cluster this member was added to (MemberAdd).
+    #[arg(long, env = "ETCD_INITIAL_CLUSTER_STATE", value_enum, default_value = "new")]
+    pub initial_cluster_state: ClusterState,
+
+    /// Mixed into the member and cluster ids, so that two clusters never take each other's
+    /// members for their own.
+    #[arg(long, env = "ETCD_INITIAL_CLUSTER_TOKEN", default_value = "etcd-cluster")]
+    pub initial_cluster_token: String,
+
+    /// This member's certificate for https:// peer URLs (PEM), presented to and used to call
+    /// the other members.
+    #[arg(long, env = "ETCD_PEER_CERT_FILE")]
+    pub peer_cert_file: Option<PathBuf>,
+
+    /// The private key of --peer-cert-file (PEM).
+    #[arg(long, env = "ETCD_PEER_KEY_FILE")]
+    pub peer_key_file: Option<PathBuf>,
+
+    /// CA certificates (PEM) the other members' certificates must chain to.
+    #[arg(long, env = "ETCD_PEER_TRUSTED_CA_FILE")]
+    pub peer_trusted_ca_file: Option<PathBuf>,
+
+    /// Refuse peers without a certificate signed by --peer-trusted-ca-file.
+    #[arg(
+        long,
+        env = "ETCD_PEER_CLIENT_CERT_AUTH",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        default_value = "false",
+        action = clap::ArgAction::Set
+    )]
+    pub peer_client_cert_auth: bool,
+
+    /// Raft heartbeat interval, in milliseconds.
+    #[arg(long, env = "ETCD_HEARTBEAT_INTERVAL", default_value_t = 100)]
+    pub heartbeat_interval: u64,
+
+    /// Raft election timeout, in milliseconds.
+    #[arg(long, env = "ETCD_ELECTION_TIMEOUT", default_value_t = 1000)]
+    pub election_timeout: u64,
+
+    /// Accepted for etcd's command lines. A cluster member snapshots its state by bytes
+    /// logged, as --wal-snapshot-bytes says, not by entry count.
+    #[arg(long, env = "ETCD_SNAPSHOT_COUNT", hide = true)]
+    pub snapshot_count: Option<u64>,
 
     /// Largest request a client may send, as encoded for the log.
     #[arg(long, env = "ETCD_MAX_REQUEST_BYTES", default_value_t = 1_572_864)]
@@ -187,37 +250,13 @@ pub struct Config {
     /// kube-apiserver's --etcd-prefix: keys below it are partitioned per resource.
     #[arg(long, env = "MEM_ETCD_REGISTRY_PREFIX", default_value = "/registry")]
     pub registry_prefix: String,
+}
 
-    /// etcd flags that mean nothing for a single in-memory member, accepted so that command
-    /// lines written for etcd keep working.
-    #[arg(long = "listen-peer-urls", env = "ETCD_LISTEN_PEER_URLS", hide = true)]
-    pub listen_peer_urls: Option<String>,
-    #[arg(long = "initial-cluster", env = "ETCD_INITIAL_CLUSTER", hide = true)]
-    pub initial_cluster: Option<String>,
-    #[arg(long = "initial-cluster-state", env = "ETCD_INITIAL_CLUSTER_STATE", hide = true)]
-    pub initial_cluster_state: Option<String>,
-    #[arg(long = "initial-cluster-token", env = "ETCD_INITIAL_CLUSTER_TOKEN", hide = true)]
-    pub initial_cluster_token: Option<String>,
-    #[arg(long = "peer-cert-file", env = "ETCD_PEER_CERT_FILE", hide = true)]
-    pub peer_cert_file: Option<String>,
-    #[arg(long = "peer-key-file", env = "ETCD_PEER_KEY_FILE", hide = true)]
-    pub peer_key_file: Option<String>,
-    #[arg(long = "peer-trusted-ca-file", env = "ETCD_PEER_TRUSTED_CA_FILE", hide = true)]
-    pub peer_trusted_ca_file: Option<String>,
-    #[arg(
-        long = "peer-client-cert-auth",
-        env = "ETCD_PEER_CLIENT_CERT_AUTH",
-        hide = true,
-        num_args = 0..=1,
-        default_missing_value = "true"
-    )]
-    pub peer_client_cert_auth: Option<String>,
-    #[arg(long = "snapshot-count", env = "ETCD_SNAPSHOT_COUNT", hide = true)]
-    pub snapshot_count: Option<u64>,
-    #[arg(long = "heartbeat-interval", env = "ETCD_HEARTBEAT_INTERVAL", hide = true)]
-    pub heartbeat_interval: Option<u64>,
-    #[arg(long = "election-timeout", env = "ETCD_ELECTION_TIMEOUT", hide = true)]
-    pub election_timeout: Option<u64>,
+/// `--initial-cluster-state`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClusterState {
+    New,
+    Existing,
 }
 
 /// `--wal-mode`.
@@ -311,6 +350,81 @@ impl Config {
             repair: self.wal_repair,
             failpoint: self.wal_failpoint.clone(),
         }
+    }
+
+    /// The Raft node these flags ask for, or `None` for a member alone (no Raft: the default).
+    /// A member runs Raft when `--initial-cluster` names other members, when it joins a
+    /// running cluster (`--initial-cluster-state existing`), or when its data directory
+    /// already holds a cluster member's state (then the `--initial-*` flags are ignored, as
+    /// etcd ignores them). An error says which flags disagree.
+    pub fn cluster(&self) -> Result<Option<crate::raft::NodeOptions>, String> {
+        use crate::raft::membership::{self, normalize_url};
+        let wal = self.wal_options();
+        let dir = wal.dir.join("raft");
+        let existing_state = wal.mode != crate::wal::Mode::None && dir.join("member").exists();
+        let advertised: Vec<String> = self
+            .initial_advertise_peer_urls
+            .iter()
+            .map(|u| {
+                normalize_url(u).ok_or_else(|| {
+                    format!("--initial-advertise-peer-urls: {u:?} is not an http(s) URL")
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let initial = match &self.initial_cluster {
+            Some(c) => membership::parse_initial_cluster(c)?,
+            None => vec![membership::InitialMember {
+                name: self.name.clone(),
+                peer_urls: advertised.clone(),
+            }],
+        };
+        let join = self.initial_cluster_state == ClusterState::Existing;
+        if initial.len() < 2 && !join && !existing_state {
+            return Ok(None);
+        }
+        let Some(me) = initial.iter().find(|m| m.name == self.name) else {
+            return Err(format!(
+                "--initial-cluster has no member named {:?} (--name): it must list this member",
+                self.name
+            ));
+        };
+        let (mut mine, mut adv) = (me.peer_urls.clone(), advertised.clone());
+        mine.sort();
+        adv.sort();
+        if mine != adv {
+            return Err(format!(
+                "--initial-cluster gives {:?} the peer URLs {:?}, --initial-advertise-peer-urls                  gives {:?}: they must match",
+                self.name, me.peer_urls, advertised
+            ));
+        }
+        let token = &self.initial_cluster_token;
+        let members = membership::initial_members(&initial, token);
+        let member_id = membership::member_id(&advertised, token, None);
+        let ids: Vec<u64> = members.keys().copied().collect();
+        let tls = match (&self.peer_cert_file, &self.peer_key_file) {
+            (Some(c), Some(k)) => {
+                Some(crate::raft::tls::PeerTls::new(c, k, self.peer_trusted_ca_file.as_deref())?)
+            }
+            (None, None) => None,
+            _ => return Err("--peer-cert-file and --peer-key-file go together".into()),
+        };
+        Ok(Some(crate::raft::NodeOptions {
+            name: self.name.clone(),
+            // A joining member learns its id and its cluster's from the running cluster.
+            member_id: if join { 0 } else { member_id },
+            cluster_id: if join { 0 } else { membership::cluster_id(&ids) },
+            peer_urls: advertised,
+            initial: members,
+            new_cluster: !join,
+            dir,
+            mode: wal.mode,
+            segment_bytes: wal.segment_bytes,
+            flush_interval: wal.flush_interval,
+            snapshot_bytes: wal.snapshot_bytes,
+            heartbeat: Duration::from_millis(self.heartbeat_interval.max(1)),
+            election: Duration::from_millis(self.election_timeout.max(1)),
+            tls,
+        }))
     }
 
     /// The effective progress-notify interval.

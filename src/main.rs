@@ -22,7 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let config = Config::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_new(&config.log_level)?)
+        .with_env_filter(EnvFilter::try_new(log_filter(&config.log_level))?)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
@@ -67,20 +67,73 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             Listener::bind(url, tls.as_ref()).await.map_err(|e| format!("listen on {url}: {e}"))?;
         metrics_listeners.push(l);
     }
-    let shared = match Shared::new(config) {
-        Ok(s) => Arc::new(s),
-        Err(e) => {
-            tracing::error!("cannot start: {e}");
-            eprintln!("mem_etcd: cannot start: {e}");
-            std::process::exit(1);
-        }
+    let fail = |what: String| -> ! {
+        tracing::error!("cannot start: {what}");
+        eprintln!("mem_etcd: cannot start: {what}");
+        std::process::exit(1);
     };
-    let served =
-        server::serve(shared.clone(), listeners, metrics_listeners, shutdown_signal()).await;
+    // A cluster member first settles its ids (a joining one asks its cluster), then opens
+    // its store, then starts Raft, which fills the store from its snapshot and log.
+    let mut cluster = config.cluster().unwrap_or_else(|e| fail(e));
+    if let Some(opts) = &mut cluster
+        && let Err(e) = mem_etcd::raft::RaftNode::resolve_ids(opts).await
+    {
+        fail(e);
+    }
+    let peer_tls = server::tls::peer_server_config(&config).unwrap_or_else(|e| fail(e));
+    let mut peer_listeners = Vec::new();
+    if cluster.is_some() {
+        for url in &config.listen_peer_urls {
+            let l = Listener::bind(url, peer_tls.as_ref()).await;
+            peer_listeners.push(l.map_err(|e| format!("listen on peer URL {url}: {e}"))?);
+        }
+    }
+    let ids = cluster.as_ref().map(|o| (o.cluster_id, o.member_id));
+    let shared = match Shared::open(config, ids) {
+        Ok(s) => Arc::new(s),
+        Err(e) => fail(e.to_string()),
+    };
+    if let Some(opts) = cluster {
+        let dir = shared.config.wal_options().dir;
+        // Held while the member runs: two processes on one data directory would corrupt it.
+        let _lock = mem_etcd::wal::lock_dir(&dir)
+            .unwrap_or_else(|e| fail(format!("{}: {e}", dir.display())));
+        if let Err(e) = shared.start_raft(opts).await {
+            fail(e);
+        }
+        let served = server::serve(
+            shared.clone(),
+            listeners,
+            metrics_listeners,
+            peer_listeners,
+            shutdown_signal(),
+        )
+        .await;
+        if let Some(raft) = shared.raft() {
+            raft.shutdown().await;
+        }
+        served?;
+        return Ok(());
+    }
+    let served = server::serve(
+        shared.clone(),
+        listeners,
+        metrics_listeners,
+        peer_listeners,
+        shutdown_signal(),
+    )
+    .await;
     // Nothing is acknowledged that is not in the log; this writes out the rest and syncs it.
     shared.close();
     served?;
     Ok(())
+}
+
+/// `--log-level` as a tracing filter. openraft reports every election and vote at info; its
+/// warnings and errors are what an operator needs (mem_etcd logs leader changes itself), unless
+/// the filter names openraft.
+fn log_filter(level: &str) -> String {
+    if level.contains("openraft") { level.to_string() } else { format!("{level},openraft=warn") }
 }
 
 /// Resolves on the first SIGINT or SIGTERM.

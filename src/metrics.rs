@@ -78,15 +78,23 @@ impl Histogram {
     /// Appends the histogram as `name` in Prometheus' text format.
     pub fn render(&self, out: &mut String, name: &str, help: &str) {
         header(out, name, help, "histogram");
+        self.render_series(out, name, "");
+    }
+
+    /// Appends the histogram's lines (no header) with extra `labels` (`To="..."`), for a
+    /// histogram with one series per label value.
+    pub fn render_series(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
         let mut cumulative = 0;
         for (i, c) in self.counts.iter().enumerate() {
             cumulative += c.load(Ordering::Relaxed);
             let le = self.bounds.get(i).map_or_else(|| "+Inf".to_string(), |b| b.to_string());
-            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {cumulative}");
         }
         let sum = self.sum.load(Ordering::Relaxed) as f64 / self.scale;
-        let _ = writeln!(out, "{name}_sum {sum}");
-        let _ = writeln!(out, "{name}_count {cumulative}");
+        let braces = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
+        let _ = writeln!(out, "{name}_sum{braces} {sum}");
+        let _ = writeln!(out, "{name}_count{braces} {cumulative}");
     }
 }
 

@@ -80,6 +80,31 @@ impl Alarms {
         Ok(())
     }
 
+    /// Whether NOSPACE is raised (a cluster's apply refuses writes that add data then, on every
+    /// member alike).
+    pub fn nospace_raised(&self) -> bool {
+        self.nospace.load(Ordering::Relaxed)
+    }
+
+    /// Replaces every alarm (a snapshot installed).
+    pub fn replace(&self, alarms: &[(u64, i32)]) {
+        let mut a = self.active.lock();
+        *a = alarms.to_vec();
+        self.sync(&a);
+    }
+
+    /// Whether a write adding `cost` bytes would take the store past the quota (the check of
+    /// [`check_space`](Self::check_space) without raising the alarm: a cluster member
+    /// proposes the alarm instead, so that every member raises it).
+    pub fn exceeds_quota(&self, store: &Store, cost: usize) -> bool {
+        cost > 0 && self.quota.is_some_and(|q| (store.size_bytes() + cost) as i64 >= q)
+    }
+
+    /// This member's id (the member alarms it raises are raised for).
+    pub fn member(&self) -> u64 {
+        self.member
+    }
+
     /// The active alarms of type `alarm` (every alarm for NONE).
     pub fn get(&self, alarm: i32) -> Vec<(u64, i32)> {
         let none = pb::AlarmType::None as i32;

@@ -1,12 +1,18 @@
-//! The Cluster service: one member, this one. Membership cannot change.
+//! The Cluster service: membership. A member alone lists itself and refuses changes ("not
+//! capable"); a cluster member answers from the Raft membership plus the names and client URLs
+//! members published, and carries out changes on the leader (a follower forwards them), with
+//! etcd's checks and errors.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
 use super::Shared;
 use crate::error::Error;
 use crate::proto::etcdserverpb as pb;
+use crate::raft::RaftNode;
+use crate::raft::membership::{member_id, normalize_url};
 
 #[derive(Debug)]
 pub struct ClusterService {
@@ -19,34 +25,226 @@ impl ClusterService {
     }
 }
 
+/// Every member, as etcd lists them (by id).
+pub fn members(s: &Shared, raft: &RaftNode) -> Vec<pb::Member> {
+    let (voters, nodes) = raft.membership();
+    let attrs = s.members.lock();
+    nodes
+        .into_iter()
+        .map(|(id, peer_urls)| {
+            let a = attrs.get(&id);
+            pb::Member {
+                id,
+                // Empty until the member has started and published itself, as in etcd.
+                name: a.map(|a| a.name.clone()).unwrap_or_default(),
+                peer_ur_ls: peer_urls,
+                client_ur_ls: a.map(|a| a.client_urls.clone()).unwrap_or_default(),
+                is_learner: !voters.contains(&id),
+            }
+        })
+        .collect()
+}
+
+/// Peer URLs as given, or etcd's error for a bad one.
+fn parse_urls(urls: &[String]) -> Result<Vec<String>, Status> {
+    urls.iter()
+        .map(|u| {
+            normalize_url(u).ok_or_else(|| {
+                Status::invalid_argument(format!("etcdserver: invalid peer URL {u:?}"))
+            })
+        })
+        .collect()
+}
+
+/// Whether another member already has one of `urls`.
+fn urls_taken(raft: &RaftNode, urls: &[String], except: u64) -> bool {
+    raft.membership().1.iter().any(|(id, u)| *id != except && u.iter().any(|x| urls.contains(x)))
+}
+
+/// Members the leader heard from lately (started and connected), itself included: etcd's
+/// `--strict-reconfig-check` counts these.
+fn active_voters(raft: &RaftNode) -> usize {
+    let (voters, _) = raft.membership();
+    let recent = raft.recently_heard(Duration::from_secs(5));
+    voters.iter().filter(|v| **v == raft.id || recent.contains(v)).count()
+}
+
+/// The leader's side of the membership changes.
+pub async fn member_add(
+    s: &Shared,
+    r: pb::MemberAddRequest,
+) -> Result<pb::MemberAddResponse, Status> {
+    let raft = s.raft().ok_or(Error::MemberChangeUnsupported)?;
+    let urls = parse_urls(&r.peer_ur_ls)?;
+    if urls_taken(raft, &urls, 0) {
+        return Err(Error::PeerUrlExists.into());
+    }
+    let (voters, nodes) = raft.membership();
+    if r.is_learner {
+        if nodes.keys().filter(|id| !voters.contains(id)).count() >= 1 {
+            return Err(Error::TooManyLearners.into());
+        }
+    } else {
+        // A voter that has not started counts against the quorum at once: refuse if the
+        // members up now would not make one (etcd's strict reconfiguration check).
+        let after = voters.len() + 1;
+        let quorum = after / 2 + 1;
+        if active_voters(raft) < quorum {
+            return Err(Error::UnhealthyCluster.into());
+        }
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let id = member_id(&urls, "", Some(now));
+    raft.add_member(id, urls.clone(), r.is_learner).await?;
+    let member = pb::Member {
+        id,
+        name: String::new(),
+        peer_ur_ls: urls,
+        client_ur_ls: Vec::new(),
+        is_learner: r.is_learner,
+    };
+    Ok(pb::MemberAddResponse {
+        header: s.header(0),
+        member: Some(member),
+        members: members(s, raft),
+    })
+}
+
+pub async fn member_remove(
+    s: &Shared,
+    r: pb::MemberRemoveRequest,
+) -> Result<pb::MemberRemoveResponse, Status> {
+    let raft = s.raft().ok_or(Error::MemberChangeUnsupported)?;
+    let (voters, nodes) = raft.membership();
+    if !nodes.contains_key(&r.id) {
+        return Err(Error::MemberNotFound.into());
+    }
+    if voters.contains(&r.id) {
+        // The members left must still make a quorum of the smaller cluster.
+        let left = voters.len() - 1;
+        let active = active_voters(raft)
+            - usize::from(
+                r.id == raft.id || raft.recently_heard(Duration::from_secs(5)).contains(&r.id),
+            );
+        if left > 0 && active < left / 2 + 1 {
+            return Err(Error::UnhealthyCluster.into());
+        }
+    }
+    raft.remove_member(r.id).await?;
+    s.members.lock().remove(&r.id);
+    Ok(pb::MemberRemoveResponse { header: s.header(0), members: members(s, raft) })
+}
+
+pub async fn member_update(
+    s: &Shared,
+    r: pb::MemberUpdateRequest,
+) -> Result<pb::MemberUpdateResponse, Status> {
+    let raft = s.raft().ok_or(Error::MemberChangeUnsupported)?;
+    let urls = parse_urls(&r.peer_ur_ls)?;
+    if !raft.membership().1.contains_key(&r.id) {
+        return Err(Error::MemberNotFound.into());
+    }
+    if urls_taken(raft, &urls, r.id) {
+        return Err(Error::PeerUrlExists.into());
+    }
+    raft.update_member(r.id, urls).await?;
+    Ok(pb::MemberUpdateResponse { header: s.header(0), members: members(s, raft) })
+}
+
+pub async fn member_promote(
+    s: &Shared,
+    r: pb::MemberPromoteRequest,
+) -> Result<pb::MemberPromoteResponse, Status> {
+    let raft = s.raft().ok_or(Error::MemberChangeUnsupported)?;
+    let (voters, nodes) = raft.membership();
+    if !nodes.contains_key(&r.id) {
+        return Err(Error::MemberNotFound.into());
+    }
+    if voters.contains(&r.id) {
+        return Err(Error::MemberNotLearner.into());
+    }
+    // etcd promotes a learner only once it has 90% of the leader's log.
+    if !raft.learner_in_sync(r.id, 0.9) {
+        return Err(Error::LearnerNotReady.into());
+    }
+    raft.promote_member(r.id).await?;
+    Ok(pb::MemberPromoteResponse { header: s.header(0), members: members(s, raft) })
+}
+
+/// The leader's Forward client, or why there is none.
+fn leader_forward(raft: &RaftNode) -> Result<crate::raft::network::ForwardClient, Status> {
+    let leader = raft.leader().ok_or(Error::NoLeader)?;
+    Ok(raft.forward_client(leader).ok_or(Error::NoLeader)?)
+}
+
+/// A forwarded call's error as the client should see it.
+pub fn forwarded_error(s: Status) -> Status {
+    match Error::from_message(s.message()) {
+        Some(Error::NotLeader) => Error::LeaderChanged.into(),
+        Some(e) => e.into(),
+        None if s.code() == tonic::Code::DeadlineExceeded => Error::Timeout.into(),
+        None => s,
+    }
+}
+
+/// Runs a membership change on the leader: here, or forwarded.
+macro_rules! on_leader {
+    ($self:ident, $req:ident, $local:ident, $rpc:ident) => {{
+        let s = &$self.shared;
+        let Some(raft) = s.raft() else { return Err(Error::MemberChangeUnsupported.into()) };
+        if raft.role().borrow().is_learner {
+            return Err(Error::LearnerRpc.into());
+        }
+        let r = $req.into_inner();
+        let mut resp = if raft.is_leader() {
+            $local(s, r).await?
+        } else {
+            let mut c = leader_forward(raft)?;
+            c.$rpc(r).await.map_err(forwarded_error)?.into_inner()
+        };
+        s.fill(&mut resp.header);
+        Ok(Response::new(resp))
+    }};
+}
+
 #[tonic::async_trait]
 impl pb::cluster_server::Cluster for ClusterService {
     async fn member_add(
         &self,
-        _: Request<pb::MemberAddRequest>,
+        req: Request<pb::MemberAddRequest>,
     ) -> Result<Response<pb::MemberAddResponse>, Status> {
-        Err(Error::MemberChangeUnsupported.into())
+        on_leader!(self, req, member_add, member_add)
     }
 
     async fn member_remove(
         &self,
-        _: Request<pb::MemberRemoveRequest>,
+        req: Request<pb::MemberRemoveRequest>,
     ) -> Result<Response<pb::MemberRemoveResponse>, Status> {
-        Err(Error::MemberChangeUnsupported.into())
+        on_leader!(self, req, member_remove, member_remove)
     }
 
     async fn member_update(
         &self,
-        _: Request<pb::MemberUpdateRequest>,
+        req: Request<pb::MemberUpdateRequest>,
     ) -> Result<Response<pb::MemberUpdateResponse>, Status> {
-        Err(Error::MemberChangeUnsupported.into())
+        on_leader!(self, req, member_update, member_update)
     }
 
     async fn member_list(
         &self,
-        _: Request<pb::MemberListRequest>,
+        req: Request<pb::MemberListRequest>,
     ) -> Result<Response<pb::MemberListResponse>, Status> {
         let s = &self.shared;
+        // etcd answers MemberList from the membership store, without a revision.
+        let header = s.header_exact(0);
+        if let Some(raft) = s.raft() {
+            if req.into_inner().linearizable {
+                super::apply::linearizable(s).await?;
+            }
+            return Ok(Response::new(pb::MemberListResponse { header, members: members(s, raft) }));
+        }
         let me = pb::Member {
             id: s.member_id,
             name: s.config.name.clone(),
@@ -54,15 +252,13 @@ impl pb::cluster_server::Cluster for ClusterService {
             client_ur_ls: s.config.advertised_client_urls(),
             is_learner: false,
         };
-        // etcd answers MemberList from the membership store, without a revision.
-        let header = s.header_exact(0);
         Ok(Response::new(pb::MemberListResponse { header, members: vec![me] }))
     }
 
     async fn member_promote(
         &self,
-        _: Request<pb::MemberPromoteRequest>,
+        req: Request<pb::MemberPromoteRequest>,
     ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
-        Err(Error::MemberChangeUnsupported.into())
+        on_leader!(self, req, member_promote, member_promote)
     }
 }

@@ -13,6 +13,7 @@
 //! has it.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -28,15 +29,27 @@ const MAX_INTERVAL: Duration = Duration::from_secs(3600);
 /// Samples per period (and tries per interval after a failure).
 const SAMPLES: u32 = 10;
 
+/// How a compaction at a revision is done: on the store, or proposed to the cluster.
+pub type CompactFn<'a> = &'a (dyn Fn(i64) -> BoxFuture<'a> + Send + Sync);
+type BoxFuture<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
+
 /// Compacts `store` by `policy`, forever.
 pub async fn run(store: &Store, policy: AutoCompaction) {
+    run_with(store, policy, &|rev| Box::pin(compact(store, rev))).await
+}
+
+/// Compacts by `policy` with `compact`, forever (a cluster proposes its compactions; only the
+/// leader's compactor does, as in etcd).
+pub async fn run_with(store: &Store, policy: AutoCompaction, compact: CompactFn<'_>) {
     match policy {
-        AutoCompaction::Periodic(period) => periodic(store, period).await,
-        AutoCompaction::Revision { retention, every } => by_revision(store, retention, every).await,
+        AutoCompaction::Periodic(period) => periodic(store, period, compact).await,
+        AutoCompaction::Revision { retention, every } => {
+            by_revision(store, retention, every, compact).await
+        }
     }
 }
 
-async fn periodic(store: &Store, period: Duration) {
+async fn periodic(store: &Store, period: Duration, compact: CompactFn<'_>) {
     let interval = period.min(MAX_INTERVAL);
     // A period of a few nanoseconds must not spin.
     let sample_every = (interval / SAMPLES).max(Duration::from_millis(1));
@@ -56,7 +69,7 @@ async fn periodic(store: &Store, period: Duration) {
         }
         wait = interval;
         info!(revision = rev, period = ?period, "compactor: auto periodic compaction");
-        match compact(store, rev).await {
+        match compact(rev).await {
             Ok(()) => (last_rev, last_done) = (rev, Instant::now()),
             Err(e) => warn!(revision = rev, error = %e, retry_in = ?sample_every,
                 "compactor: auto periodic compaction failed"),
@@ -64,7 +77,7 @@ async fn periodic(store: &Store, period: Duration) {
     }
 }
 
-async fn by_revision(store: &Store, retention: i64, every: Duration) {
+async fn by_revision(store: &Store, retention: i64, every: Duration, compact: CompactFn<'_>) {
     let every = every.max(Duration::from_millis(1));
     let mut last_rev = 0;
     loop {
@@ -74,7 +87,7 @@ async fn by_revision(store: &Store, retention: i64, every: Duration) {
             continue;
         }
         info!(revision = rev, retention, "compactor: auto revision compaction");
-        match compact(store, rev).await {
+        match compact(rev).await {
             Ok(()) => last_rev = rev,
             Err(e) => warn!(revision = rev, error = %e, retry_in = ?every,
                 "compactor: auto revision compaction failed"),

@@ -276,13 +276,39 @@ fn checks(path: &str) -> &'static [&'static str] {
     }
 }
 
-/// `/livez` and `/readyz`: reads always work on a running mem_etcd (there is no leader to
-/// lose and no raft log to fall behind), so each check passes while the process serves.
-fn probe(_shared: &Shared, path: &str, verbose: bool) -> Response<Body> {
-    if !verbose {
+/// Why a `/livez` or `/readyz` check fails now, if it does: a cluster member without a leader
+/// cannot serve linearizable reads, and a learner is not ready (as in etcd). A member alone
+/// passes every check while it serves.
+fn failing(shared: &Shared, check: &str) -> Option<&'static str> {
+    let raft = shared.raft()?;
+    let role = *raft.role().borrow();
+    match check {
+        "linearizable_read" if role.leader.is_none() => Some("etcdserver: no leader"),
+        "non_learner" if role.is_learner => Some("etcdserver: rpc not supported for learner"),
+        _ => None,
+    }
+}
+
+/// `/livez` and `/readyz`, in the format of etcd's (Kubernetes') health checks.
+fn probe(shared: &Shared, path: &str, verbose: bool) -> Response<Body> {
+    let results: Vec<(&str, Option<&str>)> =
+        checks(path).iter().map(|c| (*c, failing(shared, c))).collect();
+    let failed = results.iter().any(|r| r.1.is_some());
+    if !verbose && !failed {
         return text(StatusCode::OK, "ok\n");
     }
-    let mut body: String = checks(path).iter().map(|c| format!("[+]{c} ok\n")).collect();
+    let mut body = String::new();
+    for (c, why) in &results {
+        match why {
+            None if verbose => body.push_str(&format!("[+]{c} ok\n")),
+            None => {}
+            Some(why) => body.push_str(&format!("[-]{c} failed: {why}\n")),
+        }
+    }
+    if failed {
+        body.push_str(&format!("{} check failed\n", path.trim_start_matches('/')));
+        return text(StatusCode::SERVICE_UNAVAILABLE, body);
+    }
     body.push_str("ok\n");
     text(StatusCode::OK, body)
 }
@@ -293,10 +319,15 @@ fn probe(_shared: &Shared, path: &str, verbose: bool) -> Response<Body> {
 fn health(shared: &Shared, query: &str) -> Response<Body> {
     let excluded: Vec<&str> = query.split('&').filter_map(|p| p.strip_prefix("exclude=")).collect();
     let alarm = shared.alarms.first_not_excluded(&excluded).map(|a| format!("ALARM {a}"));
-    let reason = alarm.or_else(|| match shared.store.wal() {
-        Some(w) if !w.writable() => Some("WAL UNAVAILABLE".to_string()),
-        _ => None,
-    });
+    let reason = alarm
+        .or_else(|| match shared.raft() {
+            Some(r) if r.leader().is_none() => Some("RAFT NO LEADER".to_string()),
+            _ => None,
+        })
+        .or_else(|| match shared.store.wal() {
+            Some(w) if !w.writable() => Some("WAL UNAVAILABLE".to_string()),
+            _ => None,
+        });
     let (status, body) = match reason {
         None => (StatusCode::OK, "{\"health\":\"true\",\"reason\":\"\"}".to_string()),
         // (etcd writes an unhealthy answer through http.Error, which ends it with a newline.)

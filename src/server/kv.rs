@@ -5,8 +5,12 @@ use std::sync::Arc;
 use prost::Message;
 use tonic::{Request, Response, Status};
 
+use super::apply::{self, propose};
 use super::{Shared, alarm, convert};
+use crate::error::Error;
 use crate::proto::etcdserverpb as pb;
+use crate::proto::memetcdpb::request::Request as Req;
+use crate::proto::memetcdpb::response::Response as Resp;
 
 #[derive(Debug)]
 pub struct KvService {
@@ -19,6 +23,34 @@ impl KvService {
     }
 }
 
+impl KvService {
+    /// A Txn in a cluster: a read-only one is served here after a read barrier (unless all its
+    /// ranges are serializable), as etcd serves it without the log; one that may write is
+    /// proposed.
+    async fn txn_in_cluster(&self, req: pb::TxnRequest) -> Result<pb::TxnResponse, Status> {
+        let s = &self.shared;
+        let t = convert::txn_request(req.clone())?;
+        let size = req.encoded_len();
+        s.store.check_txn(&t, size)?;
+        if t.is_read_only() {
+            if !t.is_serializable() {
+                apply::linearizable(s).await?;
+            }
+            let applied = s.store.txn(t, size)?;
+            s.store.wait_visible(applied.visible_at).await;
+            let mut resp = convert::txn_response(applied.response);
+            s.fill(&mut resp.header);
+            return Ok(resp);
+        }
+        apply::quota(s, alarm::txn_cost(&req)).await?;
+        let Resp::Txn(mut r) = propose(s, Req::Txn(req)).await? else {
+            return Err(Error::Internal.into());
+        };
+        s.fill(&mut r.header);
+        Ok(r)
+    }
+}
+
 #[tonic::async_trait]
 impl pb::kv_server::Kv for KvService {
     async fn range(
@@ -26,6 +58,9 @@ impl pb::kv_server::Kv for KvService {
         req: Request<pb::RangeRequest>,
     ) -> Result<Response<pb::RangeResponse>, Status> {
         let r = convert::range_request(req.into_inner())?;
+        if self.shared.raft().is_some() && !r.serializable {
+            apply::linearizable(&self.shared).await?;
+        }
         let mut resp = convert::range_response(self.shared.store.range(&r)?);
         self.shared.fill(&mut resp.header);
         Ok(Response::new(resp))
@@ -33,6 +68,16 @@ impl pb::kv_server::Kv for KvService {
 
     async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
         let req = req.into_inner();
+        if self.shared.raft().is_some() {
+            let s = &self.shared;
+            s.store.check_put(&convert::put_request(req.clone()), req.encoded_len())?;
+            apply::quota(s, alarm::put_cost(&req)).await?;
+            let Resp::Put(mut r) = propose(s, Req::Put(req)).await? else {
+                return Err(Error::Internal.into());
+            };
+            s.fill(&mut r.header);
+            return Ok(Response::new(r));
+        }
         self.shared.alarms.check_space(&self.shared.store, alarm::put_cost(&req))?;
         let size = req.encoded_len();
         let applied = self.shared.store.put(convert::put_request(req), size)?;
@@ -47,6 +92,15 @@ impl pb::kv_server::Kv for KvService {
         req: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
         let req = req.into_inner();
+        if self.shared.raft().is_some() {
+            let s = &self.shared;
+            s.store.check_delete_range(&convert::delete_request(req.clone()), req.encoded_len())?;
+            let Resp::DeleteRange(mut r) = propose(s, Req::DeleteRange(req)).await? else {
+                return Err(Error::Internal.into());
+            };
+            s.fill(&mut r.header);
+            return Ok(Response::new(r));
+        }
         let size = req.encoded_len();
         let applied = self.shared.store.delete_range(convert::delete_request(req), size)?;
         self.shared.store.wait_visible(applied.visible_at).await;
@@ -57,6 +111,9 @@ impl pb::kv_server::Kv for KvService {
 
     async fn txn(&self, req: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
         let req = req.into_inner();
+        if self.shared.raft().is_some() {
+            return self.txn_in_cluster(req).await.map(Response::new);
+        }
         self.shared.alarms.check_space(&self.shared.store, alarm::txn_cost(&req))?;
         let size = req.encoded_len();
         let applied = self.shared.store.txn(convert::txn_request(req)?, size)?;
@@ -70,7 +127,15 @@ impl pb::kv_server::Kv for KvService {
         &self,
         req: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
-        let rev = req.into_inner().revision;
+        let req = req.into_inner();
+        if self.shared.raft().is_some() {
+            let Resp::Compaction(mut r) = propose(&self.shared, Req::Compaction(req)).await? else {
+                return Err(Error::Internal.into());
+            };
+            self.shared.fill(&mut r.header);
+            return Ok(Response::new(r));
+        }
+        let rev = req.revision;
         // Off the runtime's threads: a compaction waits for a snapshot being streamed (it holds
         // the compaction lock) and for the WAL, and walks every partition.
         let shared = self.shared.clone();

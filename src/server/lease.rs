@@ -9,9 +9,12 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::Shared;
+use super::{Shared, apply};
+use crate::error::Error;
 use crate::lease::Renewal;
 use crate::proto::etcdserverpb as pb;
+use crate::proto::memetcdpb::request::Request as Req;
+use crate::proto::memetcdpb::response::Response as Resp;
 use crate::wal::record::Record;
 
 /// The longest the expiry loop sleeps (etcd checks every 500 ms).
@@ -80,9 +83,55 @@ async fn log_grant(shared: &Shared, id: i64, ttl: i64) {
 /// How long a renewal of an expiring lease waits for its revocation to finish.
 const REVOCATION_WAIT: Duration = Duration::from_secs(10);
 
+/// Renews a lease on this member (which holds the deadlines: a member alone, or a cluster's
+/// leader) and returns the TTL; 0 for an unknown lease, and for an expiring one once its keys
+/// are gone (etcd's renew waits for the revocation).
+pub async fn renew(shared: &Shared, id: i64) -> i64 {
+    match shared.lessor.renew(id) {
+        Ok(Renewal::Renewed(ttl)) => ttl,
+        Ok(Renewal::Expiring) => {
+            let give_up = Instant::now() + REVOCATION_WAIT;
+            while shared.lessor.contains(id) && Instant::now() < give_up {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            0
+        }
+        Err(_) => 0,
+    }
+}
+
+/// Renews a lease where the deadlines are kept: here, or at the cluster's leader.
+async fn renew_anywhere(shared: &Shared, id: i64) -> Result<i64, Status> {
+    let Some(raft) = shared.raft() else { return Ok(renew(shared, id).await) };
+    loop {
+        let leader = match raft.leader() {
+            Some(l) => l,
+            None => raft.wait_leader(raft.election_timeout() * 3).await.ok_or(Error::NoLeader)?,
+        };
+        if leader == raft.id {
+            return Ok(renew(shared, id).await);
+        }
+        let mut c = raft.forward_client(leader).ok_or(Error::NoLeader)?;
+        let mut req = tonic::Request::new(pb::LeaseKeepAliveRequest { id });
+        req.set_timeout(raft.request_timeout());
+        match c.lease_renew(req).await {
+            Ok(r) => return Ok(r.into_inner().ttl),
+            Err(s) if Error::from_message(s.message()) == Some(Error::NotLeader) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(s) => return Err(super::cluster::forwarded_error(s)),
+        }
+    }
+}
+
 /// Revokes expired leases until the server stops: each lease's keys go in one revision, and
-/// watchers see DELETE events with prev_kv.
+/// watchers see DELETE events with prev_kv. In a cluster only the leader expires leases, by
+/// proposing their revocation; it first gives every lease its full TTL (etcd's `Promote`), so
+/// that no lease expires because of an election.
 pub async fn expiry_loop(shared: Arc<Shared>) {
+    if let Some(raft) = shared.raft().cloned() {
+        return cluster_expiry_loop(shared, raft).await;
+    }
     loop {
         let now = Instant::now();
         let wake =
@@ -106,6 +155,72 @@ pub async fn expiry_loop(shared: Arc<Shared>) {
     }
 }
 
+async fn cluster_expiry_loop(shared: Arc<Shared>, raft: Arc<crate::raft::RaftNode>) {
+    let mut role = raft.role();
+    loop {
+        // Followers wait to lead.
+        let _ = role.wait_for(|r| r.is_leader).await;
+        shared.lessor.promote();
+        tracing::info!(
+            leases = shared.lessor.len(),
+            "lease: this member leads; every lease renewed to its full TTL"
+        );
+        while role.borrow().is_leader {
+            let now = Instant::now();
+            let wake = shared
+                .lessor
+                .next_deadline()
+                .map_or(now + EXPIRY_TICK, |d| d.min(now + EXPIRY_TICK));
+            tokio::select! {
+                _ = tokio::time::sleep_until(wake.max(now + Duration::from_millis(1))) => {}
+                _ = role.changed() => continue,
+            }
+            let expired = shared.lessor.expire(Instant::now(), EXPIRY_BATCH);
+            let revokes = expired.into_iter().map(|(id, _)| {
+                let shared = shared.clone();
+                async move {
+                    let r =
+                        apply::propose(&shared, Req::LeaseRevoke(pb::LeaseRevokeRequest { id }))
+                            .await;
+                    if let Err(e) = r {
+                        // Left to the next leader, or to this one's next pass once it renews.
+                        tracing::debug!(lease = id, error = %e, "lease: expiry not proposed");
+                    }
+                }
+            });
+            futures_join_all(revokes).await;
+        }
+        shared.lessor.demote();
+    }
+}
+
+/// Runs the futures concurrently and waits for all.
+async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(
+    futs: impl Iterator<Item = F>,
+) {
+    let mut set = tokio::task::JoinSet::new();
+    for f in futs {
+        set.spawn(f);
+    }
+    while set.join_next().await.is_some() {}
+}
+
+/// LeaseTimeToLive from this member's lessor (a member alone, or the cluster's leader).
+pub fn time_to_live(shared: &Shared, r: pb::LeaseTimeToLiveRequest) -> pb::LeaseTimeToLiveResponse {
+    let header = shared.header(0);
+    match shared.lessor.time_to_live(r.id, r.keys) {
+        Some(t) => pb::LeaseTimeToLiveResponse {
+            header,
+            id: r.id,
+            ttl: t.remaining,
+            granted_ttl: t.granted_ttl,
+            keys: t.keys,
+        },
+        // etcd answers an unknown lease with TTL -1 rather than an error.
+        None => pb::LeaseTimeToLiveResponse { header, id: r.id, ttl: -1, ..Default::default() },
+    }
+}
+
 type KeepAliveStream =
     Pin<Box<dyn Stream<Item = Result<pb::LeaseKeepAliveResponse, Status>> + Send>>;
 
@@ -116,6 +231,20 @@ impl pb::lease_server::Lease for LeaseService {
         req: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
         let r = req.into_inner();
+        if self.shared.raft().is_some() {
+            let s = &self.shared;
+            if r.ttl > crate::lease::MAX_TTL {
+                return Err(Error::LeaseTtlTooLarge.into());
+            }
+            apply::quota(s, super::alarm::lease_cost()).await?;
+            let id = if r.id == 0 { s.lessor.fresh_id() } else { r.id };
+            let grant = pb::LeaseGrantRequest { id, ttl: r.ttl };
+            let Resp::LeaseGrant(mut g) = apply::propose(s, Req::LeaseGrant(grant)).await? else {
+                return Err(Error::Internal.into());
+            };
+            s.fill(&mut g.header);
+            return Ok(Response::new(g));
+        }
         self.shared.alarms.check_space(&self.shared.store, super::alarm::lease_cost())?;
         if self.shared.store.wal().is_some_and(|w| !w.writable()) {
             return Err(crate::error::Error::WalUnavailable.into());
@@ -135,6 +264,15 @@ impl pb::lease_server::Lease for LeaseService {
         req: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
         let id = req.into_inner().id;
+        if self.shared.raft().is_some() {
+            let s = &self.shared;
+            let r = pb::LeaseRevokeRequest { id };
+            let Resp::LeaseRevoke(mut r) = apply::propose(s, Req::LeaseRevoke(r)).await? else {
+                return Err(Error::Internal.into());
+            };
+            s.fill(&mut r.header);
+            return Ok(Response::new(r));
+        }
         let keys = self.shared.lessor.revoke(id)?;
         let rev = delete_keys(&self.shared, vec![(id, keys)]).await;
         Ok(Response::new(pb::LeaseRevokeResponse { header: self.shared.header(rev) }))
@@ -165,16 +303,12 @@ impl pb::lease_server::Lease for LeaseService {
                 };
                 // An unknown lease answers TTL 0, as in etcd; so does an expiring one, but only
                 // once its keys are gone (etcd's renew waits for the revocation).
-                let ttl = match shared.lessor.renew(r.id) {
-                    Ok(Renewal::Renewed(ttl)) => ttl,
-                    Ok(Renewal::Expiring) => {
-                        let give_up = Instant::now() + REVOCATION_WAIT;
-                        while shared.lessor.contains(r.id) && Instant::now() < give_up {
-                            tokio::time::sleep(Duration::from_millis(2)).await;
-                        }
-                        0
+                let ttl = match renew_anywhere(&shared, r.id).await {
+                    Ok(ttl) => ttl,
+                    Err(status) => {
+                        let _ = tx.send(Err(status)).await;
+                        break;
                     }
-                    Err(_) => 0,
                 };
                 let resp = pb::LeaseKeepAliveResponse { header: shared.header(0), id: r.id, ttl };
                 if tx.send(Ok(resp)).await.is_err() {
@@ -190,19 +324,18 @@ impl pb::lease_server::Lease for LeaseService {
         req: Request<pb::LeaseTimeToLiveRequest>,
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
         let r = req.into_inner();
-        let header = self.shared.header(0);
-        let resp = match self.shared.lessor.time_to_live(r.id, r.keys) {
-            Some(t) => pb::LeaseTimeToLiveResponse {
-                header,
-                id: r.id,
-                ttl: t.remaining,
-                granted_ttl: t.granted_ttl,
-                keys: t.keys,
-            },
-            // etcd answers an unknown lease with TTL -1 rather than an error.
-            None => pb::LeaseTimeToLiveResponse { header, id: r.id, ttl: -1, ..Default::default() },
-        };
-        Ok(Response::new(resp))
+        if let Some(raft) = self.shared.raft()
+            && !raft.is_leader()
+        {
+            // The leader keeps the deadlines.
+            let leader = raft.leader().ok_or(Error::NoLeader)?;
+            let mut c = raft.forward_client(leader).ok_or(Error::NoLeader)?;
+            let mut resp =
+                c.lease_time_to_live(r).await.map_err(super::cluster::forwarded_error)?;
+            self.shared.fill(&mut resp.get_mut().header);
+            return Ok(Response::new(resp.into_inner()));
+        }
+        Ok(Response::new(time_to_live(&self.shared, r)))
     }
 
     async fn lease_leases(

@@ -9,9 +9,12 @@ use std::time::Duration;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+use super::apply::{self, propose};
 use super::{RAFT_TERM, Shared};
 use crate::error::Error;
 use crate::proto::etcdserverpb as pb;
+use crate::proto::memetcdpb::request::Request as Req;
+use crate::proto::memetcdpb::response::Response as Resp;
 
 #[derive(Debug)]
 pub struct MaintenanceService {
@@ -33,23 +36,20 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         req: Request<pb::AlarmRequest>,
     ) -> Result<Response<pb::AlarmResponse>, Status> {
         let r = req.into_inner();
-        let alarms = &self.shared.alarms;
-        let list = match pb::alarm_request::AlarmAction::try_from(r.action) {
-            Ok(pb::alarm_request::AlarmAction::Get) => alarms.get(r.alarm),
-            Ok(pb::alarm_request::AlarmAction::Activate) => {
-                alarms.activate(r.member_id, r.alarm).into_iter().collect()
-            }
-            Ok(pb::alarm_request::AlarmAction::Deactivate) => {
-                alarms.deactivate(r.member_id, r.alarm).into_iter().collect()
-            }
-            // etcd answers an unknown action with an empty list.
-            Err(_) => Vec::new(),
-        };
-        let alarms = list
-            .into_iter()
-            .map(|(member_id, alarm)| pb::AlarmMember { member_id, alarm })
-            .collect();
-        Ok(Response::new(pb::AlarmResponse { header: self.shared.header(0), alarms }))
+        let changes = matches!(
+            pb::alarm_request::AlarmAction::try_from(r.action),
+            Ok(pb::alarm_request::AlarmAction::Activate
+                | pb::alarm_request::AlarmAction::Deactivate)
+        );
+        if changes && self.shared.raft().is_some() {
+            // Alarms are the cluster's: raised and cleared through the log, on every member.
+            let Resp::Alarm(mut a) = propose(&self.shared, Req::Alarm(r)).await? else {
+                return Err(Error::Internal.into());
+            };
+            self.shared.fill(&mut a.header);
+            return Ok(Response::new(a));
+        }
+        Ok(Response::new(apply::alarm(&self.shared, &r)))
     }
 
     async fn status(
@@ -59,16 +59,20 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         let s = &self.shared;
         let rev = s.store.current_revision();
         let size = s.store.size_bytes() as i64;
+        // A member alone has no Raft log: the revision is the closest monotonic counter
+        // clients can watch advance.
+        let (raft_index, raft_applied_index, raft_term, leader, is_learner) = match s.raft() {
+            Some(r) => r.status(),
+            None => (rev as u64, rev as u64, RAFT_TERM, s.member_id, false),
+        };
         Ok(Response::new(pb::StatusResponse {
             header: s.header(rev),
             version: s.config.emulated_version.clone(),
             db_size: size,
-            leader: s.member_id,
-            // There is no raft log; the revision is the closest monotonic counter clients can
-            // watch advance.
-            raft_index: rev as u64,
-            raft_term: RAFT_TERM,
-            raft_applied_index: rev as u64,
+            leader,
+            raft_index,
+            raft_term,
+            raft_applied_index,
             // etcd lists raised alarms as their protobuf text form.
             errors: s
                 .alarms
@@ -77,7 +81,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
                 .map(|(m, a)| format!("memberID:{m} alarm:{} ", super::alarm::alarm_name(a)))
                 .collect(),
             db_size_in_use: size,
-            is_learner: false,
+            is_learner,
             storage_version: s.config.storage_version(),
             db_size_quota: s.alarms.quota_bytes(),
             downgrade_info: Some(pb::DowngradeInfo::default()),
@@ -134,9 +138,26 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
 
     async fn move_leader(
         &self,
-        _req: Request<pb::MoveLeaderRequest>,
+        req: Request<pb::MoveLeaderRequest>,
     ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
-        Err(Status::unimplemented("a single member has no other leader to move to"))
+        let target = req.into_inner().target_id;
+        let Some(raft) = self.shared.raft() else {
+            // A member alone leads and has nobody to hand over to.
+            if target == self.shared.member_id {
+                return Ok(Response::new(pb::MoveLeaderResponse { header: self.shared.header(0) }));
+            }
+            return Err(Error::BadLeaderTransferee.into());
+        };
+        if !raft.is_leader() {
+            return Err(Error::NotLeaderMoveLeader.into());
+        }
+        if !raft.membership().0.contains(&target) {
+            return Err(Error::BadLeaderTransferee.into());
+        }
+        if target != raft.id {
+            raft.transfer_leader(target).await?;
+        }
+        Ok(Response::new(pb::MoveLeaderResponse { header: self.shared.header(0) }))
     }
 
     async fn downgrade(

@@ -151,25 +151,82 @@ impl GrpcStats {
     }
 }
 
+/// A cluster member's Raft figures, with etcd's names.
+fn raft_metrics(o: &mut String, r: &crate::raft::RaftNode) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (last_index, applied, _, _, _) = r.status();
+    single(
+        o,
+        "etcd_server_leader_changes_seen_total",
+        "The number of leader changes seen.",
+        "counter",
+        r.leader_changes.load(Relaxed) as usize,
+    );
+    single(
+        o,
+        "etcd_server_proposals_committed_total",
+        "The total number of consensus proposals committed.",
+        "gauge",
+        r.committed_index() as usize,
+    );
+    single(
+        o,
+        "etcd_server_proposals_applied_total",
+        "The total number of consensus proposals applied.",
+        "gauge",
+        applied as usize,
+    );
+    single(
+        o,
+        "etcd_server_proposals_pending",
+        "The current number of pending proposals to commit.",
+        "gauge",
+        r.proposals_pending.load(Relaxed) as usize,
+    );
+    single(
+        o,
+        "etcd_server_proposals_failed_total",
+        "The total number of failed proposals seen.",
+        "counter",
+        r.proposals_failed.load(Relaxed) as usize,
+    );
+    single(
+        o,
+        "mem_etcd_raft_last_log_index",
+        "The index of this member's last Raft log entry.",
+        "gauge",
+        last_index as usize,
+    );
+    r.peer_stats().render(o);
+}
+
 /// The whole `/metrics` page.
 pub fn render(shared: &Shared) -> String {
     let mut out = String::with_capacity(16 << 10);
     let o = &mut out;
     let store = &shared.store;
+    // A member alone always leads.
+    let (has_leader, is_leader) = shared.raft().map_or((true, true), |r| {
+        let role = *r.role().borrow();
+        (role.leader.is_some(), role.is_leader)
+    });
     single(
         o,
         "etcd_server_has_leader",
         "Whether or not a leader exists. 1 is existence, 0 is not.",
         "gauge",
-        1,
+        usize::from(has_leader),
     );
     single(
         o,
         "etcd_server_is_leader",
         "Whether or not this member is a leader. 1 if is, 0 otherwise.",
         "gauge",
-        1,
+        usize::from(is_leader),
     );
+    if let Some(r) = shared.raft() {
+        raft_metrics(o, r);
+    }
     let v = &shared.config.emulated_version;
     header(
         o,

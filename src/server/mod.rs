@@ -4,11 +4,13 @@
 //! through [`status`]. Methods this server does not know answer UNIMPLEMENTED.
 
 pub mod alarm;
+pub mod apply;
 pub mod auth;
 pub mod cluster;
 pub mod codec;
 pub mod compactor;
 pub mod convert;
+pub mod forward;
 pub mod http;
 pub mod kv;
 pub mod lease;
@@ -33,6 +35,7 @@ use crate::config::Config;
 use crate::lease::Lessor;
 use crate::mvcc::{Store, StoreConfig};
 use crate::proto::etcdserverpb as pb;
+use crate::proto::memetcdpb::request::Request as Req;
 use crate::watch::WatchHub;
 
 /// gRPC's own framing on top of a request, allowed beyond `--max-request-bytes` so that an
@@ -57,20 +60,50 @@ pub struct Shared {
     pub grpc_stats: metrics::GrpcStats,
     /// Raised alarms and the space quota every write that adds data checks.
     pub alarms: alarm::Alarms,
+    /// The Raft node, in a cluster (set once, right after start-up; a member alone has none).
+    pub raft: std::sync::OnceLock<Arc<crate::raft::RaftNode>>,
+    /// Every member's name and client URLs, as each published them through the log (a
+    /// cluster's MemberList); written only by the apply of those entries and by snapshots.
+    pub members: parking_lot::Mutex<
+        std::collections::BTreeMap<u64, crate::proto::memetcdpb::MemberAttributes>,
+    >,
 }
 
 impl Shared {
     /// Opens the store (recovering it from the data directory) and wires the services' shared
-    /// state around it.
+    /// state around it. A member alone.
     pub fn new(config: Config) -> Result<Self, crate::mvcc::persist::OpenError> {
+        Self::open(config, None)
+    }
+
+    /// [`Shared::new`] for a member alone (`cluster: None`) or of a cluster with these
+    /// (cluster id, member id): its store then keeps no WAL (the Raft log is the WAL) and is
+    /// filled from the Raft log and snapshots by [`Shared::start_raft`].
+    pub fn open(
+        config: Config,
+        cluster: Option<(u64, u64)>,
+    ) -> Result<Self, crate::mvcc::persist::OpenError> {
         config.auto_compaction()?;
-        let (cluster_id, member_id) = config.ids();
+        let (cluster_id, member_id) = cluster.unwrap_or_else(|| config.ids());
+        let mut wal_options = config.wal_options();
+        if cluster.is_some() {
+            if wal_options.dir.join("wal").exists() {
+                return Err(format!(
+                    "{} holds the data of a member alone (a WAL); a cluster member keeps its \
+                     state in a Raft log: give it a directory of its own (and move the data \
+                     with a snapshot: etcdctl snapshot save, then mem_etcd snapshot restore)",
+                    wal_options.dir.display()
+                )
+                .into());
+            }
+            wal_options.mode = crate::wal::Mode::None;
+        }
         let store_config = StoreConfig {
             registry_prefix: config.registry_prefix.clone(),
             max_txn_ops: config.max_txn_ops as usize,
             max_request_bytes: config.max_request_bytes as usize,
         };
-        let (store, recovered) = Store::open(store_config, config.wal_options())?;
+        let (store, recovered) = Store::open(store_config, wal_options)?;
         let hub = Arc::new(WatchHub::new(
             store.keyspace().clone(),
             store.event_log().clone(),
@@ -92,7 +125,34 @@ impl Shared {
         store.attach_recovered_leases();
         let grpc_stats = metrics::GrpcStats::default();
         let alarms = alarm::Alarms::new(config.quota_backend_bytes, member_id);
-        Ok(Self { store, hub, lessor, cluster_id, member_id, config, grpc_stats, alarms })
+        Ok(Self {
+            store,
+            hub,
+            lessor,
+            cluster_id,
+            member_id,
+            config,
+            grpc_stats,
+            alarms,
+            raft: std::sync::OnceLock::new(),
+            members: Default::default(),
+        })
+    }
+
+    /// The Raft node, in a cluster.
+    pub fn raft(&self) -> Option<&Arc<crate::raft::RaftNode>> {
+        self.raft.get()
+    }
+
+    /// Starts this member's Raft node (a cluster member): the store is filled from its snapshot
+    /// and log, and from then on every write goes through Raft.
+    pub async fn start_raft(
+        self: &Arc<Self>,
+        opts: crate::raft::NodeOptions,
+    ) -> Result<(), String> {
+        let applier = Arc::new(apply::Applier { shared: Arc::downgrade(self) });
+        let node = crate::raft::RaftNode::start(opts, applier).await?;
+        self.raft.set(node).map_err(|_| "the Raft node is started once".to_string())
     }
 
     /// Writes out the WAL and stops its writer (after the listeners stopped).
@@ -109,8 +169,13 @@ impl Shared {
             cluster_id: self.cluster_id,
             member_id: self.member_id,
             revision: if revision == 0 { self.store.current_revision() } else { revision },
-            raft_term: RAFT_TERM,
+            raft_term: self.raft_term(),
         })
+    }
+
+    /// The Raft term for headers: the cluster's, or a fixed one for a member alone.
+    pub fn raft_term(&self) -> u64 {
+        self.raft().map_or(RAFT_TERM, |r| r.term())
     }
 
     /// A header with exactly this revision, 0 included (etcd's watch responses do not fill in
@@ -120,7 +185,7 @@ impl Shared {
             cluster_id: self.cluster_id,
             member_id: self.member_id,
             revision,
-            raft_term: RAFT_TERM,
+            raft_term: self.raft_term(),
         })
     }
 
@@ -246,42 +311,78 @@ pub async fn serve(
     shared: Arc<Shared>,
     listeners: Vec<Listener>,
     metrics_listeners: Vec<Listener>,
+    peer_listeners: Vec<Listener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let (tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let mut tasks = tokio::task::JoinSet::new();
-    let all = listeners.into_iter().map(|l| (l, true));
-    for (l, client) in all.chain(metrics_listeners.into_iter().map(|l| (l, false))) {
-        let mut rx = tx.subscribe();
-        let signal = async move {
-            let _ = rx.recv().await;
-        };
-        let r = if client {
-            info!(address = %l.describe(), "ready to serve client requests");
-            router(&shared)
-        } else {
-            info!(metrics_address = %l.describe(), "serving /metrics and health probes");
-            metrics_router(&shared)
-        };
-        match l {
-            Listener::Tcp(t) => {
-                // Without TCP_NODELAY small responses wait for delayed ACKs (tens of ms).
-                let incoming = TcpIncoming::from(t).with_nodelay(Some(true));
-                tasks.spawn(r.serve_with_incoming_shutdown(incoming, signal))
-            }
-            Listener::Tls(t, tls) => {
-                tasks.spawn(r.serve_with_incoming_shutdown(tls::incoming(t, tls), signal))
-            }
-            Listener::Unix(u, _) => {
-                tasks.spawn(r.serve_with_incoming_shutdown(UnixListenerStream::new(u), signal))
-            }
-        };
+    // Serves router `r` on listener `l` until the shutdown signal.
+    macro_rules! serve_on {
+        ($r:expr, $l:expr) => {{
+            let mut rx = tx.subscribe();
+            let signal = async move {
+                let _ = rx.recv().await;
+            };
+            let r = $r;
+            match $l {
+                Listener::Tcp(t) => {
+                    // Without TCP_NODELAY small responses wait for delayed ACKs (tens of ms).
+                    let incoming = TcpIncoming::from(t).with_nodelay(Some(true));
+                    tasks.spawn(r.serve_with_incoming_shutdown(incoming, signal))
+                }
+                Listener::Tls(t, tls) => {
+                    tasks.spawn(r.serve_with_incoming_shutdown(tls::incoming(t, tls), signal))
+                }
+                Listener::Unix(u, _) => {
+                    tasks.spawn(r.serve_with_incoming_shutdown(UnixListenerStream::new(u), signal))
+                }
+            };
+        }};
+    }
+    for l in listeners {
+        info!(address = %l.describe(), "ready to serve client requests");
+        serve_on!(router(&shared), l);
+    }
+    for l in metrics_listeners {
+        info!(metrics_address = %l.describe(), "serving /metrics and health probes");
+        serve_on!(metrics_router(&shared), l);
+    }
+    for l in peer_listeners {
+        info!(peer_address = %l.describe(), "serving the other members");
+        serve_on!(peer_router(&shared), l);
     }
     let expiry = tokio::spawn(lease::expiry_loop(shared.clone()));
     let snapshots = tokio::spawn(snapshot_loop(shared.clone()));
     let compactor = shared.config.auto_compaction().ok().flatten().map(|policy| {
         let shared = shared.clone();
-        tokio::spawn(async move { compactor::run(&shared.store, policy).await })
+        tokio::spawn(async move {
+            if shared.raft().is_none() {
+                return compactor::run(&shared.store, policy).await;
+            }
+            let s = &shared;
+            compactor::run_with(&shared.store, policy, &|rev| {
+                Box::pin(async move {
+                    // Only the leader compacts, through the log (etcd's compactor pauses on
+                    // followers).
+                    if !s.raft().is_some_and(|r| r.is_leader()) {
+                        return Ok(());
+                    }
+                    let c = pb::CompactionRequest { revision: rev, physical: false };
+                    match apply::propose(s, Req::Compaction(c)).await {
+                        Ok(_) | Err(crate::error::Error::Compacted) => Ok(()),
+                        Err(e) => Err(e),
+                    }
+                })
+            })
+            .await
+        })
+    });
+    let cluster_tasks = shared.raft().cloned().map(|raft| {
+        let size = {
+            let s = shared.clone();
+            move || s.store.size_bytes() as u64
+        };
+        (tokio::spawn(raft.snapshot_loop(size)), tokio::spawn(publish_member(shared.clone())))
     });
     let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -313,10 +414,61 @@ pub async fn serve(
     }
     expiry.abort();
     snapshots.abort();
+    if let Some((a, b)) = cluster_tasks {
+        a.abort();
+        b.abort();
+    }
     if let Some(c) = compactor {
         c.abort();
     }
     Ok(())
+}
+
+/// A peer listener's service: Raft's messages and the leader-only client requests.
+fn peer_router(shared: &Arc<Shared>) -> tonic::transport::server::Router {
+    let raft = shared.raft().expect("peer listeners serve a cluster member").clone();
+    let snap_dir = shared.config.wal_options().dir.join("raft").join("snap");
+    let peer = crate::proto::memetcdpb::raft_server::RaftServer::new(
+        crate::raft::peer::PeerService::new(raft, snap_dir),
+    )
+    .max_decoding_message_size(usize::MAX)
+    .max_encoding_message_size(usize::MAX);
+    let forward = crate::proto::memetcdpb::forward_server::ForwardServer::new(
+        forward::ForwardService::new(shared.clone()),
+    );
+    Server::builder()
+        .tcp_nodelay(true)
+        .initial_stream_window_size(4 << 20)
+        .initial_connection_window_size(16 << 20)
+        .max_concurrent_streams(u32::MAX)
+        .add_service(peer)
+        .add_service(forward)
+}
+
+/// Publishes this member's name and client URLs through the log (etcd's `publish`), so that
+/// MemberList shows them on every member; retried until it goes through.
+async fn publish_member(shared: Arc<Shared>) {
+    let attrs = crate::proto::memetcdpb::MemberAttributes {
+        member_id: shared.member_id,
+        name: shared.config.name.clone(),
+        client_urls: shared.config.advertised_client_urls(),
+    };
+    loop {
+        let known = shared.members.lock().get(&shared.member_id) == Some(&attrs);
+        if known {
+            return;
+        }
+        match apply::propose(&shared, Req::MemberAttributes(attrs.clone())).await {
+            Ok(_) => {
+                info!(name = %attrs.name, "published this member's name and client URLs to the cluster");
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "publishing this member's attributes; will retry")
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
 }
 
 /// How long a graceful shutdown waits for open connections before closing them.

@@ -7,21 +7,21 @@
 //! `http/1.1`, which a server offering `h2` alone would turn away. Each handshake runs in its
 //! own task so that a slow or silent client never holds up the accept loop.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::pki_types::PrivateKeyDer;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
 use crate::config::Config;
+use crate::raft::tls::read_certs;
 
 /// How long a client may take to finish its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -29,52 +29,67 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The TLS settings the flags ask for, or `None` without `--cert-file`/`--key-file`; an error
 /// says which flag is wrong and why (a missing or unreadable file, no key, a bad CA).
 pub fn server_config(config: &Config) -> Result<Option<Arc<ServerConfig>>, String> {
-    let (cert, key) = match (&config.cert_file, &config.key_file) {
+    let files = (&config.cert_file, &config.key_file, &config.trusted_ca_file);
+    build(files, config.client_cert_auth, "")
+}
+
+/// The TLS settings of `https://` peer URLs, from the `--peer-*` flags.
+pub fn peer_server_config(config: &Config) -> Result<Option<Arc<ServerConfig>>, String> {
+    let files = (&config.peer_cert_file, &config.peer_key_file, &config.peer_trusted_ca_file);
+    build(files, config.peer_client_cert_auth, "peer-")
+}
+
+type Files<'a> = (
+    &'a Option<std::path::PathBuf>,
+    &'a Option<std::path::PathBuf>,
+    &'a Option<std::path::PathBuf>,
+);
+
+/// A server config from a certificate, key and CA; `kind` is the flags' infix (`peer-`).
+fn build(
+    (cert, key, ca): Files<'_>,
+    client_cert_auth: bool,
+    kind: &str,
+) -> Result<Option<Arc<ServerConfig>>, String> {
+    let (cert, key) = match (cert, key) {
         (None, None) => {
-            if config.client_cert_auth {
-                return Err("--client-cert-auth needs --cert-file and --key-file".into());
+            if client_cert_auth {
+                return Err(format!(
+                    "--{kind}client-cert-auth needs --{kind}cert-file and --{kind}key-file"
+                ));
             }
             return Ok(None);
         }
         (Some(c), Some(k)) => (c, k),
-        _ => return Err("--cert-file and --key-file go together".into()),
+        _ => return Err(format!("--{kind}cert-file and --{kind}key-file go together")),
     };
-    let certs = read_certs(cert, "--cert-file")?;
+    let certs = read_certs(cert, &format!("--{kind}cert-file"))?;
     let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| format!("--key-file {}: no usable private key: {e}", key.display()))?;
+        .map_err(|e| format!("--{kind}key-file {}: no usable private key: {e}", key.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
-    let builder = if config.client_cert_auth {
-        let Some(ca) = &config.trusted_ca_file else {
-            return Err("--client-cert-auth needs --trusted-ca-file".into());
+    let builder = if client_cert_auth {
+        let Some(ca) = ca else {
+            return Err(format!("--{kind}client-cert-auth needs --{kind}trusted-ca-file"));
         };
         let mut roots = RootCertStore::empty();
-        for c in read_certs(ca, "--trusted-ca-file")? {
-            roots.add(c).map_err(|e| format!("--trusted-ca-file {}: {e}", ca.display()))?;
+        for c in read_certs(ca, &format!("--{kind}trusted-ca-file"))? {
+            roots.add(c).map_err(|e| format!("--{kind}trusted-ca-file {}: {e}", ca.display()))?;
         }
         let verifier = WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
             .build()
-            .map_err(|e| format!("--trusted-ca-file {}: {e}", ca.display()))?;
+            .map_err(|e| format!("--{kind}trusted-ca-file {}: {e}", ca.display()))?;
         builder.with_client_cert_verifier(verifier)
     } else {
         builder.with_no_client_auth()
     };
-    let mut tls =
-        builder.with_single_cert(certs, key).map_err(|e| format!("--cert-file/--key-file: {e}"))?;
+    let mut tls = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("--{kind}cert-file/--{kind}key-file: {e}"))?;
     tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Some(Arc::new(tls)))
-}
-
-fn read_certs(path: &Path, flag: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("{flag} {}: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{flag} {}: no certificate in it", path.display()));
-    }
-    Ok(certs)
 }
 
 /// A client connection after its handshake.

@@ -74,13 +74,50 @@ impl wire::watch_server::Watch for WatchService {
         &self,
         req: Request<Streaming<pb::WatchRequest>>,
     ) -> Result<Response<Self::WatchStream>, Status> {
+        // kube-apiserver's watches ask for a leader (`WithRequireLeader`): in a cluster, a
+        // member without one refuses them, and ends them if it loses its leader, so that the
+        // client moves to a member that has one.
+        let require_leader =
+            req.metadata().get(REQUIRE_LEADER_KEY).is_some_and(|v| v.as_bytes() == b"true");
+        let role = self.shared.raft().filter(|_| require_leader).map(|r| r.role());
+        if role.as_ref().is_some_and(|r| r.borrow().leader.is_none()) {
+            return Err(crate::error::Error::NoLeader.into());
+        }
         let (tx, rx) = mpsc::channel(OUT_BUFFER);
-        tokio::spawn(run_stream(self.shared.clone(), req.into_inner(), tx));
+        tokio::spawn(run_stream(self.shared.clone(), req.into_inner(), tx, role));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
 
-async fn run_stream(shared: Arc<Shared>, mut inbound: Streaming<pb::WatchRequest>, out: Out) {
+/// The metadata key (and value `true`) of etcd's `WithRequireLeader`.
+const REQUIRE_LEADER_KEY: &str = "hasleader";
+
+/// Resolves once the member has been without a leader for an election timeout (etcd's
+/// `monitorLeader` checks once per election timeout); never without `role`.
+async fn leader_lost(
+    role: &mut Option<tokio::sync::watch::Receiver<crate::raft::Role>>,
+    wait: std::time::Duration,
+) {
+    let Some(role) = role else { return std::future::pending().await };
+    loop {
+        if role.wait_for(|r| r.leader.is_none()).await.is_err() {
+            return std::future::pending().await;
+        }
+        tokio::time::sleep(wait).await;
+        if role.borrow().leader.is_none() {
+            return;
+        }
+    }
+}
+
+async fn run_stream(
+    shared: Arc<Shared>,
+    mut inbound: Streaming<pb::WatchRequest>,
+    out: Out,
+    mut role: Option<tokio::sync::watch::Receiver<crate::raft::Role>>,
+) {
+    let election =
+        shared.raft().map_or(std::time::Duration::from_secs(1), |r| r.election_timeout());
     let hub = &shared.hub;
     let (sid, mut rx, wake) = hub.open_stream();
     let interval = shared.config.progress_notify_interval();
@@ -117,6 +154,10 @@ async fn run_stream(shared: Arc<Shared>, mut inbound: Streaming<pb::WatchRequest
             _ = ticker.tick() => {
                 hub.tick(sid);
                 true
+            }
+            _ = leader_lost(&mut role, election) => {
+                let _ = out.send(Err(crate::error::Error::NoLeader.into())).await;
+                false
             }
         };
         if !ok || catch_up(&shared, sid, &out, &wake).await.is_err() {

@@ -1,0 +1,289 @@
+//! Applying requests to the store (etcd's `etcdserver/apply`): the one place a request becomes
+//! a change of state.
+//!
+//! A member alone calls these functions straight from its handlers. In a cluster the handlers
+//! propose the request to Raft instead ([`propose`]), and every member applies it from the log
+//! through the same functions ([`Applier`], the state machine Raft drives), in log order, so
+//! that every member holds the same revisions, histories and events.
+
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::sync::{Arc, Weak};
+
+use bytes::Bytes;
+use prost::Message;
+
+use super::{Shared, convert};
+use crate::error::{Error, Result};
+use crate::mvcc::Applied;
+use crate::proto::etcdserverpb as pb;
+use crate::proto::memetcdpb as mpb;
+use crate::raft::{Machine, SnapshotJob};
+
+use mpb::request::Request as Req;
+use mpb::response::Response as Resp;
+
+pub fn put(s: &Shared, req: pb::PutRequest) -> Result<Applied<pb::PutResponse>> {
+    let size = req.encoded_len();
+    let a = s.store.put(convert::put_request(req), size)?;
+    Ok(Applied { response: convert::put_response(a.response), visible_at: a.visible_at })
+}
+
+pub fn delete_range(
+    s: &Shared,
+    req: pb::DeleteRangeRequest,
+) -> Result<Applied<pb::DeleteRangeResponse>> {
+    let size = req.encoded_len();
+    let a = s.store.delete_range(convert::delete_request(req), size)?;
+    Ok(Applied { response: convert::delete_response(a.response), visible_at: a.visible_at })
+}
+
+pub fn txn(s: &Shared, req: pb::TxnRequest) -> Result<Applied<pb::TxnResponse>> {
+    let size = req.encoded_len();
+    let a = s.store.txn(convert::txn_request(req)?, size)?;
+    Ok(Applied { response: convert::txn_response(a.response), visible_at: a.visible_at })
+}
+
+/// Revokes a lease and deletes its keys at once (in a cluster's apply nothing else writes
+/// meanwhile, so no key can attach to it while it goes). Returns the header revision.
+fn revoke(s: &Shared, id: i64) -> Result<i64> {
+    let keys = s.lessor.revoke(id)?;
+    if !keys.is_empty() {
+        s.store.revoke(id, keys);
+    }
+    let late = s.lessor.finish(id);
+    if !late.is_empty() {
+        s.store.revoke(id, late);
+    }
+    Ok(s.store.current_revision())
+}
+
+/// An alarm request: activate and deactivate change state, get reads it.
+pub fn alarm(s: &Shared, r: &pb::AlarmRequest) -> pb::AlarmResponse {
+    let alarms = &s.alarms;
+    let list = match pb::alarm_request::AlarmAction::try_from(r.action) {
+        Ok(pb::alarm_request::AlarmAction::Get) => alarms.get(r.alarm),
+        Ok(pb::alarm_request::AlarmAction::Activate) => {
+            alarms.activate(r.member_id, r.alarm).into_iter().collect()
+        }
+        Ok(pb::alarm_request::AlarmAction::Deactivate) => {
+            alarms.deactivate(r.member_id, r.alarm).into_iter().collect()
+        }
+        // etcd answers an unknown action with an empty list.
+        Err(_) => Vec::new(),
+    };
+    let alarms =
+        list.into_iter().map(|(member_id, alarm)| pb::AlarmMember { member_id, alarm }).collect();
+    pb::AlarmResponse { header: s.header(0), alarms }
+}
+
+/// A response header holding only a revision: the member answering the client fills in the
+/// rest (its ids, the term).
+fn nested(revision: i64) -> Option<pb::ResponseHeader> {
+    Some(pb::ResponseHeader { revision, ..Default::default() })
+}
+
+/// Applies one request from the Raft log.
+fn apply(s: &Shared, req: Req) -> Result<Resp> {
+    // A write that adds data is refused on every member alike while NOSPACE is raised (etcd's
+    // capped applier): the alarm itself went through the log.
+    let capped = s.alarms.nospace_raised();
+    Ok(match req {
+        Req::Put(p) => {
+            if capped && super::alarm::put_cost(&p) > 0 {
+                return Err(Error::NoSpace);
+            }
+            Resp::Put(put(s, p)?.response)
+        }
+        Req::DeleteRange(d) => Resp::DeleteRange(delete_range(s, d)?.response),
+        Req::Txn(t) => {
+            if capped && super::alarm::txn_cost(&t) > 0 {
+                return Err(Error::NoSpace);
+            }
+            Resp::Txn(txn(s, t)?.response)
+        }
+        Req::Compaction(c) => {
+            // It walks every partition and waits for a snapshot being written: off the
+            // runtime's other tasks.
+            let done = tokio::task::block_in_place(|| s.store.compact(c.revision))?;
+            Resp::Compaction(pb::CompactionResponse { header: nested(done.revision) })
+        }
+        Req::LeaseGrant(g) => {
+            if capped {
+                return Err(Error::NoSpace);
+            }
+            // Every member keeps the lease; only the leader expires it, after giving every
+            // lease its full TTL when it took over.
+            let (id, ttl) = s.lessor.grant(g.id, g.ttl)?;
+            Resp::LeaseGrant(pb::LeaseGrantResponse {
+                header: nested(s.store.current_revision()),
+                id,
+                ttl,
+                error: String::new(),
+            })
+        }
+        Req::LeaseRevoke(r) => {
+            Resp::LeaseRevoke(pb::LeaseRevokeResponse { header: nested(revoke(s, r.id)?) })
+        }
+        Req::Alarm(a) => Resp::Alarm(alarm(s, &a)),
+        Req::MemberAttributes(m) => {
+            s.members.lock().insert(m.member_id, m);
+            Resp::Done(mpb::Empty {})
+        }
+    })
+}
+
+/// Encodes an answer for the member that proposed the request.
+fn encode(r: Result<Resp>) -> Bytes {
+    let response = Some(match r {
+        Ok(r) => r,
+        Err(e) => Resp::Error(e.code()),
+    });
+    mpb::Response { response }.encode_to_vec().into()
+}
+
+/// Proposes `req` to the cluster and returns its answer, once applied on this member.
+pub async fn propose(s: &Shared, req: Req) -> Result<Resp> {
+    let raft = s.raft().expect("proposals are made in a cluster");
+    if raft.role().borrow().is_learner {
+        return Err(Error::LearnerRpc);
+    }
+    let bytes: Bytes = mpb::Request { request: Some(req) }.encode_to_vec().into();
+    let (_, answer) = raft.propose(bytes).await?;
+    match mpb::Response::decode(answer).map_err(|_| Error::Internal)?.response {
+        Some(Resp::Error(code)) => Err(Error::from_code(code).unwrap_or(Error::Internal)),
+        Some(r) => Ok(r),
+        None => Err(Error::Internal),
+    }
+}
+
+/// The state machine of a cluster member: requests from the Raft log go to the functions
+/// above.
+#[derive(Debug)]
+pub struct Applier {
+    /// The services' shared state (weak: it owns the Raft node, which owns this).
+    pub shared: Weak<Shared>,
+}
+
+impl Machine for Applier {
+    fn apply(&self, request: &[u8]) -> Bytes {
+        let Some(s) = self.shared.upgrade() else { return encode(Err(Error::Stopped)) };
+        let r = match mpb::Request::decode(request) {
+            Ok(mpb::Request { request: Some(req) }) => apply(&s, req),
+            // Every member refuses it alike: nothing changes.
+            _ => Err(Error::Internal),
+        };
+        encode(r)
+    }
+
+    fn snapshot(&self) -> Box<dyn SnapshotJob> {
+        let s = self.shared.upgrade().expect("snapshots are taken while the server runs");
+        let state = mpb::MachineState {
+            alarms: s
+                .alarms
+                .get(pb::AlarmType::None as i32)
+                .into_iter()
+                .map(|(member_id, alarm)| pb::AlarmMember { member_id, alarm })
+                .collect(),
+            members: s.members.lock().values().cloned().collect(),
+        };
+        Box::new(Snapshot {
+            rev: s.store.current_revision(),
+            compacted: s.store.compact_revision_raw(),
+            leases: s.lessor.snapshot(),
+            state,
+            shared: s,
+        })
+    }
+
+    fn install(&self, path: &Path, offset: u64) -> io::Result<()> {
+        let s = self.shared.upgrade().ok_or_else(|| io::Error::other("server stopped"))?;
+        let mut f = std::fs::File::open(path)?;
+        std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(offset))?;
+        let mut len = [0u8; 4];
+        f.read_exact(&mut len)?;
+        let mut state = vec![0u8; u32::from_le_bytes(len) as usize];
+        f.read_exact(&mut state)?;
+        let state = mpb::MachineState::decode(&state[..])
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let summary = s
+            .store
+            .install_backup(path, offset + 4 + state.encoded_len() as u64)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.0))?;
+        s.lessor.reset(&summary.leases);
+        s.store.attach_recovered_leases();
+        let alarms: Vec<(u64, i32)> = state.alarms.iter().map(|a| (a.member_id, a.alarm)).collect();
+        s.alarms.replace(&alarms);
+        *s.members.lock() = state.members.into_iter().map(|m| (m.member_id, m)).collect();
+        s.hub.jump(summary.rev);
+        tracing::info!(
+            revision = summary.rev,
+            keys = s.store.live_keys(),
+            "store: replaced by a snapshot"
+        );
+        Ok(())
+    }
+}
+
+/// A snapshot's state, fixed between two applies.
+struct Snapshot {
+    rev: i64,
+    compacted: i64,
+    leases: Vec<(i64, i64)>,
+    state: mpb::MachineState,
+    shared: Arc<Shared>,
+}
+
+impl SnapshotJob for Snapshot {
+    fn write(self: Box<Self>, out: &mut dyn Write) -> io::Result<()> {
+        let state = self.state.encode_to_vec();
+        out.write_all(&(state.len() as u32).to_le_bytes())?;
+        out.write_all(&state)?;
+        let Some(backup) = self.shared.store.backup_at(self.rev, self.compacted, self.leases)
+        else {
+            return Err(io::Error::other("compacted while the snapshot waited; taken again later"));
+        };
+        let mut failed = None;
+        backup.write(&mut |piece| match out.write_all(&piece) {
+            Ok(()) => true,
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+        });
+        failed.map_or(Ok(()), Err)
+    }
+}
+
+/// In a cluster: waits until this member has applied every write acknowledged before the call
+/// (a linearizable read). A learner serves only serializable reads, as in etcd.
+pub async fn linearizable(s: &Shared) -> Result<()> {
+    let Some(raft) = s.raft() else { return Ok(()) };
+    if raft.role().borrow().is_learner {
+        return Err(Error::LearnerRpc);
+    }
+    raft.linearizable().await
+}
+
+/// In a cluster: the quota check before a write that adds `cost` bytes is proposed. Going
+/// over the quota proposes the NOSPACE alarm, so that every member raises it (etcd's quota
+/// applier does the same).
+pub async fn quota(s: &Shared, cost: usize) -> Result<()> {
+    if cost == 0 {
+        return Ok(());
+    }
+    if s.alarms.nospace_raised() {
+        return Err(Error::NoSpace);
+    }
+    if s.alarms.exceeds_quota(&s.store, cost) {
+        let raise = pb::AlarmRequest {
+            action: pb::alarm_request::AlarmAction::Activate as i32,
+            member_id: s.member_id,
+            alarm: pb::AlarmType::Nospace as i32,
+        };
+        tracing::warn!(size_bytes = s.store.size_bytes(), "alarm: NOSPACE raised for the cluster");
+        propose(s, Req::Alarm(raise)).await?;
+        return Err(Error::NoSpace);
+    }
+    Ok(())
+}
