@@ -60,6 +60,9 @@ pub struct PeerCounters {
     pub received_bytes: AtomicU64,
     /// Append and vote round trips, as the sender measures them.
     pub round_trip: Histogram,
+    /// Since when the peer has answered every call (`None` while unreachable): etcd's
+    /// `ActiveSince`, which its membership checks use.
+    pub active_since: Mutex<Option<std::time::Instant>>,
 }
 
 /// Traffic with every peer, by member id.
@@ -79,6 +82,7 @@ impl PeerStats {
                     sent_bytes: AtomicU64::new(0),
                     received_bytes: AtomicU64::new(0),
                     round_trip: Histogram::seconds(),
+                    active_since: Mutex::new(None),
                 })
             })
             .clone()
@@ -265,8 +269,17 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         let msg = codec::append_request(&rpc);
         self.stats.sent_bytes.fetch_add(msg.encoded_len() as u64, Ordering::Relaxed);
         let started = std::time::Instant::now();
-        let resp =
-            self.client()?.append(with_timeout(msg, option.soft_ttl())).await.map_err(rpc_error)?;
+        let resp = self.client()?.append(with_timeout(msg, option.soft_ttl())).await;
+        {
+            let mut since = self.stats.active_since.lock();
+            match &resp {
+                Ok(_) => {
+                    since.get_or_insert(started);
+                }
+                Err(_) => *since = None,
+            }
+        }
+        let resp = resp.map_err(rpc_error)?;
         self.stats.round_trip.observe_duration(started.elapsed());
         codec::from_append_response(resp.into_inner())
             .map_err(|e| RPCError::Network(NetworkError::from_string(e.to_string())))

@@ -284,7 +284,11 @@ impl RaftNode {
                     }
                 }
             }
-            if let Some(a) = answers.iter().find(|a| a.initialized) {
+            tracing::debug!(?answers, "raft: without state; what the other members say");
+            // A peer past its cluster's founding (it had a leader, so entries after the
+            // founding membership) proves a running cluster; peers still founding do not, and
+            // founding along with them is what openraft allows.
+            if let Some(a) = answers.iter().find(|a| a.initialized && a.last_log_index > 0) {
                 if !a.knows_you || !a.you_are_voter {
                     // A learner or a member being added: catching up from the leader is all
                     // it needs; it votes only once promoted, by which time it holds the log.
@@ -634,6 +638,15 @@ impl RaftNode {
             .flatten()
             .map_or(0, |l| l.index);
         matched as f64 >= leader_last as f64 * fraction && (matched > 0 || leader_last == 0)
+    }
+
+    /// Since when member `id` has been reachable from this member without a failed call
+    /// (`None`: unreachable, or never called; this member itself: always).
+    pub fn active_since(&self, id: u64) -> Option<std::time::Instant> {
+        if id == self.id {
+            return Some(std::time::Instant::now() - Duration::from_secs(3600));
+        }
+        *self.peers.stats.of(id).active_since.lock()
     }
 
     /// Members the leader heard from within `within` (empty on a follower).

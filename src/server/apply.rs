@@ -145,7 +145,9 @@ fn encode(r: Result<Resp>) -> Bytes {
 /// Proposes `req` to the cluster and returns its answer, once applied on this member.
 pub async fn propose(s: &Shared, req: Req) -> Result<Resp> {
     let raft = s.raft().expect("proposals are made in a cluster");
-    if raft.role().borrow().is_learner {
+    // A learner's clients may not write; the learner itself publishes its name (etcd's learners
+    // do, through the leader).
+    if raft.role().borrow().is_learner && !matches!(req, Req::MemberAttributes(_)) {
         return Err(Error::LearnerRpc);
     }
     let bytes: Bytes = mpb::Request { request: Some(req) }.encode_to_vec().into();

@@ -61,12 +61,24 @@ fn urls_taken(raft: &RaftNode, urls: &[String], except: u64) -> bool {
     raft.membership().1.iter().any(|(id, u)| *id != except && u.iter().any(|x| urls.contains(x)))
 }
 
-/// Members the leader heard from lately (started and connected), itself included: etcd's
-/// `--strict-reconfig-check` counts these.
-fn active_voters(raft: &RaftNode) -> usize {
-    let (voters, _) = raft.membership();
-    let recent = raft.recently_heard(Duration::from_secs(5));
-    voters.iter().filter(|v| **v == raft.id || recent.contains(v)).count()
+/// etcd's "health interval": a membership change needs peers connected at least this long.
+const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Whether member `id` has published its name (etcd's `IsStarted`).
+fn started(s: &Shared, id: u64) -> bool {
+    s.members.lock().get(&id).is_some_and(|m| !m.name.is_empty())
+}
+
+/// Whether `id` has been connected since at least `HEALTH_INTERVAL` ago.
+fn connected_long_enough(raft: &RaftNode, id: u64) -> bool {
+    raft.active_since(id).is_some_and(|t| t.elapsed() >= HEALTH_INTERVAL)
+}
+
+/// Enough started voters for a quorum of `voters` plus `extra` (etcd's `IsReadyTo...` checks).
+fn enough_started(s: &Shared, voters: &[u64], extra: usize) -> bool {
+    let n = voters.len() + extra;
+    let up = voters.iter().filter(|v| started(s, **v)).count() + extra;
+    up > n / 2
 }
 
 /// The leader's side of the membership changes.
@@ -80,18 +92,18 @@ pub async fn member_add(
         return Err(Error::PeerUrlExists.into());
     }
     let (voters, nodes) = raft.membership();
-    if r.is_learner {
-        if nodes.keys().filter(|id| !voters.contains(id)).count() >= 1 {
-            return Err(Error::TooManyLearners.into());
-        }
-    } else {
-        // A voter that has not started counts against the quorum at once: refuse if the
-        // members up now would not make one (etcd's strict reconfiguration check).
-        let after = voters.len() + 1;
-        let quorum = after / 2 + 1;
-        if active_voters(raft) < quorum {
-            return Err(Error::UnhealthyCluster.into());
-        }
+    let voters: Vec<u64> = voters.into_iter().collect();
+    if r.is_learner && nodes.keys().filter(|id| !voters.contains(id)).count() >= 1 {
+        return Err(Error::TooManyLearners.into());
+    }
+    // etcd's strict reconfiguration checks: a voter that has not started counts against the
+    // quorum at once, so enough members must be up; and every voter must have been reachable
+    // for a while.
+    if !r.is_learner && !enough_started(s, &voters, 1) {
+        return Err(Error::NotEnoughStartedMembers.into());
+    }
+    if !voters.iter().all(|v| connected_long_enough(raft, *v)) {
+        return Err(Error::UnhealthyCluster.into());
     }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -122,13 +134,15 @@ pub async fn member_remove(
         return Err(Error::MemberNotFound.into());
     }
     if voters.contains(&r.id) {
-        // The members left must still make a quorum of the smaller cluster.
-        let left = voters.len() - 1;
-        let active = active_voters(raft)
-            - usize::from(
-                r.id == raft.id || raft.recently_heard(Duration::from_secs(5)).contains(&r.id),
-            );
-        if left > 0 && active < left / 2 + 1 {
+        // etcd's checks: the members left must make a quorum of the smaller cluster, counting
+        // the started ones and, unless the member going is down anyway, the connected ones.
+        let rest: Vec<u64> = voters.iter().copied().filter(|v| *v != r.id).collect();
+        if !enough_started(s, &rest, 0) {
+            return Err(Error::NotEnoughStartedMembers.into());
+        }
+        let down = r.id != raft.id && raft.active_since(r.id).is_none();
+        let active = voters.iter().filter(|v| connected_long_enough(raft, **v)).count();
+        if !down && active.saturating_sub(1) < 1 + (voters.len() - 1) / 2 {
             return Err(Error::UnhealthyCluster.into());
         }
     }
@@ -165,9 +179,14 @@ pub async fn member_promote(
     if voters.contains(&r.id) {
         return Err(Error::MemberNotLearner.into());
     }
-    // etcd promotes a learner only once it has 90% of the leader's log.
+    // etcd promotes a learner only once it has 90% of the leader's log, and if the voters
+    // then still make a quorum of started members.
     if !raft.learner_in_sync(r.id, 0.9) {
         return Err(Error::LearnerNotReady.into());
+    }
+    let voters: Vec<u64> = voters.into_iter().collect();
+    if !enough_started(s, &voters, 1) {
+        return Err(Error::NotEnoughStartedMembers.into());
     }
     raft.promote_member(r.id).await?;
     Ok(pb::MemberPromoteResponse { header: s.header(0), members: members(s, raft) })

@@ -315,6 +315,16 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let (tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
+    {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            info!("shutting down");
+            let _ = tx.send(());
+            let _ = stopping_tx.send(true);
+        });
+    }
     let mut tasks = tokio::task::JoinSet::new();
     // Serves router `r` on listener `l` until the shutdown signal.
     macro_rules! serve_on {
@@ -339,17 +349,25 @@ pub async fn serve(
             };
         }};
     }
-    for l in listeners {
-        info!(address = %l.describe(), "ready to serve client requests");
-        serve_on!(router(&shared), l);
+    for l in peer_listeners {
+        info!(peer_address = %l.describe(), "serving the other members");
+        serve_on!(peer_router(&shared), l);
     }
     for l in metrics_listeners {
         info!(metrics_address = %l.describe(), "serving /metrics and health probes");
         serve_on!(metrics_router(&shared), l);
     }
-    for l in peer_listeners {
-        info!(peer_address = %l.describe(), "serving the other members");
-        serve_on!(peer_router(&shared), l);
+    if shared.raft().is_some() {
+        // As etcd, a cluster member serves clients once it has published itself through the
+        // log: it then has a leader and its cluster's state up to that point.
+        tokio::select! {
+            _ = publish_member(shared.clone()) => {}
+            _ = stopping.wait_for(|s| *s) => {}
+        }
+    }
+    for l in listeners {
+        info!(address = %l.describe(), "ready to serve client requests");
+        serve_on!(router(&shared), l);
     }
     let expiry = tokio::spawn(lease::expiry_loop(shared.clone()));
     let snapshots = tokio::spawn(snapshot_loop(shared.clone()));
@@ -382,14 +400,7 @@ pub async fn serve(
             let s = shared.clone();
             move || s.store.size_bytes() as u64
         };
-        (tokio::spawn(raft.snapshot_loop(size)), tokio::spawn(publish_member(shared.clone())))
-    });
-    let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        info!("shutting down");
-        let _ = tx.send(());
-        let _ = stopping_tx.send(true);
+        tokio::spawn(raft.snapshot_loop(size))
     });
     // Listeners stop accepting at once and let requests in flight finish; watch and keep-alive
     // streams never finish on their own, so connections still open after the grace period
@@ -414,9 +425,8 @@ pub async fn serve(
     }
     expiry.abort();
     snapshots.abort();
-    if let Some((a, b)) = cluster_tasks {
-        a.abort();
-        b.abort();
+    if let Some(t) = cluster_tasks {
+        t.abort();
     }
     if let Some(c) = compactor {
         c.abort();

@@ -3,6 +3,8 @@
 #[macro_use]
 mod support;
 
+mod cluster;
+mod cluster_harness;
 mod consistency;
 mod differential;
 mod durability;

@@ -635,6 +635,15 @@ impl DataDir {
         Server::start_bin(Kind::MemEtcd, &mem_etcd_bin(), extra, true, Some(self)).await
     }
 
+    /// [`DataDir::start`] of either kind (a peer must be present: callers check first).
+    pub async fn start_kind(&self, kind: Kind, extra: &[&str]) -> Server {
+        let bin = match kind {
+            Kind::MemEtcd => mem_etcd_bin(),
+            Kind::Etcd => peer_binary("etcd").expect("the caller checked the etcd peer"),
+        };
+        Server::start_bin(kind, &bin, extra, true, Some(self)).await
+    }
+
     /// Starts mem_etcd on this data dir expecting it to refuse: waits for the process to exit
     /// and returns how it exited and what it wrote. Panics if it logs that it is ready to serve
     /// or is still running after 20 s.

@@ -1,0 +1,568 @@
+//! Clusters of mem_etcd members on Raft, started with etcd's cluster flags, next to clusters of
+//! real etcd 3.6 where behaviour is compared: reads and writes through every member, a
+//! follower's watch, etcdctl's cluster commands, the leader killed in every WAL mode, a
+//! majority lost, membership changes with a member catching up from a snapshot, and leases
+//! across a leader change.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, GetOptions, PutOptions, WatchOptions};
+
+use crate::cluster_harness::Cluster;
+use crate::etcdctl::etcdctl;
+use crate::support::*;
+
+macro_rules! cluster {
+    ($kind:expr, $n:expr, $args:expr) => {
+        match Cluster::start($kind, $n, &$args).await {
+            Some(c) => c,
+            None => return,
+        }
+    };
+}
+
+/// A write, acknowledged: the revision it got.
+async fn put(c: &mut Client, key: &str, value: &str) -> i64 {
+    rev(c.put(key, value, None).await.unwrap_or_else(|e| panic!("put {key}: {e}")).header())
+}
+
+/// The value and mod revision of `key`, linearizable or serializable.
+async fn get(c: &mut Client, key: &str, serializable: bool) -> Option<(String, i64)> {
+    let opts = serializable.then(|| GetOptions::new().with_serializable());
+    let r = c.get(key, opts).await.unwrap_or_else(|e| panic!("get {key}: {e}"));
+    r.kvs().first().map(|kv| (kv.value_str().unwrap().to_string(), kv.mod_revision()))
+}
+
+async fn writes_read_back_linearizably(n: usize) {
+    let c = cluster!(Kind::MemEtcd, n, ["--wal-mode=buffered"]);
+    let mut clients = Vec::new();
+    for i in 0..n {
+        clients.push(c.client(i).await);
+    }
+    let mut last = 0;
+    for round in 0..3 {
+        for i in 0..n {
+            let key = format!("k{round}-{i}");
+            let r = put(&mut clients[i], &key, &format!("from m{i}")).await;
+            assert!(r > last, "revisions go up in acknowledgement order: {r} after {last}");
+            last = r;
+            // Linearizable reads on every other member see it at once, with its revision.
+            for (j, other) in clients.iter_mut().enumerate() {
+                let got = get(other, &key, false).await;
+                assert_eq!(
+                    got,
+                    Some((format!("from m{i}"), r)),
+                    "m{j} reading {key} written via m{i}"
+                );
+            }
+        }
+    }
+    assert_eq!(c.converged().await, last);
+}
+
+#[tokio::test]
+async fn writes_through_every_member_of_three_read_back_linearizably_on_the_others() {
+    writes_read_back_linearizably(3).await;
+}
+
+#[tokio::test]
+async fn writes_through_every_member_of_five_read_back_linearizably_on_the_others() {
+    writes_read_back_linearizably(5).await;
+}
+
+#[tokio::test]
+async fn a_followers_watch_sees_every_event_in_order() {
+    let c = cluster!(Kind::MemEtcd, 3, ["--wal-mode=none"]);
+    let leader = c.leader().await;
+    let follower = (leader + 1) % 3;
+    let other = (leader + 2) % 3;
+    let mut w = c.client(follower).await;
+    let mut stream =
+        w.watch("/w/", Some(WatchOptions::new().with_prefix().with_prev_key())).await.unwrap();
+    // The created response first.
+    stream.message().await.unwrap().unwrap();
+    // Writers on the leader and on the other follower at once.
+    let mut writers = Vec::new();
+    for (at, tag) in [(leader, "a"), (other, "b")] {
+        let mut cl = c.client(at).await;
+        writers.push(tokio::spawn(async move {
+            let mut acked = Vec::new();
+            for n in 0..100 {
+                let key = format!("/w/{tag}{}", n % 7);
+                acked.push(put(&mut cl, &key, &format!("{tag}{n}")).await);
+            }
+            acked
+        }));
+    }
+    let mut acked: Vec<i64> = Vec::new();
+    for w in writers {
+        acked.extend(w.await.unwrap());
+    }
+    acked.sort_unstable();
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seen.len() < acked.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let resp = tokio::time::timeout(left, stream.message())
+            .await
+            .expect("the follower's watch delivers every event within 20 s")
+            .unwrap()
+            .unwrap();
+        for e in resp.events() {
+            seen.push(e.kv().unwrap().mod_revision());
+        }
+    }
+    assert_eq!(seen, acked, "every event once, in revision order");
+}
+
+/// Member ids and ports replaced by member names, for comparing clusters.
+fn names(c: &Cluster, ids: &BTreeMap<u64, String>, text: &str) -> String {
+    let mut out = text.to_string();
+    for (id, name) in ids {
+        out = out.replace(&format!("{id:x}"), &format!("<{name}>"));
+        out = out.replace(&id.to_string(), &format!("<{name}>"));
+    }
+    for (i, m) in c.members.iter().enumerate() {
+        out = out.replace(&m.client_port.to_string(), &format!("<client{i}>"));
+        out = out.replace(&m.peer_port.to_string(), &format!("<peer{i}>"));
+    }
+    out
+}
+
+/// What etcdctl printed for a sequence of cluster commands, normalized.
+async fn etcdctl_session(kind: Kind) -> Option<Vec<String>> {
+    let ctl = peer_binary("etcdctl")?;
+    let mut c = Cluster::start(kind, 3, &["--wal-mode=buffered"]).await?;
+    let mut ids = BTreeMap::new();
+    for i in 0..3 {
+        ids.insert(c.member_id(i).await, format!("m{i}"));
+    }
+    let cluster_id = {
+        let mut raw = c.raw(0).await;
+        raw.maint
+            .status(pb::StatusRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .header
+            .unwrap()
+            .cluster_id
+    };
+    ids.insert(cluster_id, "cluster".into());
+    let leader = c.leader().await;
+    let follower = (leader + 1) % 3;
+    let mut log = Vec::new();
+    let all = c.endpoints();
+    let run = |log: &mut Vec<String>,
+               c: &Cluster,
+               ids: &BTreeMap<u64, String>,
+               ep: &str,
+               args: &[&str]| {
+        let (code, out, err) = etcdctl(&ctl, ep, args, None);
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("Error:")).collect();
+        // Members are listed by id, and ids differ between the two clusters (other ports):
+        // compare lists sorted by name instead.
+        // (Table columns are as wide as the ids: runs of spaces and dashes count as one.)
+        let squeeze = |l: &str| {
+            let mut o = String::new();
+            for ch in l.chars() {
+                if !((ch == ' ' || ch == '-') && o.ends_with(ch)) {
+                    o.push(ch);
+                }
+            }
+            o
+        };
+        let mut lines: Vec<String> = names(c, ids, &out).lines().map(squeeze).collect();
+        if args.starts_with(&["member", "list"]) {
+            lines.sort();
+        }
+        for l in &mut lines {
+            // `member add`: the cluster's members in id order, and the new member's id.
+            if let Some(list) = l.strip_prefix("ETCD_INITIAL_CLUSTER=") {
+                let mut m: Vec<&str> = list.trim_matches('"').split(',').collect();
+                m.sort();
+                *l = format!("ETCD_INITIAL_CLUSTER={}", m.join(","));
+            }
+            if let Some(rest) = l.strip_prefix("Member ")
+                && let Some((_, tail)) = rest.split_once(' ')
+                && tail.starts_with("added")
+            {
+                *l = format!("Member <new> {tail}");
+            }
+        }
+        let text = format!("{args:?} -> {code:?}\n{}\n{}", lines.join("\n"), errors.join("\n"));
+        let text = names(c, ids, &text);
+        log.push(text);
+        out
+    };
+    run(&mut log, &c, &ids, &all, &["member", "list"]);
+    run(&mut log, &c, &ids, &all, &["member", "list", "-w", "table"]);
+    for i in 0..3 {
+        run(&mut log, &c, &ids, &c.endpoint(i), &["put", &format!("k{i}"), &format!("v{i}")]);
+    }
+    for i in 0..3 {
+        run(&mut log, &c, &ids, &c.endpoint(i), &["get", "k", "--prefix", "--write-out=fields"]);
+        run(&mut log, &c, &ids, &c.endpoint(i), &["get", "k0", "--consistency=s"]);
+    }
+    let out = etcdctl(&ctl, &all, &["endpoint", "health", "--cluster"], None);
+    // "... is healthy: successfully committed proposal: took = 1.2ms", in any order.
+    let mut lines: Vec<String> = out
+        .1
+        .lines()
+        .chain(out.2.lines())
+        .map(|l| names(&c, &ids, l.split(": took").next().unwrap()))
+        .collect();
+    lines.sort();
+    log.push(names(
+        &c,
+        &ids,
+        &format!("endpoint health --cluster -> {:?}\n{}", out.0, lines.join("\n")),
+    ));
+    let out = etcdctl(&ctl, &all, &["endpoint", "hashkv", "--cluster"], None);
+    let hashes: Vec<&str> = out.1.lines().map(|l| l.split(", ").nth(1).unwrap_or("")).collect();
+    assert_eq!(hashes.len(), 3, "{kind:?}: {}", out.1);
+    assert!(hashes.iter().all(|h| *h == hashes[0]), "{kind:?}: members' hashes differ: {}", out.1);
+    let revs: Vec<&str> = out.1.lines().map(|l| l.rsplit(", ").next().unwrap_or("")).collect();
+    log.push(format!("hashkv revisions {revs:?}"));
+    let status = etcdctl(&ctl, &all, &["endpoint", "status", "--cluster", "-w", "json"], None).1;
+    let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let mut view: Vec<String> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let s = &e["Status"];
+            format!(
+                "leader known={} learner={} version={} term>0={} index>0={} applied=index:{}",
+                ids.contains_key(&s["leader"].as_u64().unwrap_or(0)),
+                s["isLearner"].as_bool().unwrap_or(false),
+                s["version"],
+                s["raftTerm"].as_u64().unwrap_or(0) > 0,
+                s["raftIndex"].as_u64().unwrap_or(0) > 0,
+                s["raftAppliedIndex"] == s["raftIndex"],
+            )
+        })
+        .collect();
+    view.sort();
+    log.push(format!("endpoint status --cluster\n{}", view.join("\n")));
+    // Membership errors, then a learner added and removed. etcd changes membership only once
+    // every member has been connected for 5 s (its "health interval").
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let voter = format!("{:x}", c.member_id(0).await);
+    run(&mut log, &c, &ids, &all, &["member", "promote", &voter]);
+    run(&mut log, &c, &ids, &all, &["member", "remove", "1234"]);
+    run(
+        &mut log,
+        &c,
+        &ids,
+        &all,
+        &["member", "add", "dup", &format!("--peer-urls={}", c.peer_url(0))],
+    );
+    let slot = c.add_slot();
+    let new_peer = c.peer_url(slot);
+    let out = run(
+        &mut log,
+        &c,
+        &ids,
+        &all,
+        &["member", "add", "m3", "--learner", &format!("--peer-urls={new_peer}")],
+    );
+    let new_id = out
+        .split_whitespace()
+        .skip_while(|w| *w != "Member")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{kind:?}: member add: {}", log.last().unwrap()))
+        .to_string();
+    ids.insert(u64::from_str_radix(&new_id, 16).unwrap(), "m3".into());
+    // Not started: not in sync with the leader.
+    run(&mut log, &c, &ids, &all, &["member", "promote", &new_id]);
+    run(&mut log, &c, &ids, &all, &["member", "list"]);
+    run(&mut log, &c, &ids, &all, &["member", "remove", &new_id]);
+    // The leader hands over to a follower.
+    let target = format!("{:x}", c.member_id(follower).await);
+    let mut roles = ids.clone();
+    roles.insert(c.member_id(leader).await, "leader".into());
+    roles.insert(c.member_id(follower).await, "follower".into());
+    run(&mut log, &c, &roles, &c.endpoint(leader), &["move-leader", &target]);
+    assert_eq!(c.leader().await, follower, "{kind:?}: move-leader made the follower lead");
+    // Asked of a member that no longer leads.
+    run(&mut log, &c, &roles, &c.endpoint(leader), &["move-leader", &target]);
+    let _ = c.kill9(0);
+    Some(log)
+}
+
+#[tokio::test]
+async fn etcdctl_on_a_cluster_prints_what_a_real_etcd_cluster_prints() {
+    let Some(mem) = etcdctl_session(Kind::MemEtcd).await else { return };
+    let Some(etcd) = etcdctl_session(Kind::Etcd).await else { return };
+    for (m, e) in mem.iter().zip(&etcd) {
+        assert_eq!(m, e, "mem_etcd (left) and etcd (right) differ");
+    }
+    assert_eq!(mem.len(), etcd.len());
+}
+
+/// Keeps writing unique keys through `member` until `stop`, and returns what was acknowledged
+/// (key, value, revision) and how many writes failed.
+async fn writer(
+    mut c: Client,
+    tag: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (Vec<(String, i64)>, usize) {
+    let mut acked = Vec::new();
+    let mut failed = 0;
+    let mut n = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 5000 {
+        let key = format!("/acked/{tag}/{n}");
+        n += 1;
+        match tokio::time::timeout(Duration::from_secs(10), c.put(key.as_str(), "v", None)).await {
+            Ok(Ok(r)) => acked.push((key, rev(r.header()))),
+            _ => {
+                failed += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    (acked, failed)
+}
+
+async fn leader_killed(mode: &str) {
+    let mode_flag = format!("--wal-mode={mode}");
+    let mut c =
+        cluster!(Kind::MemEtcd, 3, [mode_flag.as_str(), "--log-level=info,mem_etcd::raft=debug"]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for i in 0..3 {
+        // Each writer may use any member, as the Go client does.
+        let eps: Vec<String> = (0..3).map(|j| c.endpoint((i + j) % 3)).collect();
+        let cl = Client::connect(eps, None).await.unwrap();
+        writers.push(tokio::spawn(writer(cl, format!("w{i}"), stop.clone())));
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let leader = c.leader().await;
+    let killed_at = Instant::now();
+    c.kill9(leader);
+    // A new leader takes writes within a few seconds.
+    let survivor = (leader + 1) % 3;
+    let mut probe = c.client(survivor).await;
+    loop {
+        let r = tokio::time::timeout(Duration::from_secs(5), probe.put("/probe", "x", None)).await;
+        if matches!(r, Ok(Ok(_))) {
+            break;
+        }
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(10),
+            "{mode}: no write accepted 10 s after the leader died"
+        );
+    }
+    let failover = killed_at.elapsed();
+    assert!(failover < Duration::from_secs(6), "{mode}: a new leader took {failover:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.restart(leader).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut acked = Vec::new();
+    for w in writers {
+        let (a, _failed) = w.await.unwrap();
+        acked.extend(a);
+    }
+    assert!(acked.len() > 50, "{mode}: only {} writes acknowledged", acked.len());
+    let rev = c.converged().await;
+    let mut revisions: Vec<i64> = acked.iter().map(|a| a.1).collect();
+    revisions.sort_unstable();
+    revisions.dedup();
+    assert_eq!(revisions.len(), acked.len(), "{mode}: a revision acknowledged twice");
+    // Every acknowledged write, on every member, the restarted one included.
+    for i in 0..3 {
+        let mut cl = c.client(i).await;
+        let all = cl
+            .get("/acked/", Some(GetOptions::new().with_prefix().with_serializable()))
+            .await
+            .unwrap();
+        let held: BTreeMap<String, i64> = all
+            .kvs()
+            .iter()
+            .map(|kv| (kv.key_str().unwrap().to_string(), kv.mod_revision()))
+            .collect();
+        for (key, r) in &acked {
+            assert_eq!(
+                held.get(key),
+                Some(r),
+                "{mode}: m{i} lost {key} (acknowledged at {r}); at {rev}"
+            );
+        }
+    }
+    eprintln!(
+        "{mode}: {} writes acknowledged, failover {failover:?}, converged at {rev}",
+        acked.len()
+    );
+}
+
+#[tokio::test]
+async fn killing_the_leader_loses_no_acknowledged_write_in_none_mode() {
+    leader_killed("none").await;
+}
+
+#[tokio::test]
+async fn killing_the_leader_loses_no_acknowledged_write_in_buffered_mode() {
+    leader_killed("buffered").await;
+}
+
+#[tokio::test]
+async fn killing_the_leader_loses_no_acknowledged_write_in_fsync_mode() {
+    leader_killed("fsync").await;
+}
+
+/// With a majority down a write fails with one of etcd's errors, never with a success.
+async fn majority_lost(kind: Kind) -> Option<(tonic::Code, String)> {
+    let mut c = Cluster::start(kind, 3, &["--wal-mode=buffered"]).await?;
+    let mut cl = c.client(0).await;
+    put(&mut cl, "before", "1").await;
+    let _ = c.kill9(1);
+    let _ = c.kill9(2);
+    let r = tokio::time::timeout(Duration::from_secs(30), cl.put("during", "1", None)).await;
+    let err = match r {
+        Ok(Err(e)) => status_of(&e),
+        Ok(Ok(_)) => panic!("{kind:?}: a write succeeded with a majority down"),
+        Err(_) => panic!("{kind:?}: a write hung for 30 s with a majority down"),
+    };
+    // Reads that need the quorum fail too; serializable ones are served.
+    let r = tokio::time::timeout(Duration::from_secs(30), cl.get("before", None)).await;
+    assert!(matches!(r, Ok(Err(_))), "{kind:?}: a linearizable read without quorum: {r:?}");
+    assert!(get(&mut cl, "before", true).await.is_some());
+    Some(err)
+}
+
+#[tokio::test]
+async fn with_a_majority_down_a_write_fails_with_etcds_error() {
+    let Some(mem) = majority_lost(Kind::MemEtcd).await else { return };
+    let Some(etcd) = majority_lost(Kind::Etcd).await else { return };
+    assert_eq!(mem.0, tonic::Code::Unavailable, "{mem:?}");
+    assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right)");
+}
+
+#[tokio::test]
+async fn members_are_added_promoted_and_removed_and_a_new_member_catches_up_from_a_snapshot() {
+    // Small snapshots, so that the leader's log no longer holds what the new member misses.
+    let mut c = cluster!(Kind::MemEtcd, 3, ["--wal-mode=buffered", "--wal-snapshot-bytes=65536"]);
+    let mut cl =
+        Client::connect((0..3).map(|i| c.endpoint(i)).collect::<Vec<_>>(), None).await.unwrap();
+    // More entries than the leader keeps after a snapshot (5,000), in parallel writers.
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let mut cl = cl.clone();
+        tasks.push(tokio::spawn(async move {
+            for n in 0..800 {
+                cl.put(format!("/data/{t}/{}", n % 100), vec![b'x'; 200], None).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // Compacted, the store is far smaller than what was logged: a snapshot follows, and the
+    // leader's log keeps only the 5,000 entries before it.
+    let now = put(&mut cl, "/data/now", "x").await;
+    cl.compact(now, None).await.unwrap();
+    let start = Instant::now();
+    while c
+        .running()
+        .iter()
+        .all(|i| c.members[*i].server.as_ref().unwrap().grep_log("snapshot written").is_empty())
+    {
+        assert!(start.elapsed() < Duration::from_secs(15), "no snapshot was taken");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let slot = c.add_slot();
+    let peer = c.peer_url(slot);
+    // etcd adds members only once every member has been connected for 5 s.
+    let start = Instant::now();
+    let added = loop {
+        let opts = etcd_client::MemberAddOptions::new().with_is_learner();
+        match cl.member_add([peer.as_str()], Some(opts)).await {
+            Ok(a) => break a,
+            Err(e) => {
+                assert_eq!(status_of(&e).1, "etcdserver: unhealthy cluster");
+                assert!(start.elapsed() < Duration::from_secs(15), "member add: {e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    };
+    let new_id = added.member().unwrap().id();
+    assert!(added.member().unwrap().is_learner());
+    // Not started yet: not in sync.
+    let e = cl.member_promote(new_id).await.unwrap_err();
+    assert_eq!(
+        status_of(&e),
+        (
+            tonic::Code::FailedPrecondition,
+            "etcdserver: can only promote a learner member which is in sync with leader".into()
+        )
+    );
+    c.join(slot).await;
+    // Caught up (from a snapshot): promoted.
+    let start = Instant::now();
+    loop {
+        match cl.member_promote(new_id).await {
+            Ok(_) => break,
+            Err(e) => assert!(start.elapsed() < Duration::from_secs(30), "promote: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let new = c.members[slot].server.as_ref().unwrap();
+    assert!(
+        !new.grep_log("snapshot installed").is_empty(),
+        "the new member caught up from a snapshot:\n{}",
+        new.log_tail()
+    );
+    let list = cl.member_list().await.unwrap();
+    assert_eq!(list.members().len(), 4);
+    assert!(list.members().iter().all(|m| !m.is_learner()));
+    let rev = c.converged().await;
+    let mut on_new = c.client(slot).await;
+    assert_eq!(get(&mut on_new, "/data/7/99", false).await.map(|v| v.1 > 0), Some(true));
+    // Remove a founding member that does not lead; the others go on.
+    let leader = c.leader().await;
+    let gone = (0..3).find(|i| *i != leader).unwrap();
+    let gone_id = c.member_id(gone).await;
+    let left = cl.member_remove(gone_id).await.unwrap();
+    assert_eq!(left.members().len(), 3);
+    let _ = c.kill9(gone);
+    let mut cl = c.client(slot).await;
+    let r = put(&mut cl, "/after", "remove").await;
+    assert!(r > rev);
+    assert_eq!(c.converged().await, r);
+    let e = cl.member_remove(gone_id).await.unwrap_err();
+    assert_eq!(status_of(&e), (tonic::Code::NotFound, "etcdserver: member not found".into()));
+}
+
+#[tokio::test]
+async fn a_lease_outlives_a_leader_change_and_expires_after_it() {
+    let mut c = cluster!(Kind::MemEtcd, 3, ["--wal-mode=buffered"]);
+    let leader = c.leader().await;
+    let follower = (leader + 1) % 3;
+    let mut cl = c.client(follower).await;
+    let lease = cl.lease_grant(4, None).await.unwrap().id();
+    cl.put("/leased", "v", Some(PutOptions::new().with_lease(lease))).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    c.kill9(leader);
+    let new_leader = c.leader().await;
+    let changed = Instant::now();
+    // The new leader gave the lease its full TTL: 2.5 s in, it does not expire at 4 s.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert!(get(&mut cl, "/leased", false).await.is_some(), "expired because of the election");
+    let ttl = cl.lease_time_to_live(lease, None).await.unwrap();
+    assert!(ttl.ttl() > 0 && ttl.ttl() <= 4, "TTL from the new leader: {}", ttl.ttl());
+    // ... and expires about 4 s after the new leader took over, on every member.
+    let start = Instant::now();
+    while get(&mut cl, "/leased", false).await.is_some() {
+        assert!(start.elapsed() < Duration::from_secs(10), "the lease never expired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = changed.elapsed();
+    assert!(after >= Duration::from_secs(3), "expired {after:?} after the leader change");
+    c.restart(leader).await;
+    c.converged().await;
+    let mut on_new = c.client(new_leader).await;
+    assert!(get(&mut on_new, "/leased", true).await.is_none());
+}

@@ -1,0 +1,260 @@
+//! Clusters of 3 or 5 members on loopback, of mem_etcd or of a real etcd 3.6, started with
+//! etcd's own cluster flags, for the cluster tests. Every member has its own [`DataDir`] (so it
+//! can be killed and restarted on its data) and fixed client and peer ports on 127.0.0.1
+//! (a cluster's members must know each other's URLs before they start).
+
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+/// One member: its name, ports, data and process (if running).
+#[derive(Debug)]
+pub struct Member {
+    pub name: String,
+    pub client_port: u16,
+    pub peer_port: u16,
+    pub dir: DataDir,
+    pub server: Option<Server>,
+}
+
+/// A cluster of servers of one kind.
+#[derive(Debug)]
+pub struct Cluster {
+    pub kind: Kind,
+    pub members: Vec<Member>,
+    /// Flags every member gets besides the cluster flags (e.g. `--wal-mode=fsync`).
+    extra: Vec<String>,
+    token: String,
+}
+
+/// Free TCP ports on 127.0.0.1, distinct (held until all are chosen).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<std::net::TcpListener> =
+        (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind")).collect();
+    held.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+impl Cluster {
+    /// Starts `n` members at once (etcd's members only report ready once their cluster has
+    /// formed) and waits until they agree on a leader. `None`: the etcd peer is missing and
+    /// skipping is allowed.
+    pub async fn start(kind: Kind, n: usize, extra: &[&str]) -> Option<Cluster> {
+        if kind == Kind::Etcd {
+            peer_binary("etcd")?;
+        }
+        let ports = free_ports(2 * n);
+        let members = (0..n)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client_port: ports[2 * i],
+                peer_port: ports[2 * i + 1],
+                dir: DataDir::new(),
+                server: None,
+            })
+            .collect();
+        let token = format!("it-{}", ports[0]);
+        let mut c =
+            Cluster { kind, members, extra: extra.iter().map(|s| s.to_string()).collect(), token };
+        let starts: Vec<_> = (0..n).map(|i| c.start_member(i, "new")).collect();
+        let servers = futures::future::join_all(starts).await;
+        for (m, s) in c.members.iter_mut().zip(servers) {
+            m.server = Some(s);
+        }
+        c.leader().await;
+        Some(c)
+    }
+
+    /// The `--initial-cluster` of the founding members.
+    pub fn initial_cluster(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The flags member `i` runs with.
+    pub fn args(&self, i: usize, state: &str) -> Vec<String> {
+        self.args_with(i, state, &self.initial_cluster())
+    }
+
+    fn args_with(&self, i: usize, state: &str, initial: &str) -> Vec<String> {
+        let m = &self.members[i];
+        let client = format!("http://127.0.0.1:{}", m.client_port);
+        let peer = format!("http://127.0.0.1:{}", m.peer_port);
+        let mut a = vec![
+            format!("--name={}", m.name),
+            format!("--initial-cluster={initial}"),
+            format!("--initial-advertise-peer-urls={peer}"),
+            format!("--listen-peer-urls={peer}"),
+            format!("--listen-client-urls={client}"),
+            format!("--advertise-client-urls={client}"),
+            format!("--initial-cluster-token={}", self.token),
+            format!("--initial-cluster-state={state}"),
+        ];
+        // mem_etcd's own flags mean nothing to etcd (which the harness runs without fsync).
+        let ours = |f: &String| f.starts_with("--wal-");
+        a.extend(self.extra.iter().filter(|f| self.kind == Kind::MemEtcd || !ours(f)).cloned());
+        a
+    }
+
+    fn start_member(
+        &self,
+        i: usize,
+        state: &str,
+    ) -> impl std::future::Future<Output = Server> + '_ {
+        let args = self.args(i, state);
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            self.members[i].dir.start_kind(self.kind, &args).await
+        }
+    }
+
+    /// Restarts member `i` on its data (after [`Cluster::kill9`] or [`Cluster::stop`]).
+    pub async fn restart(&mut self, i: usize) {
+        assert!(self.members[i].server.is_none(), "member {i} is running");
+        let s = self.start_member(i, "new").await;
+        self.members[i].server = Some(s);
+    }
+
+    /// Kills member `i` with SIGKILL.
+    pub fn kill9(&mut self, i: usize) -> Exited {
+        self.members[i].server.take().expect("member is running").kill9()
+    }
+
+    /// Adds a member to the cluster's list (not started, not in the cluster yet): its index.
+    pub fn add_slot(&mut self) -> usize {
+        let p = free_ports(2);
+        let i = self.members.len();
+        self.members.push(Member {
+            name: format!("m{i}"),
+            client_port: p[0],
+            peer_port: p[1],
+            dir: DataDir::new(),
+            server: None,
+        });
+        i
+    }
+
+    /// Starts member `i` to join the running cluster (`--initial-cluster-state existing`),
+    /// after `member add`: its `--initial-cluster` lists the running members and itself.
+    pub async fn join(&mut self, i: usize) {
+        let initial = self
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(j, m)| *j == i || m.server.is_some())
+            .map(|(_, m)| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let args = self.args_with(i, "existing", &initial);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let s = self.members[i].dir.start_kind(self.kind, &args).await;
+        self.members[i].server = Some(s);
+    }
+
+    pub fn peer_url(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.members[i].peer_port)
+    }
+
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.members[i].client_port)
+    }
+
+    /// The running members.
+    pub fn running(&self) -> Vec<usize> {
+        (0..self.members.len()).filter(|i| self.members[*i].server.is_some()).collect()
+    }
+
+    /// The running members' client URLs, comma-separated (etcdctl's `--endpoints`).
+    pub fn endpoints(&self) -> String {
+        self.running().into_iter().map(|i| self.endpoint(i)).collect::<Vec<_>>().join(",")
+    }
+
+    /// A client of member `i` only.
+    pub async fn client(&self, i: usize) -> etcd_client::Client {
+        etcd_client::Client::connect([self.endpoint(i)], None)
+            .await
+            .unwrap_or_else(|e| panic!("connect to member {i}: {e}"))
+    }
+
+    /// Raw clients of member `i`.
+    pub async fn raw(&self, i: usize) -> Raw {
+        self.members[i].server.as_ref().expect("running").raw_clients().await
+    }
+
+    /// The running member that leads, once every running member agrees on it (at most 30 s).
+    pub async fn leader(&self) -> usize {
+        let start = Instant::now();
+        loop {
+            let mut leaders = Vec::new();
+            let mut ids = Vec::new();
+            for i in self.running() {
+                if let Ok(mut raw) = self.members[i].server.as_ref().unwrap().raw().await
+                    && let Ok(s) = raw.maint.status(pb::StatusRequest {}).await
+                {
+                    let s = s.into_inner();
+                    leaders.push(s.leader);
+                    ids.push((s.header.unwrap().member_id, i));
+                }
+            }
+            let agreed = leaders.len() == self.running().len()
+                && leaders.iter().all(|l| *l != 0 && *l == leaders[0]);
+            if agreed && let Some((_, i)) = ids.iter().find(|(id, _)| *id == leaders[0]) {
+                return *i;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{:?} cluster: no agreed leader among {:?} after 30 s: {leaders:x?}",
+                self.kind,
+                self.running()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Member ids by index, from each running member's Status.
+    pub async fn member_id(&self, i: usize) -> u64 {
+        let mut raw = self.raw(i).await;
+        raw.maint.status(pb::StatusRequest {}).await.unwrap().into_inner().header.unwrap().member_id
+    }
+
+    /// Waits until every running member has the same revision and HashKV at it (at most
+    /// 30 s); returns the revision.
+    pub async fn converged(&self) -> i64 {
+        let start = Instant::now();
+        loop {
+            let mut seen = Vec::new();
+            for i in self.running() {
+                let mut raw = self.raw(i).await;
+                let rev = raw
+                    .kv
+                    .range(pb::RangeRequest {
+                        key: b"x".to_vec().into(),
+                        serializable: true,
+                        ..Default::default()
+                    })
+                    .await
+                    .map(|r| r.into_inner().header.unwrap().revision)
+                    .unwrap_or(-1);
+                seen.push(rev);
+            }
+            if seen.iter().all(|r| *r > 0 && *r == seen[0]) {
+                let mut hashes = Vec::new();
+                for i in self.running() {
+                    let mut raw = self.raw(i).await;
+                    let h = raw.maint.hash_kv(pb::HashKvRequest { revision: seen[0] }).await;
+                    hashes.push(h.map(|h| h.into_inner().hash).ok());
+                }
+                if hashes.iter().all(|h| h.is_some() && *h == hashes[0]) {
+                    return seen[0];
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "members did not converge in 30 s: revisions {seen:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
