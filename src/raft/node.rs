@@ -85,6 +85,10 @@ pub struct RaftNode {
     /// campaign) until its cluster has re-admitted it: it may have acknowledged entries it no
     /// longer holds. Refusing a vote never endangers Raft's safety, only its progress.
     voting_blocked: AtomicBool,
+    /// When the leader last sent an append, in ms since `started` (0: never); written by the
+    /// peer service, read by the role watcher.
+    leader_heard_ms: AtomicU64,
+    started: std::time::Instant,
     opts: NodeOptions,
 }
 
@@ -163,6 +167,8 @@ impl RaftNode {
             proposals_failed: AtomicU64::new(0),
             proposals_pending: AtomicU64::new(0),
             voting_blocked: AtomicBool::new(false),
+            leader_heard_ms: AtomicU64::new(0),
+            started: std::time::Instant::now(),
             opts,
         });
         tokio::spawn(node.clone().watch_metrics(role.0));
@@ -351,15 +357,29 @@ impl RaftNode {
 
     /// Follows openraft's metrics: leader, term and role changes.
     async fn watch_metrics(self: Arc<Self>, tx: watch::Sender<Role>) {
+        use openraft::Instant as _;
         let mut rx = self.raft.metrics();
         let mut last_leader = None;
+        // etcd's CheckQuorum: a leader that has not heard from a quorum within the lease, and a
+        // follower that has not heard from its leader as long, count as having no leader (etcd's
+        // would have stepped down, or started a pre-vote), so `has_leader`, `/health` and
+        // leader-requiring watches say so. openraft itself already refuses writes then.
+        let lease = self.opts.election * 2;
+        let mut tick = tokio::time::interval(self.opts.heartbeat.max(Duration::from_millis(50)));
         loop {
             let role = {
-                let m = rx.borrow_and_update().clone();
+                let m = rx.borrow_and_update();
+                let is_leader = m.state == ServerState::Leader;
+                let cut_off = if is_leader {
+                    m.last_quorum_acked.as_ref().is_none_or(|t| t.elapsed() > lease)
+                        && m.membership_config.membership().voter_ids().count() > 1
+                } else {
+                    self.since_leader_heard().is_none_or(|d| d > lease)
+                };
                 Role {
-                    leader: m.current_leader,
+                    leader: if cut_off { None } else { m.current_leader },
                     term: m.current_term,
-                    is_leader: m.state == ServerState::Leader,
+                    is_leader: is_leader && !cut_off,
                     is_learner: m.state == ServerState::Learner
                         && m.membership_config.membership().get_node(&m.id).is_some(),
                 }
@@ -381,10 +401,25 @@ impl RaftNode {
                 *r = role;
                 changed
             });
-            if rx.changed().await.is_err() {
-                return;
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() {
+                    return;
+                },
+                _ = tick.tick() => {}
             }
         }
+    }
+
+    /// Called by the peer service for every append from a leader.
+    pub fn heard_from_leader(&self) {
+        let ms = self.started.elapsed().as_millis() as u64;
+        self.leader_heard_ms.store(ms.max(1), Ordering::Relaxed);
+    }
+
+    /// How long ago the leader last sent this member anything (`None`: never).
+    fn since_leader_heard(&self) -> Option<Duration> {
+        let at = self.leader_heard_ms.load(Ordering::Relaxed);
+        (at != 0).then(|| self.started.elapsed().saturating_sub(Duration::from_millis(at)))
     }
 
     /// openraft's metrics, as last published.
@@ -483,12 +518,12 @@ impl RaftNode {
     async fn propose_inner(&self, request: Bytes) -> Result<(u64, Bytes)> {
         let deadline = Instant::now() + self.request_timeout();
         loop {
+            // Without a leader the proposal waits for one, as etcd's does, and times out as
+            // etcd's does ("etcdserver: no leader" is for clients that asked to require one).
+            let left = deadline.saturating_duration_since(Instant::now());
             let leader = match self.leader() {
                 Some(l) => l,
-                None => match self.wait_leader(self.opts.election * 3).await {
-                    Some(l) => l,
-                    None => return Err(Error::NoLeader),
-                },
+                None => self.wait_leader(left).await.ok_or(Error::Timeout)?,
             };
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -524,6 +559,12 @@ impl RaftNode {
                     return Ok((r.index, r.response));
                 }
                 Err(s) if Error::from_message(s.message()) == Some(Error::NotLeader) => {
+                    self.wait_role_change(leader, deadline).await;
+                }
+                Err(s) if not_delivered(&s) => {
+                    // The leader could not be reached at all: nothing was sent, so it is safe
+                    // to send again once a leader is known (the same one back, or a new one).
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     self.wait_role_change(leader, deadline).await;
                 }
                 Err(s) => {
@@ -567,9 +608,10 @@ impl RaftNode {
     pub async fn read_index(&self) -> Result<u64> {
         let deadline = Instant::now() + self.request_timeout();
         loop {
+            let left = deadline.saturating_duration_since(Instant::now());
             let leader = match self.leader() {
                 Some(l) => l,
-                None => self.wait_leader(self.opts.election * 3).await.ok_or(Error::NoLeader)?,
+                None => self.wait_leader(left).await.ok_or(Error::Timeout)?,
             };
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -594,7 +636,11 @@ impl RaftNode {
             req.set_timeout(left);
             match c.read_index(req).await {
                 Ok(r) => return Ok(r.into_inner().index),
-                Err(s) if Error::from_message(s.message()) == Some(Error::NotLeader) => {
+                Err(s)
+                    if Error::from_message(s.message()) == Some(Error::NotLeader)
+                        || not_delivered(&s) =>
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     self.wait_role_change(leader, deadline).await;
                 }
                 Err(s) => {
@@ -771,6 +817,14 @@ impl RaftNode {
         let _ = self.raft.shutdown().await;
         self.log.close();
     }
+}
+
+/// Whether a call to a peer failed before anything was sent (it could not connect): safe to
+/// send again.
+fn not_delivered(s: &tonic::Status) -> bool {
+    s.code() == tonic::Code::Unavailable
+        && Error::from_message(s.message()).is_none()
+        && (s.message().contains("connect") || s.message().contains("Connection refused"))
 }
 
 /// A membership change's error, in etcd's terms.

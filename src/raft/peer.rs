@@ -67,6 +67,9 @@ impl pb::raft_server::Raft for PeerService {
             std::sync::atomic::Ordering::Relaxed,
         );
         let rpc = codec::from_append_request(msg)?;
+        if rpc.vote.committed {
+            self.node.heard_from_leader();
+        }
         let resp = self
             .node
             .raft

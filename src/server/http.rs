@@ -74,6 +74,15 @@ impl tower_service::Service<Request<Body>> for Http {
             if let Some(m) = method {
                 self.shared.grpc_stats.started(m);
             }
+            // etcd's `WithRequireLeader`: a cluster member without a leader refuses the call
+            // at once, so the client tries another member (a member alone always leads).
+            if let Some(raft) = self.shared.raft()
+                && req.headers().get("hasleader").is_some_and(|v| v.as_bytes() == b"true")
+                && raft.leader().is_none()
+            {
+                let refused = tonic::Status::from(crate::error::Error::NoLeader).into_http();
+                return HttpFuture::Ready(Some(refused));
+            }
             // Unknown methods too, for gRPC's own UNIMPLEMENTED answer (not counted, as in
             // etcd). (The routes are always ready: no need to swap in a clone polled ready.)
             if method.is_some() || grpc {

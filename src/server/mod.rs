@@ -96,6 +96,12 @@ impl Shared {
                 )
                 .into());
             }
+            if !wal_options.exclude.is_empty() {
+                // Every member must apply every entry of the log: none can leave keys out.
+                tracing::warn!(
+                    "--wal-exclude-prefix has no effect in a cluster: the Raft log holds every write"
+                );
+            }
             wal_options.mode = crate::wal::Mode::None;
         }
         let store_config = StoreConfig {
