@@ -286,8 +286,10 @@ async fn etcdctl_session(kind: Kind) -> Option<Vec<String>> {
     roles.insert(c.member_id(follower).await, "follower".into());
     run(&mut log, &c, &roles, &c.endpoint(leader), &["move-leader", &target]);
     assert_eq!(c.leader().await, follower, "{kind:?}: move-leader made the follower lead");
-    // Asked of a member that no longer leads.
+    // Asked of a member that no longer leads (etcdctl names its endpoint).
     run(&mut log, &c, &roles, &c.endpoint(leader), &["move-leader", &target]);
+    let last = log.pop().unwrap();
+    log.push(last.replace(&format!("<client{leader}>"), "<old leader>"));
     let _ = c.kill9(0);
     Some(log)
 }
@@ -565,4 +567,93 @@ async fn a_lease_outlives_a_leader_change_and_expires_after_it() {
     c.converged().await;
     let mut on_new = c.client(new_leader).await;
     assert!(get(&mut on_new, "/leased", true).await.is_none());
+}
+
+#[tokio::test]
+async fn members_talk_over_tls_with_the_peer_flags() {
+    let certs = crate::tls::Certs::new();
+    let flags = [
+        certs.arg("--peer-cert-file", "server.crt"),
+        certs.arg("--peer-key-file", "server.key"),
+        certs.arg("--peer-trusted-ca-file", "ca.crt"),
+        "--peer-client-cert-auth".to_string(),
+        "--wal-mode=buffered".to_string(),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let c = Cluster::start_on(Kind::MemEtcd, 3, &flags, "https").await.expect("cluster");
+    let mut clients = Vec::new();
+    for i in 0..3 {
+        clients.push(c.client(i).await);
+    }
+    let r = put(&mut clients[1], "over", "tls").await;
+    assert_eq!(get(&mut clients[2], "over", false).await, Some(("tls".into(), r)));
+    assert_eq!(c.converged().await, r);
+    // The peer port speaks only TLS: an HTTP/2 preface in plain text gets no HTTP/2 answer.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let peer = format!("127.0.0.1:{}", c.members[0].peer_port);
+    let mut tcp = tokio::net::TcpStream::connect(&peer).await.unwrap();
+    tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf)).await;
+    let n = read.map(|r| r.unwrap_or(0)).unwrap_or(0);
+    assert!(n == 0 || buf[0] == 0x15, "a plain-text peer connection was answered: {:?}", &buf[..n]);
+}
+
+#[tokio::test]
+async fn without_a_leader_health_turns_red_and_leader_requiring_watches_end() {
+    let mut c = cluster!(Kind::MemEtcd, 3, ["--wal-mode=none", "--election-timeout=500"]);
+    let addr: std::net::SocketAddr =
+        format!("127.0.0.1:{}", c.members[0].client_port).parse().unwrap();
+    let health = crate::operations::http_get(addr, "/health").await;
+    assert_eq!((health.status, health.body.as_str()), (200, r#"{"health":"true","reason":""}"#));
+    let metrics = crate::operations::http_get(addr, "/metrics").await.body;
+    for name in [
+        "etcd_server_has_leader 1",
+        "etcd_server_leader_changes_seen_total",
+        "etcd_server_proposals_committed_total",
+        "etcd_server_proposals_applied_total",
+        "etcd_server_proposals_pending",
+        "etcd_server_proposals_failed_total",
+        "etcd_network_peer_sent_bytes_total{To=",
+        "etcd_network_peer_received_bytes_total{From=",
+        "etcd_network_peer_round_trip_time_seconds_bucket{To=",
+    ] {
+        assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
+    }
+    // A watch that requires a leader, opened now, ends once the leader is gone.
+    let opts = etcd_client::ConnectOptions::new().with_require_leader(true);
+    let mut rl = Client::connect([c.endpoint(0)], Some(opts.clone())).await.unwrap();
+    let mut w = rl.watch("k", None).await.unwrap();
+    w.message().await.unwrap().unwrap();
+    let _ = c.kill9(1);
+    let _ = c.kill9(2);
+    let ended = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            match w.message().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => return None,
+                Err(e) => return Some(status_of(&e)),
+            }
+        }
+    })
+    .await
+    .expect("the watch ends once the member has no leader");
+    assert_eq!(ended, Some((tonic::Code::Unavailable, "etcdserver: no leader".into())));
+    let health = crate::operations::http_get(addr, "/health").await;
+    let red = (503, "{\"health\":\"false\",\"reason\":\"RAFT NO LEADER\"}\n");
+    assert_eq!((health.status, health.body.as_str()), red);
+    let ready = crate::operations::http_get(addr, "/readyz").await;
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    let metrics = crate::operations::http_get(addr, "/metrics").await.body;
+    assert!(metrics.contains("etcd_server_has_leader 0"), "{metrics}");
+    // New leader-requiring watches are refused.
+    let mut rl = Client::connect([c.endpoint(0)], Some(opts)).await.unwrap();
+    let refused = match rl.watch("k", None).await {
+        Err(e) => status_of(&e),
+        Ok(mut w) => match w.message().await {
+            Err(e) => status_of(&e),
+            other => panic!("a leader-requiring watch without a leader: {other:?}"),
+        },
+    };
+    assert_eq!(refused, (tonic::Code::Unavailable, "etcdserver: no leader".into()));
 }

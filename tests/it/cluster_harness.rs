@@ -25,6 +25,8 @@ pub struct Cluster {
     /// Flags every member gets besides the cluster flags (e.g. `--wal-mode=fsync`).
     extra: Vec<String>,
     token: String,
+    /// `http` or `https` (peer TLS) for the peer URLs.
+    peer_scheme: &'static str,
 }
 
 /// Free TCP ports on 127.0.0.1, distinct (held until all are chosen).
@@ -39,6 +41,16 @@ impl Cluster {
     /// formed) and waits until they agree on a leader. `None`: the etcd peer is missing and
     /// skipping is allowed.
     pub async fn start(kind: Kind, n: usize, extra: &[&str]) -> Option<Cluster> {
+        Self::start_on(kind, n, extra, "http").await
+    }
+
+    /// [`Cluster::start`] with peer URLs of `scheme` (`https`: `extra` has the peer TLS flags).
+    pub async fn start_on(
+        kind: Kind,
+        n: usize,
+        extra: &[&str],
+        peer_scheme: &'static str,
+    ) -> Option<Cluster> {
         if kind == Kind::Etcd {
             peer_binary("etcd")?;
         }
@@ -53,8 +65,13 @@ impl Cluster {
             })
             .collect();
         let token = format!("it-{}", ports[0]);
-        let mut c =
-            Cluster { kind, members, extra: extra.iter().map(|s| s.to_string()).collect(), token };
+        let mut c = Cluster {
+            kind,
+            members,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            token,
+            peer_scheme,
+        };
         let starts: Vec<_> = (0..n).map(|i| c.start_member(i, "new")).collect();
         let servers = futures::future::join_all(starts).await;
         for (m, s) in c.members.iter_mut().zip(servers) {
@@ -68,7 +85,7 @@ impl Cluster {
     pub fn initial_cluster(&self) -> String {
         self.members
             .iter()
-            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .map(|m| format!("{}={}://127.0.0.1:{}", m.name, self.peer_scheme, m.peer_port))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -81,7 +98,7 @@ impl Cluster {
     fn args_with(&self, i: usize, state: &str, initial: &str) -> Vec<String> {
         let m = &self.members[i];
         let client = format!("http://127.0.0.1:{}", m.client_port);
-        let peer = format!("http://127.0.0.1:{}", m.peer_port);
+        let peer = format!("{}://127.0.0.1:{}", self.peer_scheme, m.peer_port);
         let mut a = vec![
             format!("--name={}", m.name),
             format!("--initial-cluster={initial}"),
@@ -144,7 +161,7 @@ impl Cluster {
             .iter()
             .enumerate()
             .filter(|(j, m)| *j == i || m.server.is_some())
-            .map(|(_, m)| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .map(|(_, m)| format!("{}={}://127.0.0.1:{}", m.name, self.peer_scheme, m.peer_port))
             .collect::<Vec<_>>()
             .join(",");
         let args = self.args_with(i, "existing", &initial);
@@ -154,7 +171,7 @@ impl Cluster {
     }
 
     pub fn peer_url(&self, i: usize) -> String {
-        format!("http://127.0.0.1:{}", self.members[i].peer_port)
+        format!("{}://127.0.0.1:{}", self.peer_scheme, self.members[i].peer_port)
     }
 
     pub fn endpoint(&self, i: usize) -> String {

@@ -91,14 +91,14 @@ async fn a_meaningless_retention_is_refused_at_start() {
 
 /// An HTTP/1.1 answer: status, content type, body.
 #[derive(Debug, PartialEq, Eq)]
-struct HttpAnswer {
-    status: u16,
-    content_type: String,
-    body: String,
+pub struct HttpAnswer {
+    pub status: u16,
+    pub content_type: String,
+    pub body: String,
 }
 
 /// `GET path` over HTTP/1.1 on a fresh connection.
-async fn http_get(addr: SocketAddr, path: &str) -> HttpAnswer {
+pub async fn http_get(addr: SocketAddr, path: &str) -> HttpAnswer {
     let mut c = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     c.write_all(req.as_bytes()).await.expect("send");
