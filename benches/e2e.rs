@@ -4,18 +4,40 @@
 //!
 //! Run: `cargo bench --bench e2e [-- FILTER...]` (FILTER: a workload name, which selects exactly
 //! that workload, or a part of one). `cargo bench --bench e2e -- --test` runs every workload
-//! briefly against both servers and fails unless each succeeded with nonzero throughput and no
+//! briefly against every server and fails unless each succeeded with nonzero throughput and no
 //! errors; so does running the binary without `--bench` (as criterion does, for
-//! `cargo test --benches`). `MEM_ETCD_E2E_SECS` overrides the run time of each workload.
+//! `cargo test --benches`).
 //!
-//! Servers: mem_etcd (this crate's binary, default buffered WAL) and etcd from `ETCD_BIN`, else
-//! from `tests/peers/install_etcd.sh` (which builds etcd 3.6 once and caches it in
-//! ~/.cache/mem_etcd). Both keep their data on /dev/shm. Without an etcd binary the run says so
-//! loudly and measures mem_etcd alone; with `CI` set that is an error.
+//! Knobs (environment variables):
+//! - `MEM_ETCD_E2E_SECS`: the run time of each workload on each server (default 5 s, 0.3 s in
+//!   test mode).
+//! - `MEM_ETCD_E2E_BIN=/path/to/mem_etcd`: the mem_etcd binary to measure (default: this
+//!   crate's, as cargo built it), e.g. an older build.
+//! - `MEM_ETCD_E2E_BIN2=/path/to/mem_etcd`: a second mem_etcd binary; every workload also runs
+//!   against it, as a column "mem_etcd (B)" next to "mem_etcd (A)" (the first), with the ratio
+//!   B/A: a before/after comparison from one run. JSON: `mem_etcd_b`, `ratio_b` (B/etcd) and
+//!   `ratio_b_over_a` beside `mem_etcd`, `etcd` and `ratio` (A/etcd).
+//! - `MEM_ETCD_E2E_MEMBERS=3` (default 1): every server (mem_etcd and etcd alike) runs as a
+//!   cluster of that many members on 127.0.0.1 (fixed free ports, etcd's cluster flags: `--name
+//!   mI --initial-cluster m0=…,m1=…,m2=… --initial-cluster-token bench-… --initial-cluster-state
+//!   new`, peer and client URLs, a data dir of its own per member). All members start before
+//!   the bench waits for each to answer a linearizable Range. Connection k goes to member
+//!   k % N (one endpoint per connection, so followers serve requests too, as behind
+//!   kube-apiservers), watch stream k to member k % N with the writer on m0, and the lease
+//!   flood gets every member in `--endpoints`. Server CPU is summed over the members. The
+//!   table's title and the JSON (`members`) say how many members.
+//! - `ETCD_BIN`: the etcd binary (see below).
+//!
+//! Servers: mem_etcd (this crate's binary or `MEM_ETCD_E2E_BIN`, default buffered WAL) and etcd
+//! from `ETCD_BIN`, else from `tests/peers/install_etcd.sh` (which builds etcd 3.6 once and
+//! caches it in ~/.cache/mem_etcd). All keep their data on /dev/shm. Without an etcd binary the
+//! run says so loudly and measures mem_etcd alone; with `CI` set that is an error. Every server
+//! process (every cluster member) is killed when its workload ends, fails or panics, and on
+//! Ctrl-C.
 //!
 //! The client is the `etcd-client` crate in this process (10 connections, 100 concurrent
-//! requests), the same for both servers, except for the lease flood, which runs this crate's
-//! `etcd-lease-flood` binary. Client and server share the machine's cores.
+//! requests), the same for every server, except for the lease flood, which runs this crate's
+//! `etcd-lease-flood` binary. Client and servers share the machine's cores.
 //!
 //! Results: a table on stdout, and `target/e2e-bench.json` (`target/e2e-bench-test.json` in test
 //! mode).
@@ -94,10 +116,15 @@ impl Workload {
     }
 
     fn describe(self, s: &Settings) -> String {
+        let spread = if s.members > 1 {
+            format!(" (connection k on member k % {})", s.members)
+        } else {
+            String::new()
+        };
         match self {
             Workload::Put => format!(
                 "Put, 48-byte keys from a {KEY_SPACE} key space, {KV_VALUE}-byte values, \
-                 {TASKS} requests in flight over {CONNS} connections"
+                 {TASKS} requests in flight over {CONNS} connections{spread}"
             ),
             Workload::TxnPut => "Txn with one Put (no compare), otherwise as put".to_string(),
             Workload::Range => format!(
@@ -108,15 +135,25 @@ impl Workload {
             Workload::Watch => format!(
                 "{} watchers ({} streams x {}) on one prefix, one writer putting \
                  {WATCH_VALUE}-byte values at most {WATCH_WINDOW} puts ahead of delivery; \
-                 events delivered/s, p99 from put sent to event received",
+                 events delivered/s, p99 from put sent to event received{}",
                 s.watch_streams * s.watchers_per_stream,
                 s.watch_streams,
-                s.watchers_per_stream
+                s.watchers_per_stream,
+                if s.members > 1 {
+                    format!("; stream k on member k % {}, the writer on m0", s.members)
+                } else {
+                    String::new()
+                }
             ),
             Workload::LeaseFlood => format!(
                 "etcd-lease-flood: kube-apiserver's optimistic Txn (mod_revision compare, Put, \
-                 else Range) on {LEASE_KEYS} node Leases (362-byte values), 100 writers over \
-                 10 connections"
+                 else Range) on {LEASE_KEYS} node Leases (362-byte values), {TASKS} writers \
+                 over {CONNS} connections{}",
+                if s.members > 1 {
+                    format!(" (--endpoints: all {} members, round robin)", s.members)
+                } else {
+                    String::new()
+                }
             ),
         }
     }
@@ -129,10 +166,12 @@ struct Settings {
     range_keys: usize,
     watch_streams: usize,
     watchers_per_stream: usize,
+    /// Members per server (`MEM_ETCD_E2E_MEMBERS`): 1 runs single servers.
+    members: usize,
 }
 
 impl Settings {
-    fn new(test: bool) -> Settings {
+    fn new(test: bool, members: usize) -> Settings {
         let secs = std::env::var("MEM_ETCD_E2E_SECS")
             .ok()
             .and_then(|s| s.parse::<f64>().ok())
@@ -144,6 +183,7 @@ impl Settings {
             range_keys: if test { 1_000 } else { 5_000 },
             watch_streams: 10,
             watchers_per_stream: 100,
+            members,
         }
     }
 }
@@ -161,6 +201,30 @@ impl Kind {
             Kind::Etcd => "etcd",
         }
     }
+
+    /// Flags beyond the addresses, the data dir and the log level.
+    fn extra_args(self) -> Vec<String> {
+        match self {
+            // The WAL mode is mem_etcd's default (buffered), or MEM_ETCD_WAL_MODE.
+            Kind::MemEtcd => Vec::new(),
+            // As benches/compare_etcd.sh runs it.
+            Kind::Etcd => vec!["--quota-backend-bytes".into(), "8589934592".into()],
+        }
+    }
+}
+
+/// One server column: a binary of one kind.
+#[derive(Clone, Debug)]
+struct Side {
+    kind: Kind,
+    /// Column header of the throughput column (etcd: with its version).
+    label: String,
+    /// Column header of the p99 and CPU columns, and the name in progress lines.
+    short: String,
+    /// Key of this server's figures in the JSON report.
+    key: &'static str,
+    /// None: no etcd binary was found (the column reads "-").
+    bin: Option<PathBuf>,
 }
 
 /// What one workload measured against one server.
@@ -287,54 +351,37 @@ impl Hist {
 // ----------------------------------------------------------------------------------------------
 // Server processes
 
-/// Every live server (pid, directory), for the Ctrl-C handler.
+/// Every live server process (pid, directory), for the Ctrl-C handler.
 static LIVE: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
 
-/// A server process on a fresh data dir under /dev/shm, killed (and its directory removed) on
-/// drop, also when a workload panics.
+/// One server process on a fresh data dir under /dev/shm, killed (and its directory removed)
+/// on drop, also when a workload panics.
 #[derive(Debug)]
-struct Server {
-    kind: Kind,
+struct Member {
     child: Child,
+    /// The client port.
     port: u16,
     dir: tempfile::TempDir,
 }
 
-impl Server {
-    async fn start(kind: Kind, bin: &Path) -> Result<Server, String> {
+impl Member {
+    /// A fresh directory for a member (its data dir and log), on /dev/shm where there is one.
+    fn dir() -> Result<tempfile::TempDir, String> {
         let shm = Path::new("/dev/shm");
         let builder = tempfile::Builder::new().prefix("mem_etcd-e2e-").clone();
-        let dir = if shm.is_dir() { builder.tempdir_in(shm) } else { builder.tempdir() }
-            .map_err(|e| format!("create a data dir: {e}"))?;
-        let port = free_port()?;
+        if shm.is_dir() { builder.tempdir_in(shm) } else { builder.tempdir() }
+            .map_err(|e| format!("create a data dir: {e}"))
+    }
+
+    /// Starts `bin` with `args` and `--data-dir` in `dir`, logging to `dir`/server.log.
+    fn spawn(
+        bin: &Path,
+        mut args: Vec<String>,
+        port: u16,
+        dir: tempfile::TempDir,
+    ) -> Result<Member, String> {
         let data = dir.path().join("data").display().to_string();
-        let url = format!("http://127.0.0.1:{port}");
-        let mut args: Vec<String> = vec![
-            "--data-dir".into(),
-            data,
-            "--listen-client-urls".into(),
-            url.clone(),
-            "--log-level".into(),
-            "warn".into(),
-        ];
-        if kind == Kind::Etcd {
-            // As benches/compare_etcd.sh runs it.
-            let peer = format!("http://127.0.0.1:{}", free_port()?);
-            args.extend([
-                "--name".into(),
-                "b".into(),
-                "--advertise-client-urls".into(),
-                url,
-                "--listen-peer-urls".into(),
-                peer.clone(),
-                "--initial-advertise-peer-urls".into(),
-                peer.clone(),
-                "--initial-cluster".into(),
-                format!("b={peer}"),
-                "--quota-backend-bytes".into(),
-                "8589934592".into(),
-            ]);
-        }
+        args.splice(0..0, ["--data-dir".to_string(), data]);
         let log_path = dir.path().join("server.log");
         let log = File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
@@ -348,68 +395,177 @@ impl Server {
         }
         let child = cmd.spawn().map_err(|e| format!("spawn {}: {e}", bin.display()))?;
         LIVE.lock().unwrap().push((child.id(), dir.path().to_path_buf()));
-        let mut server = Server { kind, child, port, dir };
-        server.wait_ready().await?;
-        Ok(server)
+        Ok(Member { child, port, dir })
     }
 
     fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Waits until a Range is answered.
-    async fn wait_ready(&mut self) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let opts = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_millis(500))
-            .with_timeout(Duration::from_secs(1));
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!(
-                    "{} exited during start-up ({status}):\n{}",
-                    self.kind.name(),
-                    self.log_tail()
-                ));
-            }
-            if let Ok(mut c) = Client::connect([self.endpoint()], Some(opts.clone())).await
-                && c.get("/bench/ready", None).await.is_ok()
-            {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "{} did not answer within 60 s:\n{}",
-                    self.kind.name(),
-                    self.log_tail()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn log_tail(&self) -> String {
+    fn log_tail(&self, lines: usize) -> String {
         let log = std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-
-    /// The process's user + system CPU time so far (all threads).
-    fn cpu_secs(&self) -> f64 {
-        cpu_secs(self.pid())
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
     }
 }
 
-impl Drop for Server {
+impl Drop for Member {
     fn drop(&mut self) {
         let pid = self.child.id();
         let _ = self.child.kill();
         let _ = self.child.wait();
         LIVE.lock().unwrap_or_else(|e| e.into_inner()).retain(|(p, _)| *p != pid);
         // `dir` is removed when the field drops, after this.
+    }
+}
+
+/// The server a workload runs against: one process, or the members of a cluster on loopback
+/// (`MEM_ETCD_E2E_MEMBERS`). Every member is killed on drop.
+#[derive(Debug)]
+struct Server {
+    kind: Kind,
+    members: Vec<Member>,
+}
+
+impl Server {
+    async fn start(kind: Kind, bin: &Path, members: usize) -> Result<Server, String> {
+        // Client ports, then peer ports.
+        let ports = free_ports(2 * members)?;
+        let (client, peer) = ports.split_at(members);
+        let url = |port: u16| format!("http://127.0.0.1:{port}");
+        let mut server = Server { kind, members: Vec::with_capacity(members) };
+        if members == 1 {
+            let mut args: Vec<String> = vec![
+                "--listen-client-urls".into(),
+                url(client[0]),
+                "--log-level".into(),
+                "warn".into(),
+            ];
+            if kind == Kind::Etcd {
+                // As benches/compare_etcd.sh runs it (with `extra_args`).
+                let peer = url(peer[0]);
+                args.extend([
+                    "--name".into(),
+                    "b".into(),
+                    "--advertise-client-urls".into(),
+                    url(client[0]),
+                    "--listen-peer-urls".into(),
+                    peer.clone(),
+                    "--initial-advertise-peer-urls".into(),
+                    peer.clone(),
+                    "--initial-cluster".into(),
+                    format!("b={peer}"),
+                ]);
+            }
+            args.extend(kind.extra_args());
+            server.members.push(Member::spawn(bin, args, client[0], Member::dir()?)?);
+        } else {
+            // etcd's cluster flags, the same for both kinds; every member is started before
+            // any is waited for (none is ready before the cluster has formed).
+            static CLUSTERS: AtomicU64 = AtomicU64::new(0);
+            let token = format!(
+                "bench-{}-{}",
+                std::process::id(),
+                CLUSTERS.fetch_add(1, Ordering::Relaxed)
+            );
+            let initial = (0..members)
+                .map(|i| format!("m{i}={}", url(peer[i])))
+                .collect::<Vec<_>>()
+                .join(",");
+            for i in 0..members {
+                let mut args: Vec<String> = vec![
+                    "--name".into(),
+                    format!("m{i}"),
+                    "--initial-cluster".into(),
+                    initial.clone(),
+                    "--initial-advertise-peer-urls".into(),
+                    url(peer[i]),
+                    "--listen-peer-urls".into(),
+                    url(peer[i]),
+                    "--listen-client-urls".into(),
+                    url(client[i]),
+                    "--advertise-client-urls".into(),
+                    url(client[i]),
+                    "--initial-cluster-token".into(),
+                    token.clone(),
+                    "--initial-cluster-state".into(),
+                    "new".into(),
+                    "--log-level".into(),
+                    "warn".into(),
+                ];
+                args.extend(kind.extra_args());
+                server.members.push(Member::spawn(bin, args, client[i], Member::dir()?)?);
+            }
+        }
+        server.wait_ready().await?;
+        Ok(server)
+    }
+
+    /// The client URLs, member by member.
+    fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(Member::endpoint).collect()
+    }
+
+    /// Waits until every member answers a linearizable Range.
+    async fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let opts = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_millis(500))
+            .with_timeout(Duration::from_secs(1));
+        for i in 0..self.members.len() {
+            loop {
+                let exited =
+                    self.members.iter_mut().enumerate().find_map(|(j, m)| {
+                        m.child.try_wait().ok().flatten().map(|status| (j, status))
+                    });
+                if let Some((j, status)) = exited {
+                    return Err(format!(
+                        "{}{} exited during start-up ({status}):\n{}",
+                        self.kind.name(),
+                        self.member_label(j),
+                        self.members[j].log_tail(30)
+                    ));
+                }
+                let endpoint = self.members[i].endpoint();
+                if let Ok(mut c) = Client::connect([endpoint], Some(opts.clone())).await
+                    && c.get("/bench/ready", None).await.is_ok()
+                {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "{}{} did not answer within 60 s:\n{}",
+                        self.kind.name(),
+                        self.member_label(i),
+                        self.log_tails()
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// " member mI" in a cluster, nothing for a single server.
+    fn member_label(&self, i: usize) -> String {
+        if self.members.len() > 1 { format!(" member m{i}") } else { String::new() }
+    }
+
+    /// The end of every member's log.
+    fn log_tails(&self) -> String {
+        if self.members.len() == 1 {
+            return self.members[0].log_tail(30);
+        }
+        let tails =
+            self.members.iter().enumerate().map(|(i, m)| {
+                format!("--- m{i} ({}):\n{}", m.dir.path().display(), m.log_tail(15))
+            });
+        tails.collect::<Vec<_>>().join("\n")
+    }
+
+    /// The user + system CPU time so far (all threads) of every member process, summed.
+    fn cpu_secs(&self) -> f64 {
+        self.members.iter().map(|m| cpu_secs(m.child.id())).sum()
     }
 }
 
@@ -421,9 +577,12 @@ fn kill_all() {
     }
 }
 
-fn free_port() -> Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("find a free port: {e}"))?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+/// `n` distinct free ports (all bound at once, so none is handed out twice).
+fn free_ports(n: usize) -> Result<Vec<u16>, String> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").map_err(|e| format!("find a free port: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    listeners.iter().map(|l| l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())).collect()
 }
 
 fn clock_ticks() -> f64 {
@@ -451,9 +610,12 @@ fn cpu_secs(pid: u32) -> f64 {
 // ----------------------------------------------------------------------------------------------
 // Clients and closed-loop workloads
 
-async fn connect(endpoint: &str, n: usize) -> Result<Vec<Client>, String> {
+/// `n` connections, connection k to `endpoints[k % endpoints.len()]` (one member each, so that
+/// followers get requests too, as from kube-apiservers spread over a cluster).
+async fn connect(endpoints: &[String], n: usize) -> Result<Vec<Client>, String> {
     let mut clients = Vec::with_capacity(n);
-    for _ in 0..n {
+    for k in 0..n {
+        let endpoint = &endpoints[k % endpoints.len()];
         let mut c = Client::connect([endpoint], None)
             .await
             .map_err(|e| format!("connect {endpoint}: {e}"))?;
@@ -771,9 +933,13 @@ async fn watch_fanout(
     });
     let (total_tx, total_rx) = watch::channel(None::<u64>);
     let (ready_tx, mut ready_rx) = mpsc::channel(s.watch_streams);
+    // Stream i on member i % members: connection i if there is one (connection k is on member
+    // k % members), else the first connection to that member.
+    let members = s.members.max(1);
     let streams: Vec<_> = (0..s.watch_streams)
         .map(|i| {
-            let wc = clients[i % clients.len()].watch_client();
+            let c = if i < clients.len() { i } else { i % members % clients.len() };
+            let wc = clients[c].watch_client();
             tokio::spawn(watch_stream(
                 wc,
                 s.watchers_per_stream,
@@ -868,10 +1034,11 @@ fn number_after(s: &str, label: &str) -> Option<f64> {
 
 async fn lease_flood(server: &Server, s: &Settings) -> Result<Measured, String> {
     let bin = env!("CARGO_BIN_EXE_etcd-lease-flood");
+    let endpoints = server.members.iter().map(|m| format!("127.0.0.1:{}", m.port));
     let mut cmd = Command::new(bin);
     cmd.args([
         "--endpoints",
-        &format!("127.0.0.1:{}", server.port),
+        &endpoints.collect::<Vec<_>>().join(","),
         "--clients",
         &CONNS.to_string(),
         "--workers",
@@ -922,11 +1089,11 @@ async fn lease_flood(server: &Server, s: &Settings) -> Result<Measured, String> 
 
 /// Runs one workload against a fresh server of one kind.
 async fn run_one(w: Workload, kind: Kind, bin: &Path, s: &Settings) -> Result<Measured, String> {
-    let server = Server::start(kind, bin).await?;
+    let server = Server::start(kind, bin, s.members).await?;
     let clients = if w == Workload::LeaseFlood {
         Vec::new()
     } else {
-        connect(&server.endpoint(), CONNS).await?
+        connect(&server.endpoints(), CONNS).await?
     };
     let m = match w {
         Workload::Put => {
@@ -952,16 +1119,33 @@ async fn run_one(w: Workload, kind: Kind, bin: &Path, s: &Settings) -> Result<Me
 #[derive(Debug)]
 struct Row {
     workload: Workload,
-    mem: Result<Measured, String>,
-    etcd: Option<Result<Measured, String>>,
+    /// One per side (`None`: not run, no etcd binary).
+    results: Vec<Option<Result<Measured, String>>>,
 }
 
 impl Row {
-    fn ratio(&self) -> Option<f64> {
-        match (&self.mem, &self.etcd) {
-            (Ok(m), Some(Ok(e))) if e.rate() > 0.0 => Some(m.rate() / e.rate()),
+    /// Throughput of side `a` over that of side `b`.
+    fn ratio(&self, a: usize, b: usize) -> Option<f64> {
+        match (&self.results[a], &self.results[b]) {
+            (Some(Ok(x)), Some(Ok(y))) if y.rate() > 0.0 => Some(x.rate() / y.rate()),
             _ => None,
         }
+    }
+}
+
+/// The ratio columns: (header, JSON key, numerator side, denominator side). Sides: the
+/// mem_etcd binaries first, etcd last.
+fn ratios(sides: &[Side]) -> Vec<(&'static str, &'static str, usize, usize)> {
+    let etcd = sides.iter().position(|s| s.kind == Kind::Etcd);
+    match (sides.len(), etcd) {
+        (3, Some(e)) => vec![
+            ("ratio A", "ratio", 0, e),
+            ("ratio B", "ratio_b", 1, e),
+            ("B/A", "ratio_b_over_a", 1, 0),
+        ],
+        (3, None) => vec![("B/A", "ratio_b_over_a", 1, 0)],
+        (_, Some(e)) => vec![("ratio", "ratio", 0, e)],
+        (_, None) => Vec::new(),
     }
 }
 
@@ -977,13 +1161,13 @@ fn thousands(x: f64) -> String {
     out
 }
 
-fn progress_line(w: Workload, kind: Kind, r: &Result<Measured, String>) -> String {
+fn progress_line(w: Workload, side: &Side, r: &Result<Measured, String>) -> String {
     match r {
         Ok(m) => format!(
-            "{:<12} {:<9} {:>12} {:<9} p50 {:>7.2} ms  p99 {:>7.2} ms  server CPU {:>6.1} µs/op  \
-             errors {}{}{}",
+            "{:<12} {:<12} {:>12} {:<9} p50 {:>7.2} ms  p99 {:>7.2} ms  server CPU {:>6.1} \
+             µs/op  errors {}{}{}",
             w.name(),
-            kind.name(),
+            side.short,
             thousands(m.rate()),
             w.unit(),
             m.p50_ms,
@@ -993,7 +1177,7 @@ fn progress_line(w: Workload, kind: Kind, r: &Result<Measured, String>) -> Strin
             m.first_error.as_ref().map(|e| format!(" (first: {e})")).unwrap_or_default(),
             if m.note.is_empty() { String::new() } else { format!("  [{}]", m.note) },
         ),
-        Err(e) => format!("{:<12} {:<9} FAILED: {e}", w.name(), kind.name()),
+        Err(e) => format!("{:<12} {:<12} FAILED: {e}", w.name(), side.short),
     }
 }
 
@@ -1008,26 +1192,30 @@ where
     }
 }
 
-fn table(rows: &[Row], etcd_label: &str) -> String {
-    let mut t = format!(
-        "| workload | mem_etcd | {etcd_label} | ratio | p99 mem_etcd | p99 etcd | \
-         server CPU/op mem_etcd | server CPU/op etcd |\n|---|--:|--:|--:|--:|--:|--:|--:|\n"
-    );
+fn table(rows: &[Row], sides: &[Side]) -> String {
+    let ratios = ratios(sides);
+    let mut header = vec!["workload".to_string()];
+    header.extend(sides.iter().map(|s| s.label.clone()));
+    header.extend(ratios.iter().map(|r| r.0.to_string()));
+    header.extend(sides.iter().map(|s| format!("p99 {}", s.short)));
+    header.extend(sides.iter().map(|s| format!("server CPU/op {}", s.short)));
+    let mut t = format!("| {} |\n|---|", header.join(" | "));
+    t += &"--:|".repeat(header.len() - 1);
+    t.push('\n');
     for r in rows {
         let rate = |m: &Measured| format!("{} {}", thousands(m.rate()), r.workload.unit());
         let p99 = |m: &Measured| format!("{:.1} ms", m.p99_ms);
         let cpu = |m: &Measured| format!("{:.1} µs", m.cpu_us_per_op());
-        t += &format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            r.workload.name(),
-            cell(Some(&r.mem), rate),
-            cell(r.etcd.as_ref(), rate),
-            r.ratio().map_or("-".into(), |x| format!("{x:.2}x")),
-            cell(Some(&r.mem), p99),
-            cell(r.etcd.as_ref(), p99),
-            cell(Some(&r.mem), cpu),
-            cell(r.etcd.as_ref(), cpu),
+        let mut cells = vec![r.workload.name().to_string()];
+        cells.extend(r.results.iter().map(|x| cell(x.as_ref(), rate)));
+        cells.extend(
+            ratios
+                .iter()
+                .map(|&(_, _, a, b)| r.ratio(a, b).map_or("-".into(), |x| format!("{x:.2}x"))),
         );
+        cells.extend(r.results.iter().map(|x| cell(x.as_ref(), p99)));
+        cells.extend(r.results.iter().map(|x| cell(x.as_ref(), cpu)));
+        t += &format!("| {} |\n", cells.join(" | "));
     }
     t
 }
@@ -1045,7 +1233,8 @@ fn find_etcd() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("ETCD_BIN").filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
         if p.is_file() {
-            return Some(p);
+            // Servers run in their data dirs: make a relative path absolute.
+            return Some(std::path::absolute(&p).unwrap_or(p));
         }
         eprintln!("ETCD_BIN={} is not a file", p.display());
         return None;
@@ -1151,6 +1340,33 @@ fn main() {
     std::process::exit(code);
 }
 
+/// A mem_etcd binary from the environment variable `var`: None if unset or empty.
+fn bin_from_env(var: &str) -> Result<Option<PathBuf>, String> {
+    match std::env::var_os(var).filter(|p| !p.is_empty()) {
+        None => Ok(None),
+        Some(p) => {
+            let p = PathBuf::from(p);
+            if !p.is_file() {
+                return Err(format!("{var}={} is not a file", p.display()));
+            }
+            // Servers run in their data dirs: a relative path would not find the binary there.
+            std::path::absolute(&p).map(Some).map_err(|e| format!("{var}={}: {e}", p.display()))
+        }
+    }
+}
+
+/// `MEM_ETCD_E2E_MEMBERS`: members per server, 1 (single servers) by default.
+fn members_from_env() -> Result<usize, String> {
+    match std::env::var("MEM_ETCD_E2E_MEMBERS") {
+        Err(_) => Ok(1),
+        Ok(v) if v.trim().is_empty() => Ok(1),
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if (1..=9).contains(&n) => Ok(n),
+            _ => Err(format!("MEM_ETCD_E2E_MEMBERS={v}: expected a number of members, 1 to 9")),
+        },
+    }
+}
+
 async fn run(args: Args) -> i32 {
     tokio::spawn(async {
         if tokio::signal::ctrl_c().await.is_ok() {
@@ -1159,14 +1375,28 @@ async fn run(args: Args) -> i32 {
             std::process::exit(130);
         }
     });
-    let s = Settings::new(args.test);
+    let (members, mem_bin, mem_bin_b) = match (
+        members_from_env(),
+        bin_from_env("MEM_ETCD_E2E_BIN"),
+        bin_from_env("MEM_ETCD_E2E_BIN2"),
+    ) {
+        (Ok(n), Ok(a), Ok(b)) => {
+            (n, a.unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_mem_etcd"))), b)
+        }
+        (n, a, b) => {
+            for e in [n.err(), a.err(), b.err()].into_iter().flatten() {
+                eprintln!("{e}");
+            }
+            return 1;
+        }
+    };
+    let s = Settings::new(args.test, members);
     let workloads = select(&args.filters);
     if workloads.is_empty() {
         let names: Vec<_> = Workload::ALL.iter().map(|w| w.name()).collect();
         eprintln!("no workload matches {:?}; workloads: {}", args.filters, names.join(", "));
         return 1;
     }
-    let mem_bin = PathBuf::from(env!("CARGO_BIN_EXE_mem_etcd"));
     let etcd = find_etcd();
     let etcd_version = etcd.as_deref().map(etcd_version);
     match (&etcd, &etcd_version) {
@@ -1182,39 +1412,85 @@ async fn run(args: Args) -> i32 {
             }
         }
     }
+
+    // The server columns: mem_etcd (A), mem_etcd (B) if MEM_ETCD_E2E_BIN2 is set, etcd.
+    let mut sides = Vec::new();
+    let mem_name = |tag: &str| {
+        if mem_bin_b.is_some() { format!("mem_etcd ({tag})") } else { "mem_etcd".into() }
+    };
+    sides.push(Side {
+        kind: Kind::MemEtcd,
+        label: mem_name("A"),
+        short: mem_name("A"),
+        key: "mem_etcd",
+        bin: Some(mem_bin.clone()),
+    });
+    if let Some(b) = &mem_bin_b {
+        sides.push(Side {
+            kind: Kind::MemEtcd,
+            label: mem_name("B"),
+            short: mem_name("B"),
+            key: "mem_etcd_b",
+            bin: Some(b.clone()),
+        });
+    }
+    sides.push(Side {
+        kind: Kind::Etcd,
+        label: etcd_version.as_ref().map_or("etcd (none)".to_string(), |v| format!("etcd {v}")),
+        short: "etcd".into(),
+        key: "etcd",
+        bin: etcd.clone(),
+    });
+    for side in sides.iter().filter(|s| s.kind == Kind::MemEtcd) {
+        eprintln!("{}: {}", side.short, side.bin.as_deref().unwrap_or(Path::new("?")).display());
+    }
+
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let topology = if members == 1 {
+        "single servers".to_string()
+    } else {
+        format!(
+            "{members}-member clusters on 127.0.0.1 (connection k on member k % {members}; \
+             server CPU summed over the members)"
+        )
+    };
     eprintln!(
-        "e2e bench ({} mode): {:.1} s per workload and server, {CONNS} connections, {TASKS} \
-         requests in flight, {cores} cores shared by client and server",
+        "e2e bench ({} mode): {topology}; {:.1} s per workload and server, {CONNS} connections, \
+         {TASKS} requests in flight, {cores} cores shared by client and servers",
         if s.test { "test" } else { "full" },
         s.duration.as_secs_f64()
     );
     let started = Instant::now();
     let mut rows = Vec::new();
     for &w in &workloads {
-        let mem = run_one(w, Kind::MemEtcd, &mem_bin, &s).await;
-        eprintln!("{}", progress_line(w, Kind::MemEtcd, &mem));
-        let etcd = match &etcd {
-            Some(bin) => {
-                let r = run_one(w, Kind::Etcd, bin, &s).await;
-                eprintln!("{}", progress_line(w, Kind::Etcd, &r));
-                Some(r)
-            }
-            None => None,
-        };
-        rows.push(Row { workload: w, mem, etcd });
+        let mut results = Vec::with_capacity(sides.len());
+        for side in &sides {
+            let r = match &side.bin {
+                Some(bin) => {
+                    let r = run_one(w, side.kind, bin, &s).await;
+                    eprintln!("{}", progress_line(w, side, &r));
+                    Some(r)
+                }
+                None => None,
+            };
+            results.push(r);
+        }
+        rows.push(Row { workload: w, results });
     }
 
-    let etcd_label =
-        etcd_version.as_ref().map_or("etcd (none)".to_string(), |v| format!("etcd {v}"));
     println!();
-    print!("{}", table(&rows, &etcd_label));
+    println!("e2e bench, {topology}:");
+    println!();
+    print!("{}", table(&rows, &sides));
     println!(
-        "\n{cores} cores, client and server on the same machine; {:.1} s per run; \
+        "\n{cores} cores, client and servers on the same machine; {:.1} s per run; \
          total {:.0} s.",
         s.duration.as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
+    if let Some(b) = &mem_bin_b {
+        println!("- mem_etcd (A): {}\n- mem_etcd (B): {}", mem_bin.display(), b.display());
+    }
     for w in &workloads {
         println!("- {}: {}", w.name(), w.describe(&s));
     }
@@ -1223,32 +1499,44 @@ async fn run(args: Args) -> i32 {
     }
 
     // Machine-readable results.
-    let report = json!({
+    let ratio_columns = ratios(&sides);
+    let mut report = json!({
         "mode": if s.test { "test" } else { "full" },
+        "members": members,
         "secs_per_run": s.duration.as_secs_f64(),
         "cores": cores,
         "connections": CONNS,
         "in_flight": TASKS,
+        "mem_etcd": { "path": mem_bin.display().to_string() },
+        "mem_etcd_b": mem_bin_b.as_ref().map(|b| json!({ "path": b.display().to_string() })),
         "etcd": etcd.as_ref().map(|b| json!({
             "path": b.display().to_string(),
             "version": etcd_version,
         })),
         "workloads": rows.iter().map(|r| {
-            let side = |x: Option<&Result<Measured, String>>| match x {
-                Some(Ok(m)) => m.json(),
-                Some(Err(e)) => json!({ "failed": e }),
-                None => Value::Null,
-            };
-            json!({
+            let mut o = json!({
                 "name": r.workload.name(),
                 "unit": r.workload.unit(),
                 "description": r.workload.describe(&s),
-                "mem_etcd": side(Some(&r.mem)),
-                "etcd": side(r.etcd.as_ref()),
-                "ratio": r.ratio().map(|x| round(x, 3)),
-            })
+                "ratio": Value::Null,
+            });
+            for (side, x) in sides.iter().zip(&r.results) {
+                o[side.key] = match x {
+                    Some(Ok(m)) => m.json(),
+                    Some(Err(e)) => json!({ "failed": e }),
+                    None => Value::Null,
+                };
+            }
+            for &(_, key, a, b) in &ratio_columns {
+                o[key] = json!(r.ratio(a, b).map(|x| round(x, 3)));
+            }
+            o
         }).collect::<Vec<_>>(),
     });
+    if mem_bin_b.is_none() {
+        // As before the B column existed.
+        report.as_object_mut().expect("an object").remove("mem_etcd_b");
+    }
     let path = target_dir().join(if s.test { "e2e-bench-test.json" } else { "e2e-bench.json" });
     match serde_json::to_string_pretty(&report)
         .map_err(|e| e.to_string())
@@ -1261,10 +1549,9 @@ async fn run(args: Args) -> i32 {
     // Every workload must have run, with throughput and without errors, on every server.
     let mut failures = Vec::new();
     for r in &rows {
-        let sides = [(Kind::MemEtcd, Some(&r.mem)), (Kind::Etcd, r.etcd.as_ref())];
-        for (kind, side) in sides {
-            let what = format!("{} on {}", r.workload.name(), kind.name());
-            match side {
+        for (side, result) in sides.iter().zip(&r.results) {
+            let what = format!("{} on {}", r.workload.name(), side.short);
+            match result {
                 None => {}
                 Some(Err(e)) => failures.push(format!("{what}: failed: {e}")),
                 Some(Ok(m)) if m.errors > 0 => failures.push(format!(
