@@ -3,18 +3,25 @@
 //! An in-memory, etcd v3 compatible storage server, built to be kube-apiserver's datastore.
 //!
 //! ## Architecture
-//! Dependencies point one way: `server` → (`watch`, `lease`) → `mvcc` → `wal`, and everything
-//! → (`revision`, `keyspace`, `error`, `metrics`). The storage layers never see gRPC types.
+//! Dependencies point one way: `server` → (`raft`, `watch`, `lease`) → `mvcc` → `wal`, and
+//! everything → (`revision`, `keyspace`, `error`, `metrics`); `raft` uses only `wal`'s file
+//! framing below it. The storage layers never see gRPC types; `raft` sees requests only as
+//! bytes and reaches the store through the [`raft::Machine`] the server implements.
 //!
 //! - [`server`]: the gRPC services (KV, Watch, Lease, Maintenance, Cluster, Auth) over tonic.
-//!   Each handler converts the wire request into the store's types, calls the store, fills the
-//!   response header, and translates errors through the single table in `server::status`.
-//!   Around them: TLS for https listeners (`server::tls`), the HTTP endpoints and gRPC call
-//!   counting in front of the routes (`server::http`, `server::metrics`), alarms and the space
-//!   quota checked before writes that add data (`server::alarm`), auto-compaction
-//!   (`server::compactor`), and Maintenance.Snapshot, which streams a backup the store takes at
-//!   one revision (`mvcc::backup`, in the format of `wal::backup`; `mem_etcd snapshot restore`
-//!   turns it into a data directory).
+//!   Each handler converts the wire request into the store's types, calls the store (a member
+//!   alone) or proposes the request to Raft (a cluster member), fills the response header, and
+//!   translates errors through the single table in `server::status`. `server::apply` is the one
+//!   place requests change state, for both. Around them: TLS for https listeners
+//!   (`server::tls`), the HTTP endpoints and gRPC call counting in front of the routes
+//!   (`server::http`, `server::metrics`), alarms and the space quota checked before writes that
+//!   add data (`server::alarm`), auto-compaction (`server::compactor`), Maintenance.Snapshot,
+//!   which streams a backup the store takes at one revision (`mvcc::backup`, in the format of
+//!   `wal::backup`; `mem_etcd snapshot restore` turns it into a data directory), and the
+//!   leader-only requests a follower forwards (`server::forward`).
+//! - [`raft`]: replication for a cluster of members (openraft): the Raft log (the WAL of a
+//!   cluster member), snapshots of the store, the peer transport, proposals and read indexes
+//!   forwarded to the leader, membership. A member alone runs without it.
 //! - [`mvcc`]: the store. The key space is split into partitions, one per Kubernetes resource
 //!   (`/registry/[group/]resource/`, see [`keyspace`]) plus a default one; each partition has a
 //!   hash map for point lookups, an ordered index with live counts for ranges and exact counts,
@@ -28,10 +35,10 @@
 //!   the others, progress notifications.
 //! - [`lease`]: the lessor, told by the store which keys are attached to which lease (through
 //!   `mvcc::LeaseIndex`); expired leases' keys are deleted through the store's write path.
-//! - [`wal`]: the write-ahead log under `--data-dir`: one stream of segment files per
-//!   partition plus `_meta` (leases, compactions), written by one thread with group commit
-//!   (buffered: acknowledged once written to the OS; fsync: once fdatasync'd), snapshots that
-//!   bound restart time and disk use, and recovery that rebuilds the store at exactly one
+//! - [`wal`]: the write-ahead log of a member alone under `--data-dir`: one stream of segment
+//!   files per partition plus `_meta` (leases, compactions), written by one thread with group
+//!   commit (buffered: acknowledged once written to the OS; fsync: once fdatasync'd), snapshots
+//!   that bound restart time and disk use, and recovery that rebuilds the store at exactly one
 //!   revision.
 //!
 //! ## The write path
@@ -40,12 +47,36 @@
 //! (event log, then watchers) → move the read watermark → reply.
 //! See [`mvcc::store`] for why this is linearizable without a global lock.
 //!
+//! In a cluster one floor goes on top, and the Raft log takes the WAL's place below:
+//! validate → propose (a follower forwards to the leader) → appended on a majority, written or
+//! fdatasync'd per each member's `--wal-mode` → committed → applied on every member, in log
+//! order, through the same path (lock, evaluate, allocate, apply, complete, publish; the store
+//! keeps no WAL of its own) → reply from the member the client called, once it has applied.
+//!
+//! **Why the request, not its outcome, is replicated.** The other sound design keeps the
+//! leader's parallel apply and replicates the WAL records it produces; but then a leader that
+//! loses leadership holds applied revisions that were never committed and must undo them, and
+//! revision order must be kept equal to log order across an asynchronous hand-off. Replicating
+//! the request, as etcd does, means every member evaluates the same requests in the same order
+//! from the same state, so revisions are assigned once, in log order, identically everywhere,
+//! and nothing uncommitted is ever applied: there is nothing to undo. Applying in log order is
+//! sequential, but the apply is a few microseconds of a write's cost; the gRPC and Raft work
+//! around it is what a cluster spends. A member alone keeps the parallel path and pays nothing
+//! for this floor.
+//!
 //! ## Invariants
 //! - Revisions start at 1, increase by one per write txn, and are never reused, also across
-//!   restarts (recovery yields the state of one revision R; writing resumes at R + 1).
+//!   restarts (recovery yields the state of one revision R; writing resumes at R + 1) and, in a
+//!   cluster, across leader changes (revisions are assigned by applying the log, in order).
+//! - Every member of a cluster holds the same revisions, histories and events: each applies
+//!   the same committed requests in the same order, deterministically.
 //! - No reader or watcher sees a write before the WAL wrote it; in fsync mode, before it is
-//!   on disk.
+//!   on disk. In a cluster, before a majority holds it (written or synced per their modes);
+//!   a write is reported successful only once committed and applied.
 //! - A reader never sees revision R before every write at or below R is applied.
+//! - A linearizable read on any member reflects every write acknowledged before it began (a
+//!   read index confirmed by a quorum); a serializable read is served from the member's
+//!   applied state.
 //! - A watch gets every matching event once, in revision order, a revision never split.
 //! - Every request gets etcd's answer: same codes, messages, revisions and counts.
 
