@@ -6,6 +6,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use bytes::Bytes;
+
 use openraft::EntryPayload;
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, VoteRequest, VoteResponse,
@@ -102,7 +104,9 @@ pub fn from_entry(e: pb::Entry) -> Result<Entry> {
     let log_id = from_log_id(e.log_id.as_ref().ok_or(Malformed("entry log id"))?);
     let payload = match e.payload.ok_or(Malformed("entry payload"))? {
         pb::entry::Payload::Blank(_) => EntryPayload::Blank,
-        pb::entry::Payload::Normal(b) => EntryPayload::Normal(Proposal(b)),
+        // Copied out of the received message: the log keeps entries long after the message
+        // is gone, and a view would pin its whole buffer.
+        pb::entry::Payload::Normal(b) => EntryPayload::Normal(Proposal(Bytes::copy_from_slice(&b))),
         pb::entry::Payload::Membership(m) => EntryPayload::Membership(from_membership(&Some(m))?),
     };
     Ok(Entry { log_id, payload })
@@ -246,5 +250,17 @@ mod tests {
         let v = Vote::new_committed(5, 2);
         assert_eq!(from_vote(&Some(vote(&v))).unwrap(), v);
         assert!(from_entry(pb::Entry::default()).is_err(), "no log id: refused, not defaulted");
+    }
+
+    #[test]
+    fn a_decoded_entry_does_not_pin_the_message_it_came_in() {
+        let message = bytes::Bytes::from(vec![7u8; 64 << 10]);
+        let e = pb::Entry {
+            log_id: Some(pb::LogId { term: 1, index: 1 }),
+            payload: Some(pb::entry::Payload::Normal(message.slice(100..200))),
+        };
+        let EntryPayload::Normal(p) = from_entry(e).unwrap().payload else { panic!() };
+        let inside = message.as_ptr_range().contains(&p.0.as_ptr());
+        assert!(!inside, "the entry is a view into the 64 KiB message");
     }
 }

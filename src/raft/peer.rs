@@ -183,7 +183,9 @@ impl pb::raft_server::Raft for PeerService {
     ) -> Result<Response<pb::ProposeResponse>, Status> {
         check_stamp(&req, self.node.cluster_id)?;
         let timeout = req.metadata().get("grpc-timeout").is_some();
-        let request = req.into_inner().request;
+        // A view into the received HTTP/2 buffer would pin that whole buffer for as long as
+        // the entry stays in the log: the log keeps its own copy, of the exact size.
+        let request = bytes::Bytes::copy_from_slice(&req.into_inner().request);
         let fut = self.node.propose_local(request);
         let r = if timeout {
             fut.await
