@@ -188,6 +188,10 @@ impl Mem {
     }
 
     fn push(&mut self, e: Entry) -> io::Result<()> {
+        if self.purged.is_some_and(|p| e.log_id.index <= p.index) {
+            // Covered by a snapshot: replaying an older segment.
+            return Ok(());
+        }
         let want = self.last_log_id().map_or(0, |l| l.index + 1);
         if e.log_id.index < want {
             // An entry rewritten after a conflict: what followed it is gone too.
@@ -324,27 +328,21 @@ impl LogStore {
         let mut mem = Mem::default();
         let mut segs = list(&opts.dir)?;
         let n = segs.len();
+        let mut reads = Vec::with_capacity(n);
         for (i, (path, _, _)) in segs.iter().enumerate() {
             let data = fs::read(path)?;
             let read = segment::parse(&data, MAGIC, VERSION, Record::decode);
-            for (_, rec) in read.records {
-                match rec {
-                    Record::Entry(e) => mem.push(e)?,
-                    Record::Vote(v) => mem.vote = Some(v),
-                    Record::Committed(c) => mem.committed = c,
-                    Record::Truncate(after) => mem.truncate_after(after),
-                    Record::Purge(upto) => {
-                        if mem.purged < Some(upto) {
-                            mem.purge(upto)
-                        }
-                    }
-                }
-            }
-            match read.end {
+            match &read.end {
                 End::Clean => {}
                 End::Torn { offset, reason } if i + 1 == n => {
                     tracing::warn!(file = %path.display(), offset, reason, "raft log: torn tail cut off");
-                    segment::truncate(path, offset.max(FILE_HEADER_LEN))?;
+                    if *offset < FILE_HEADER_LEN {
+                        // Cut short while being created: it holds nothing.
+                        fs::remove_file(path)?;
+                        segment::sync_dir(&opts.dir)?;
+                    } else {
+                        segment::truncate(path, *offset)?;
+                    }
                 }
                 End::Torn { offset, reason } | End::Corrupt { offset, reason, .. } => {
                     return Err(io::Error::new(
@@ -353,6 +351,29 @@ impl LogStore {
                     ));
                 }
             }
+            reads.push(read.records);
+        }
+        // The purge point first: the segments of the entries before it may be deleted already,
+        // and what remains starts past it.
+        let purged = reads
+            .iter()
+            .flatten()
+            .filter_map(|(_, r)| if let Record::Purge(p) = r { Some(*p) } else { None })
+            .max();
+        if let Some(p) = purged {
+            mem.purge(p);
+        }
+        for (_, rec) in reads.into_iter().flatten() {
+            match rec {
+                Record::Entry(e) => mem.push(e)?,
+                Record::Vote(v) => mem.vote = Some(v),
+                Record::Committed(c) => mem.committed = c,
+                Record::Truncate(after) => mem.truncate_after(after),
+                Record::Purge(_) => {}
+            }
+        }
+        if segs.last().is_some_and(|s| !s.0.exists()) {
+            segs.pop();
         }
         let next = mem.last_log_id().map_or(0, |l| l.index + 1);
         let (seq, older) = match segs.pop() {
@@ -363,7 +384,7 @@ impl LogStore {
         let disk = Arc::new(Disk {
             dir: opts.dir.clone(),
             mode: opts.mode,
-            segment_bytes: opts.segment_bytes.max(1 << 20),
+            segment_bytes: opts.segment_bytes.max(4096),
             file: Mutex::new(seg),
             sync: Mutex::new(SyncQueue::default()),
             wake: Condvar::new(),
@@ -650,7 +671,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
-        self.write(&[Record::Purge(log_id)], false)?;
+        // Durable before segments go: restart must know where the log now starts.
+        self.write(&[Record::Purge(log_id)], true)?;
         self.mem.lock().purge(log_id);
         self.delete_purged(log_id.index)
     }
@@ -712,22 +734,43 @@ mod tests {
     async fn a_torn_tail_is_cut_off_and_full_segments_roll_over() {
         let dir = tempfile::tempdir().unwrap();
         let mut o = opts(dir.path(), Mode::Buffered);
-        o.segment_bytes = 1;
+        o.segment_bytes = 4096;
+        let big: &'static [u8] = Box::leak(vec![b'x'; 5000].into_boxed_slice());
         {
             let mut s = LogStore::open(&o).unwrap();
             for i in 0..5 {
-                append(&mut s, vec![entry(1, i, b"0123456789")]).await;
+                append(&mut s, vec![entry(1, i, big)]).await;
             }
+            assert!(list(&o.dir).unwrap().len() >= 5, "one segment per entry");
             s.purge(LogId::new(CommittedLeaderId::new(1), 2)).await.unwrap();
             s.close();
         }
         let segs = list(&o.dir).unwrap();
-        assert!(segs.len() < 6, "purged segments are deleted: {segs:?}");
-        let last = &segs.last().unwrap().0;
-        let mut f = OpenOptions::new().append(true).open(last).unwrap();
+        assert!(segs.len() <= 3, "purged segments are deleted: {segs:?}");
+        // Reopened as is: what remains starts after the purge point.
+        {
+            let mut s = LogStore::open(&o).unwrap();
+            let got = s.try_get_log_entries(..).await.unwrap();
+            assert_eq!(got.iter().map(|e| e.log_id.index).collect::<Vec<_>>(), [3, 4]);
+            s.close();
+        }
+        // A torn last record.
+        let segs = list(&o.dir).unwrap();
+        let (last, seq, _) = segs.last().unwrap().clone();
+        let mut f = OpenOptions::new().append(true).open(&last).unwrap();
         f.write_all(&[9, 0, 0, 0, 1]).unwrap();
-        let mut s = LogStore::open(&o).unwrap();
-        let got = s.try_get_log_entries(..).await.unwrap();
-        assert_eq!(got.iter().map(|e| e.log_id.index).collect::<Vec<_>>(), [3, 4]);
+        drop(f);
+        let _ = seq;
+        let s = LogStore::open(&o).unwrap();
+        s.close();
+        // A segment cut short while being created (no full header), after the others.
+        let seq = list(&o.dir).unwrap().last().unwrap().1;
+        std::fs::write(o.dir.join(segment_name(seq + 1, 5)), &MAGIC[..5]).unwrap();
+        for _ in 0..2 {
+            let mut s = LogStore::open(&o).unwrap();
+            let got = s.try_get_log_entries(..).await.unwrap();
+            assert_eq!(got.iter().map(|e| e.log_id.index).collect::<Vec<_>>(), [3, 4]);
+            s.close();
+        }
     }
 }
