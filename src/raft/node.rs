@@ -295,6 +295,17 @@ impl RaftNode {
             // founding membership) proves a running cluster; peers still founding do not, and
             // founding along with them is what openraft allows.
             if let Some(a) = answers.iter().find(|a| a.initialized && a.last_log_index > 0) {
+                // Whether this member votes is the leader's to say (another peer may not have
+                // seen the newest membership yet).
+                let Some(a) = answers.iter().find(|b| b.leader != 0 && b.member_id == b.leader)
+                else {
+                    let leader = a.leader;
+                    if leader != 0 && self.readmit(leader).await {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                };
                 if !a.knows_you || !a.you_are_voter {
                     // A learner or a member being added: catching up from the leader is all
                     // it needs; it votes only once promoted, by which time it holds the log.
@@ -332,6 +343,9 @@ impl RaftNode {
     /// On the leader: a member that lost its state becomes a learner, catches up, and becomes
     /// a voter again.
     pub async fn readmit_member(&self, id: u64) -> Result<()> {
+        // The member's log went back to nothing: openraft must accept that from it once,
+        // rather than resending from where it was before (forever).
+        let _ = self.raft.trigger().allow_next_revert(&id, true).await;
         let m = self.metrics().membership_config;
         if m.membership().voter_ids().any(|v| v == id) {
             let mut change = BTreeSet::new();
@@ -341,8 +355,11 @@ impl RaftNode {
                 .await
                 .map_err(write_error)?;
         }
+        // Back as a voter once it holds everything up to its demotion: every entry it may have
+        // acknowledged before it lost its state is in there.
+        let target = self.metrics().last_log_index.unwrap_or(0);
         let deadline = Instant::now() + Duration::from_secs(600);
-        while !self.learner_in_sync(id, 1.0) {
+        while self.matched(id) < target {
             if Instant::now() > deadline {
                 return Err(Error::Timeout);
             }
@@ -708,6 +725,12 @@ impl RaftNode {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// How far member `id` has replicated this leader's log (0 if unknown).
+    fn matched(&self, id: u64) -> u64 {
+        let m = self.metrics();
+        m.replication.as_ref().and_then(|r| r.get(&id).cloned()).flatten().map_or(0, |l| l.index)
     }
 
     /// The membership this member knows: voters, learners and every node's peer URLs.

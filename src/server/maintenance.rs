@@ -36,13 +36,9 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         req: Request<pb::AlarmRequest>,
     ) -> Result<Response<pb::AlarmResponse>, Status> {
         let r = req.into_inner();
-        let changes = matches!(
-            pb::alarm_request::AlarmAction::try_from(r.action),
-            Ok(pb::alarm_request::AlarmAction::Activate
-                | pb::alarm_request::AlarmAction::Deactivate)
-        );
-        if changes && self.shared.raft().is_some() {
-            // Alarms are the cluster's: raised and cleared through the log, on every member.
+        if self.shared.raft().is_some() {
+            // Alarms are the cluster's: raised, cleared and listed through the log, as etcd
+            // does it, so that every member answers the same.
             let Resp::Alarm(mut a) = propose(&self.shared, Req::Alarm(r)).await? else {
                 return Err(Error::Internal.into());
             };

@@ -329,6 +329,12 @@ async fn writer(
 }
 
 async fn leader_killed(mode: &str) {
+    member_killed(mode, true).await
+}
+
+/// Kills the leader (or a follower) under load, checks that writes go on, restarts it, and
+/// checks that every acknowledged write is on every member.
+async fn member_killed(mode: &str, leader_dies: bool) {
     let mode_flag = format!("--wal-mode={mode}");
     let mut c =
         cluster!(Kind::MemEtcd, 3, [mode_flag.as_str(), "--log-level=info,mem_etcd::raft=debug"]);
@@ -342,10 +348,11 @@ async fn leader_killed(mode: &str) {
     }
     tokio::time::sleep(Duration::from_millis(800)).await;
     let leader = c.leader().await;
+    let victim = if leader_dies { leader } else { (leader + 1) % 3 };
     let killed_at = Instant::now();
-    c.kill9(leader);
+    c.kill9(victim);
     // A new leader takes writes within a few seconds.
-    let survivor = (leader + 1) % 3;
+    let survivor = (victim + 2) % 3;
     let mut probe = c.client(survivor).await;
     loop {
         let r = tokio::time::timeout(Duration::from_secs(5), probe.put("/probe", "x", None)).await;
@@ -360,7 +367,7 @@ async fn leader_killed(mode: &str) {
     let failover = killed_at.elapsed();
     assert!(failover < Duration::from_secs(6), "{mode}: a new leader took {failover:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    c.restart(leader).await;
+    c.restart(victim).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut acked = Vec::new();
@@ -413,6 +420,16 @@ async fn killing_the_leader_loses_no_acknowledged_write_in_buffered_mode() {
 #[tokio::test]
 async fn killing_the_leader_loses_no_acknowledged_write_in_fsync_mode() {
     leader_killed("fsync").await;
+}
+
+#[tokio::test]
+async fn a_follower_killed_in_none_mode_comes_back_empty_and_catches_up() {
+    member_killed("none", false).await;
+}
+
+#[tokio::test]
+async fn a_follower_killed_in_buffered_mode_catches_up() {
+    member_killed("buffered", false).await;
 }
 
 /// With a majority down a write fails with one of etcd's errors, never with a success.
@@ -656,4 +673,74 @@ async fn without_a_leader_health_turns_red_and_leader_requiring_watches_end() {
         },
     };
     assert_eq!(refused, (tonic::Code::Unavailable, "etcdserver: no leader".into()));
+}
+
+#[tokio::test]
+async fn compaction_and_the_nospace_alarm_hold_on_every_member() {
+    let c = cluster!(Kind::MemEtcd, 3, ["--wal-mode=none", "--quota-backend-bytes=2000000"]);
+    let mut clients = Vec::new();
+    for i in 0..3 {
+        clients.push(c.client(i).await);
+    }
+    let first = put(&mut clients[0], "/c/k", "v1").await;
+    let second = put(&mut clients[1], "/c/k", "v2").await;
+    // Compacted through one member, compacted on all: an older revision is gone everywhere.
+    clients[2].compact(second, None).await.unwrap();
+    for (i, cl) in clients.iter_mut().enumerate() {
+        let old = cl.get("/c/k", Some(GetOptions::new().with_revision(first))).await;
+        let err = old.expect_err("a compacted revision");
+        assert_eq!(
+            status_of(&err),
+            (
+                tonic::Code::OutOfRange,
+                "etcdserver: mvcc: required revision has been compacted".into()
+            ),
+            "m{i}"
+        );
+    }
+    // Past the quota through one member: the alarm is the cluster's.
+    let big = "x".repeat(100_000);
+    let mut n = 0;
+    let err = loop {
+        n += 1;
+        assert!(n < 100, "no NOSPACE under a 2 MB quota");
+        if let Err(e) = clients[1].put(format!("/c/big{n}"), big.as_str(), None).await {
+            break e;
+        }
+    };
+    assert_eq!(
+        status_of(&err),
+        (tonic::Code::ResourceExhausted, "etcdserver: mvcc: database space exceeded".into())
+    );
+    for (i, cl) in clients.iter_mut().enumerate() {
+        let alarms = cl
+            .alarm(etcd_client::AlarmAction::Get, etcd_client::AlarmType::None, None)
+            .await
+            .unwrap();
+        assert_eq!(alarms.alarms().len(), 1, "m{i} lists the alarm");
+        let e = cl.put("/c/small", "1", None).await.expect_err("NOSPACE on every member");
+        assert_eq!(status_of(&e).0, tonic::Code::ResourceExhausted, "m{i}");
+        // Deletes go on.
+        cl.delete(format!("/c/big{}", i + 1), None).await.unwrap();
+    }
+    // Space freed (deletes, then a compaction), and the alarm disarmed through another
+    // member: writes go through everywhere again.
+    let now = current_rev(&mut clients[0]).await;
+    clients[0].compact(now, None).await.unwrap();
+    let member = clients[0]
+        .alarm(etcd_client::AlarmAction::Get, etcd_client::AlarmType::None, None)
+        .await
+        .unwrap()
+        .alarms()[0]
+        .member_id();
+    let mut opts = etcd_client::AlarmOptions::new();
+    opts.with_member(member);
+    clients[2]
+        .alarm(etcd_client::AlarmAction::Deactivate, etcd_client::AlarmType::Nospace, Some(opts))
+        .await
+        .unwrap();
+    for cl in clients.iter_mut() {
+        put(cl, "/c/after", "ok").await;
+    }
+    c.converged().await;
 }
