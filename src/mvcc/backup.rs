@@ -3,18 +3,17 @@
 //!
 //! A backup reads the partitions in chunks, as a WAL snapshot does, so writers wait for one
 //! chunk at a time, never for the whole dump; it reads only versions at or below its revision,
-//! so concurrent writes (all above it) cannot tear it. Compaction is what could: it trims the
-//! histories not read yet. So a backup holds the compaction lock from the moment its revision
-//! is fixed until it is dropped, and a compaction meanwhile waits.
+//! so concurrent writes (all above it) cannot tear it. Compaction is what could: it frees the
+//! versions a backup has not read yet. So a backup pins the history (`HistoryPin`) from the
+//! moment its revision is fixed until it is dropped: a compaction meanwhile takes effect for
+//! readers at once, without waiting, and frees nothing until the last pin goes.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use parking_lot::MutexGuard;
-
 use super::partition::Partition;
 use super::persist::to_version;
-use super::store::Store;
+use super::store::{HistoryPin, Store};
 use crate::wal::backup::{BackupError, Encoder, Item, SHA_LEN, Summary, read_at};
 use std::path::Path;
 
@@ -23,10 +22,11 @@ const CHUNK_KEYS: usize = 1024;
 /// About how many bytes [`Backup::write`] hands out at a time.
 const PIECE_BYTES: usize = 256 << 10;
 
-/// A backup of the store fixed at one revision. Compactions wait while it lives.
+/// A backup of the store fixed at one revision. It pins the history (see `HistoryPin`):
+/// compactions meanwhile free nothing, and do not wait for it.
 pub struct Backup<'a> {
     store: &'a Store,
-    _serial: MutexGuard<'a, ()>,
+    pin: Option<HistoryPin>,
     rev: i64,
     compacted: i64,
     leases: Vec<(i64, i64)>,
@@ -45,32 +45,29 @@ impl std::fmt::Debug for Backup<'_> {
 impl Store {
     /// Fixes a backup at the current revision. `leases` lists the leases (id, granted TTL).
     pub fn backup(&self, leases: impl FnOnce() -> Vec<(i64, i64)>) -> Backup<'_> {
-        let serial = self.compaction.lock();
+        let pin = self.pin_history();
         let rev = self.commit.clock.committed();
-        let compacted = self.compact_rev.load(Ordering::SeqCst);
-        let leases = leases();
-        // A partition created after `rev` holds no version at or below it: an empty group.
-        let parts = self.table.read().all.clone();
-        Backup { store: self, _serial: serial, rev, compacted, leases, parts }
+        self.backup_at(rev, leases(), pin)
+    }
+}
+
+impl Drop for Backup<'_> {
+    fn drop(&mut self) {
+        if let Some(pin) = self.pin.take() {
+            self.store.unpin_history(pin);
+        }
     }
 }
 
 impl Store {
-    /// A backup of revision `rev` taken later (a Raft snapshot fixes its revision between two
-    /// applies and writes it while applying goes on): `None` if a compaction since trimmed
-    /// history the backup needs (`compacted` is the compaction revision at `rev`).
-    pub fn backup_at(
-        &self,
-        rev: i64,
-        compacted: i64,
-        leases: Vec<(i64, i64)>,
-    ) -> Option<Backup<'_>> {
-        let serial = self.compaction.lock();
-        if self.compact_rev.load(Ordering::SeqCst) != compacted {
-            return None;
-        }
+    /// A backup of revision `rev` (at or above the compaction when `pin` was taken), taken
+    /// later: a Raft snapshot fixes its revision and pins the history between two applies, and
+    /// writes it while applying goes on. The backup returns the pin when dropped.
+    pub fn backup_at(&self, rev: i64, leases: Vec<(i64, i64)>, pin: HistoryPin) -> Backup<'_> {
+        let compacted = pin.compacted;
+        // A partition created after `rev` holds no version at or below it: an empty group.
         let parts = self.table.read().all.clone();
-        Some(Backup { store: self, _serial: serial, rev, compacted, leases, parts })
+        Backup { store: self, pin: Some(pin), rev, compacted, leases, parts }
     }
 
     /// Replaces everything the store holds with the backup in `path` (starting `offset` bytes

@@ -108,12 +108,22 @@ impl Store {
     /// fixed, so that every lease change after it is replayed from the log.
     pub fn snapshot(&self, leases: impl FnOnce() -> Vec<(i64, i64)>) -> std::io::Result<()> {
         let Some(wal) = self.wal() else { return Ok(()) };
-        let _serial = self.compaction.lock();
+        let pin = self.pin_history();
+        let result = self.write_snapshot(wal, leases, pin.compacted);
+        self.unpin_history(pin);
+        result
+    }
+
+    fn write_snapshot(
+        &self,
+        wal: &Arc<Wal>,
+        leases: impl FnOnce() -> Vec<(i64, i64)>,
+        compacted: i64,
+    ) -> std::io::Result<()> {
         wal.stats.since_snapshot.store(0, Ordering::Relaxed);
         let rev = self.commit.clock.committed();
         let meta_seq = wal.meta_seq();
         let leases = leases();
-        let compacted = self.compact_rev.load(Ordering::SeqCst);
         let w = SnapshotWriter::new(&wal.options().dir, rev, compacted, meta_seq)?;
         let parts = self.table.read().all.clone();
         for p in parts {

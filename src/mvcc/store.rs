@@ -81,6 +81,27 @@ pub struct Compacted {
     pub revision: i64,
 }
 
+/// Compactions and the pins on history (see [`HistoryPin`]).
+#[derive(Debug, Default)]
+pub(super) struct CompactionState {
+    /// Backups and snapshots open: while there is one, a compaction takes effect for readers at
+    /// once but frees nothing.
+    pins: usize,
+    /// The newest compaction whose freeing waits for the pins to go.
+    deferred: Option<i64>,
+}
+
+/// A pin on the store's history: while it lives, compactions free nothing (they still take
+/// effect for readers), so a backup or snapshot fixed at one revision can read every version
+/// it needs however long it takes, and a compaction never waits for it. Returned to
+/// [`Store::unpin_history`], which frees what compactions deferred.
+#[derive(Debug)]
+#[must_use = "a pin holds off compaction until it is returned"]
+pub struct HistoryPin {
+    /// The compaction revision when the pin was taken (-1 before the first).
+    pub compacted: i64,
+}
+
 /// The partition table. Partitions are created on first use and never removed, so an
 /// `Arc<Partition>` handed out stays the partition of its prefix forever.
 #[derive(Debug)]
@@ -187,9 +208,10 @@ pub struct Store {
     /// The logical compaction revision (etcd's `compactMainRev`, -1 before the first). Reads
     /// below it fail; each partition also records the revision it physically compacted at.
     pub(super) compact_rev: AtomicI64,
-    /// Serialises Compact calls (they are rare and each walks every partition), and snapshots
-    /// with them (a snapshot reads histories that compaction would trim).
-    pub(super) compaction: Mutex<()>,
+    /// Serialises Compact calls (they are rare and each walks every partition), and counts the
+    /// readers of history at a fixed revision (backups, snapshots) that hold off compaction's
+    /// freeing of that history (see [`HistoryPin`]).
+    pub(super) compaction: Mutex<CompactionState>,
     max_txn_ops: usize,
     max_request_bytes: usize,
     /// What the store was made with (a snapshot installed into it is built with the same).
@@ -215,7 +237,7 @@ impl Store {
                 all: vec![default],
             }),
             compact_rev: AtomicI64::new(-1),
-            compaction: Mutex::new(()),
+            compaction: Mutex::new(CompactionState::default()),
             max_txn_ops: config.max_txn_ops,
             max_request_bytes: config.max_request_bytes,
             config,
@@ -253,12 +275,6 @@ impl Store {
     /// The revision readers see: every write at or below it is applied.
     pub fn current_revision(&self) -> i64 {
         self.commit.clock.committed()
-    }
-
-    /// The compaction revision as kept: -1 before the first compaction (what
-    /// [`backup_at`](Self::backup_at) compares with).
-    pub fn compact_revision_raw(&self) -> i64 {
-        self.compact_rev.load(Ordering::SeqCst)
     }
 
     /// The compaction revision (0 before the first compaction).
@@ -502,6 +518,18 @@ impl Store {
         validate::check_put(&req)?;
         self.check_size(size)?;
         self.check_writable()?;
+        self.put_checked(req)
+    }
+
+    /// A Put from a cluster's log: the proposing member checked it against its limits
+    /// (`--max-request-bytes`), which may differ between members; applying must not, or the
+    /// members would diverge. Only the request's shape is checked, as everywhere.
+    pub fn put_logged(&self, req: PutRequest) -> Result<Applied<PutResponse>> {
+        validate::check_put(&req)?;
+        self.put_checked(req)
+    }
+
+    fn put_checked(&self, req: PutRequest) -> Result<Applied<PutResponse>> {
         // A plain Put checks its lease before anything else (a Put inside a txn checks
         // `ignore_value` first, as etcd does).
         if req.lease != 0 && !self.lease_exists(req.lease) {
@@ -525,6 +553,22 @@ impl Store {
         validate::check_range_key(&req.key)?;
         self.check_size(size)?;
         self.check_writable()?;
+        self.delete_range_checked(req)
+    }
+
+    /// [`put_logged`](Self::put_logged) for a DeleteRange.
+    pub fn delete_range_logged(
+        &self,
+        req: DeleteRangeRequest,
+    ) -> Result<Applied<DeleteRangeResponse>> {
+        validate::check_range_key(&req.key)?;
+        self.delete_range_checked(req)
+    }
+
+    fn delete_range_checked(
+        &self,
+        req: DeleteRangeRequest,
+    ) -> Result<Applied<DeleteRangeResponse>> {
         let t = TxnRequest {
             compare: vec![],
             success: vec![RequestOp::DeleteRange(req)],
@@ -548,6 +592,12 @@ impl Store {
         // A read-only txn waits for every write it could have seen to be durable: refused
         // while the WAL is failing rather than left waiting.
         self.check_writable()?;
+        self.txn_unchecked(req)
+    }
+
+    /// [`put_logged`](Self::put_logged) for a Txn (no `--max-txn-ops`, no size limit).
+    pub fn txn_logged(&self, req: TxnRequest) -> Result<Applied<TxnResponse>> {
+        validate::check_txn(&req, usize::MAX)?;
         self.txn_unchecked(req)
     }
 
@@ -621,7 +671,7 @@ impl Store {
     /// would read history it was told is gone. Blocks until the log has it, so call it from a
     /// blocking thread; compactions are serialised, so a later one waits for this one.
     pub fn compact(&self, rev: i64) -> Result<Compacted> {
-        let _serial = self.compaction.lock();
+        let mut state = self.compaction.lock();
         if rev <= self.compact_rev.load(Ordering::SeqCst) {
             return Err(Error::Compacted);
         }
@@ -634,13 +684,41 @@ impl Store {
         }
         self.compact_rev.store(rev, Ordering::SeqCst);
         self.commit.events.compact(rev);
+        if state.pins > 0 {
+            state.deferred = Some(rev);
+        } else {
+            self.free_compacted(rev);
+        }
+        Ok(Compacted { revision: self.commit.clock.committed() })
+    }
+
+    /// Frees every version compaction at `rev` no longer keeps.
+    fn free_compacted(&self, rev: i64) {
         let parts = self.table.read().all.clone();
         for p in parts {
             let mut st = p.state.write();
             st.compact(rev);
             p.sync_bytes(&st);
         }
-        Ok(Compacted { revision: self.commit.clock.committed() })
+    }
+
+    /// Pins the history (see [`HistoryPin`]).
+    pub fn pin_history(&self) -> HistoryPin {
+        let mut state = self.compaction.lock();
+        state.pins += 1;
+        HistoryPin { compacted: self.compact_rev.load(Ordering::SeqCst) }
+    }
+
+    /// Returns a pin; the last one out frees what compactions deferred.
+    pub fn unpin_history(&self, pin: HistoryPin) {
+        let _ = pin;
+        let mut state = self.compaction.lock();
+        state.pins -= 1;
+        if state.pins == 0
+            && let Some(rev) = state.deferred.take()
+        {
+            self.free_compacted(rev);
+        }
     }
 
     /// A hash of every key-value version at or below `rev` (0 = current) that compaction kept,
@@ -655,16 +733,26 @@ impl Store {
             std::iter::once(t.all[0].clone()).chain(t.sorted.iter().cloned()).collect();
         drop(t);
         let mut crc = 0u32;
+        // What compaction keeps, whether or not it has freed the rest yet (a pin may defer
+        // that): every version above the compaction revision, and each key's newest version at
+        // or below it unless that is a delete.
+        let compacted = self.compact_rev.load(Ordering::SeqCst);
         for p in parts {
-            p.state.read().for_each_record(|key, r| {
-                if r.rev.main > rev {
-                    return;
+            p.state.read().for_each_history(|h| {
+                let records = h.records();
+                let newest_old = records.iter().rposition(|r| r.rev.main <= compacted);
+                for (i, r) in records.iter().enumerate() {
+                    let kept =
+                        r.rev.main > compacted || (Some(i) == newest_old && !r.is_tombstone());
+                    if !kept || r.rev.main > rev {
+                        continue;
+                    }
+                    crc = crc32c::crc32c_append(crc, &h.key);
+                    for n in [r.rev.main, r.rev.sub, r.create_rev, r.version, r.lease] {
+                        crc = crc32c::crc32c_append(crc, &n.to_le_bytes());
+                    }
+                    crc = crc32c::crc32c_append(crc, &r.value);
                 }
-                crc = crc32c::crc32c_append(crc, key);
-                for n in [r.rev.main, r.rev.sub, r.create_rev, r.version, r.lease] {
-                    crc = crc32c::crc32c_append(crc, &n.to_le_bytes());
-                }
-                crc = crc32c::crc32c_append(crc, &r.value);
             });
         }
         // etcd reports -1 before the first compaction.

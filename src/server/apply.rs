@@ -1,10 +1,11 @@
 //! Applying requests to the store (etcd's `etcdserver/apply`): the one place a request becomes
 //! a change of state.
 //!
-//! A member alone calls these functions straight from its handlers. In a cluster the handlers
-//! propose the request to Raft instead ([`propose`]), and every member applies it from the log
-//! through the same functions ([`Applier`], the state machine Raft drives), in log order, so
-//! that every member holds the same revisions, histories and events.
+//! A member alone applies requests straight from its handlers, through the store's write path.
+//! In a cluster the handlers propose the request to Raft instead ([`propose`]), and every
+//! member applies it from the log through the same write path ([`Applier`], the state machine
+//! Raft drives), in log order, so that every member holds the same revisions, histories and
+//! events.
 
 use std::io::{self, Read, Write};
 use std::path::Path;
@@ -15,7 +16,6 @@ use prost::Message;
 
 use super::{Shared, convert};
 use crate::error::{Error, Result};
-use crate::mvcc::Applied;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::memetcdpb as mpb;
 use crate::raft::{Machine, SnapshotJob};
@@ -23,25 +23,20 @@ use crate::raft::{Machine, SnapshotJob};
 use mpb::request::Request as Req;
 use mpb::response::Response as Resp;
 
-pub fn put(s: &Shared, req: pb::PutRequest) -> Result<Applied<pb::PutResponse>> {
-    let size = req.encoded_len();
-    let a = s.store.put(convert::put_request(req), size)?;
-    Ok(Applied { response: convert::put_response(a.response), visible_at: a.visible_at })
+// Requests from the log: applied without this member's limits (`--max-request-bytes`,
+// `--max-txn-ops`), which the proposing member checked and which may differ between members.
+
+fn put(s: &Shared, req: pb::PutRequest) -> Result<pb::PutResponse> {
+    Ok(convert::put_response(s.store.put_logged(convert::put_request(req))?.response))
 }
 
-pub fn delete_range(
-    s: &Shared,
-    req: pb::DeleteRangeRequest,
-) -> Result<Applied<pb::DeleteRangeResponse>> {
-    let size = req.encoded_len();
-    let a = s.store.delete_range(convert::delete_request(req), size)?;
-    Ok(Applied { response: convert::delete_response(a.response), visible_at: a.visible_at })
+fn delete_range(s: &Shared, req: pb::DeleteRangeRequest) -> Result<pb::DeleteRangeResponse> {
+    let a = s.store.delete_range_logged(convert::delete_request(req))?;
+    Ok(convert::delete_response(a.response))
 }
 
-pub fn txn(s: &Shared, req: pb::TxnRequest) -> Result<Applied<pb::TxnResponse>> {
-    let size = req.encoded_len();
-    let a = s.store.txn(convert::txn_request(req)?, size)?;
-    Ok(Applied { response: convert::txn_response(a.response), visible_at: a.visible_at })
+fn txn(s: &Shared, req: pb::TxnRequest) -> Result<pb::TxnResponse> {
+    Ok(convert::txn_response(s.store.txn_logged(convert::txn_request(req)?)?.response))
 }
 
 /// Revokes a lease and deletes its keys at once (in a cluster's apply nothing else writes
@@ -93,18 +88,17 @@ fn apply(s: &Shared, req: Req) -> Result<Resp> {
             if capped && super::alarm::put_cost(&p) > 0 {
                 return Err(Error::NoSpace);
             }
-            Resp::Put(put(s, p)?.response)
+            Resp::Put(put(s, p)?)
         }
-        Req::DeleteRange(d) => Resp::DeleteRange(delete_range(s, d)?.response),
+        Req::DeleteRange(d) => Resp::DeleteRange(delete_range(s, d)?),
         Req::Txn(t) => {
             if capped && super::alarm::txn_cost(&t) > 0 {
                 return Err(Error::NoSpace);
             }
-            Resp::Txn(txn(s, t)?.response)
+            Resp::Txn(txn(s, t)?)
         }
         Req::Compaction(c) => {
-            // It walks every partition and waits for a snapshot being written: off the
-            // runtime's other tasks.
+            // It walks every partition: off the runtime's other tasks.
             let done = tokio::task::block_in_place(|| s.store.compact(c.revision))?;
             Resp::Compaction(pb::CompactionResponse { header: nested(done.revision) })
         }
@@ -190,8 +184,8 @@ impl Machine for Applier {
             members: s.members.lock().values().cloned().collect(),
         };
         Box::new(Snapshot {
+            pin: Some(s.store.pin_history()),
             rev: s.store.current_revision(),
-            compacted: s.store.compact_revision_raw(),
             leases: s.lessor.snapshot(),
             state,
             shared: s,
@@ -227,24 +221,33 @@ impl Machine for Applier {
     }
 }
 
-/// A snapshot's state, fixed between two applies.
+/// A snapshot's state, fixed between two applies; the pin keeps the history at its revision
+/// readable until it is written.
 struct Snapshot {
+    pin: Option<crate::mvcc::HistoryPin>,
     rev: i64,
-    compacted: i64,
     leases: Vec<(i64, i64)>,
     state: mpb::MachineState,
     shared: Arc<Shared>,
 }
 
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        // Not written (the build was dropped): the pin still goes back.
+        if let Some(pin) = self.pin.take() {
+            self.shared.store.unpin_history(pin);
+        }
+    }
+}
+
 impl SnapshotJob for Snapshot {
-    fn write(self: Box<Self>, out: &mut dyn Write) -> io::Result<()> {
+    fn write(mut self: Box<Self>, out: &mut dyn Write) -> io::Result<()> {
         let state = self.state.encode_to_vec();
         out.write_all(&(state.len() as u32).to_le_bytes())?;
         out.write_all(&state)?;
-        let Some(backup) = self.shared.store.backup_at(self.rev, self.compacted, self.leases)
-        else {
-            return Err(io::Error::other("compacted while the snapshot waited; taken again later"));
-        };
+        let pin = self.pin.take().expect("written once");
+        let leases = std::mem::take(&mut self.leases);
+        let backup = self.shared.store.backup_at(self.rev, leases, pin);
         let mut failed = None;
         backup.write(&mut |piece| match out.write_all(&piece) {
             Ok(()) => true,

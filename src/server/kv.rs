@@ -136,8 +136,7 @@ impl pb::kv_server::Kv for KvService {
             return Ok(Response::new(r));
         }
         let rev = req.revision;
-        // Off the runtime's threads: a compaction waits for a snapshot being streamed (it holds
-        // the compaction lock) and for the WAL, and walks every partition.
+        // Off the runtime's threads: a compaction waits for the WAL and walks every partition.
         let shared = self.shared.clone();
         let c = tokio::task::spawn_blocking(move || shared.store.compact(rev))
             .await

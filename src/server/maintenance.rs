@@ -166,11 +166,11 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
 
 /// etcd's blob size (`snapshotSendBufferSize`).
 const SNAPSHOT_BLOB: usize = 32 << 10;
-/// Blobs queued for a slow client: the backup waits (holding off compactions, see
-/// `mvcc::backup`) rather than buffering the store.
+/// Blobs queued for a slow client: the backup waits (holding off the freeing of compacted
+/// versions, see `mvcc::backup`) rather than buffering the store.
 const SNAPSHOT_QUEUE: usize = 16;
 /// How long a client may read nothing before its snapshot is abandoned, so that a stalled
-/// client does not hold off compactions for good.
+/// client does not keep compacted versions in memory for good.
 const SNAPSHOT_STALL: Duration = Duration::from_secs(60);
 
 type SnapshotItem = Result<pb::SnapshotResponse, Status>;

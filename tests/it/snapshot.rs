@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use etcd_client::{EventType, GetOptions, LeaseTimeToLiveOptions, WatchOptions};
 use tokio_stream::StreamExt;
@@ -158,34 +158,49 @@ async fn etcdctl_snapshot_save_gets_etcds_stream_shape() {
     assert!(out.contains(&format!("revision: {at}\n")) && out.contains("keys: 101 "), "{out}");
 }
 
+/// A compaction while a snapshot streams takes effect at once (reads below it fail) but frees
+/// nothing the snapshot still has to send; once the client leaves, the versions go.
 #[tokio::test]
-async fn a_client_leaving_mid_stream_releases_compaction() {
+async fn a_compaction_during_a_snapshot_takes_effect_at_once_and_frees_once_the_client_leaves() {
     let s = Server::start(Kind::MemEtcd, &["--wal-mode", "none"]).await.unwrap();
     let mut c = s.client().await;
-    // Far more than the queue and the connection's windows hold: the sender has to wait.
-    for i in 0..64 {
-        put(&mut c, &format!("/registry/configmaps/ns/c{i}"), vec![b'x'; 64 << 10]).await;
+    // Far more than the queue and the connection's windows hold: the sender has to wait. Each
+    // key written twice, so that compacting frees the first versions (4 MiB).
+    for round in 0..2 {
+        for i in 0..64 {
+            put(&mut c, &format!("/registry/configmaps/ns/c{i}"), vec![b'0' + round; 64 << 10])
+                .await;
+        }
     }
     let at = put(&mut c, "last", "v").await;
+    let db_size = |raw: &mut Raw| {
+        let mut m = raw.maint.clone();
+        async move { m.status(pb::StatusRequest {}).await.unwrap().into_inner().db_size }
+    };
     let mut raw = s.raw().await.unwrap();
+    let before = db_size(&mut raw).await;
     let mut stream = raw.maint.snapshot(pb::SnapshotRequest {}).await.unwrap().into_inner();
     stream.next().await.unwrap().unwrap();
-    drop(stream);
-    drop(raw);
-    // A backup holds compactions off while it streams; a cancelled one must stop doing so.
-    let compacted = tokio::time::timeout(Duration::from_secs(10), c.compact(at, None)).await;
-    compacted.expect("compaction still held off after the client left").unwrap();
-    assert!(
-        tokio::time::timeout(Duration::from_secs(5), async {
-            while s.grep_log("the client went away").is_empty() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await
-        .is_ok(),
-        "{}",
-        s.log_tail()
+    let compacted = tokio::time::timeout(Duration::from_secs(5), c.compact(at, None)).await;
+    compacted.expect("a compaction waits for no snapshot").unwrap();
+    let below =
+        c.get("/registry/configmaps/ns/c0", Some(GetOptions::new().with_revision(at - 1))).await;
+    assert_eq!(
+        status_of(&below.unwrap_err()).1,
+        "etcdserver: mvcc: required revision has been compacted"
     );
+    assert!(db_size(&mut raw).await >= before, "freed while the snapshot still streams");
+    drop(stream);
+    let start = Instant::now();
+    while db_size(&mut raw).await > before - (3 << 20) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "nothing freed 10 s after the client left (db size {} of {before})\n{}",
+            db_size(&mut raw).await,
+            s.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
