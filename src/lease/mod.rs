@@ -145,6 +145,17 @@ impl Lessor {
         g.queue = fresh;
     }
 
+    /// A lease whose revocation could not be proposed (no quorum for a moment): expired again
+    /// after `after`, unless revoked or renewed meanwhile.
+    pub fn retry_expiry(&self, id: i64, after: Duration) {
+        let mut g = self.inner.lock();
+        let Some(l) = g.leases.get_mut(&id) else { return };
+        l.revoking = false;
+        l.deadline = Instant::now() + after;
+        let deadline = l.deadline;
+        g.queue.push(Reverse((deadline, id)));
+    }
+
     /// This member stopped leading: leases it had started to expire are only revoked if the
     /// new leader decides so.
     pub fn demote(&self) {

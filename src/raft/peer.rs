@@ -20,13 +20,18 @@ use crate::proto::memetcdpb as pb;
 #[derive(Debug, Clone)]
 pub struct PeerService {
     node: Arc<RaftNode>,
-    /// Where received snapshots are written (`<data-dir>/raft/snap`).
-    snap_dir: std::path::PathBuf,
+    /// Where snapshots are received (`<data-dir>/raft/snap-incoming`): apart from the snapshots
+    /// themselves, which a snapshot being built clears out around it.
+    incoming: std::path::PathBuf,
 }
 
 impl PeerService {
+    /// The service of `node`, whose snapshots are in `snap_dir`.
     pub fn new(node: Arc<RaftNode>, snap_dir: std::path::PathBuf) -> Self {
-        Self { node, snap_dir }
+        let incoming = snap_dir.with_file_name("snap-incoming");
+        // What a crash left half received.
+        let _ = std::fs::remove_dir_all(&incoming);
+        Self { node, incoming }
     }
 }
 
@@ -119,8 +124,8 @@ impl pb::raft_server::Raft for PeerService {
             return Err(Status::invalid_argument("a snapshot stream starts with its header"));
         };
         let vote = codec::from_vote(&h.vote)?;
-        std::fs::create_dir_all(&self.snap_dir).map_err(|e| Status::internal(e.to_string()))?;
-        let path = temp_path(&self.snap_dir);
+        std::fs::create_dir_all(&self.incoming).map_err(|e| Status::internal(e.to_string()))?;
+        let path = temp_path(&self.incoming);
         let received = async {
             let mut f = std::io::BufWriter::with_capacity(
                 1 << 20,

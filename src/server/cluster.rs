@@ -147,7 +147,6 @@ pub async fn member_remove(
         }
     }
     raft.remove_member(r.id).await?;
-    s.members.lock().remove(&r.id);
     Ok(pb::MemberRemoveResponse { header: s.header(0), members: members(s, raft) })
 }
 

@@ -87,6 +87,7 @@ const REVOCATION_WAIT: Duration = Duration::from_secs(10);
 /// leader) and returns the TTL; 0 for an unknown lease, and for an expiring one once its keys
 /// are gone (etcd's renew waits for the revocation).
 pub async fn renew(shared: &Shared, id: i64) -> i64 {
+    promoted(shared);
     match shared.lessor.renew(id) {
         Ok(Renewal::Renewed(ttl)) => ttl,
         Ok(Renewal::Expiring) => {
@@ -155,16 +156,35 @@ pub async fn expiry_loop(shared: Arc<Shared>) {
     }
 }
 
+/// In a cluster: once per term this member leads, before it renews or expires any lease,
+/// every lease gets its full TTL from now (etcd's lessor `Promote`): followers never kept the
+/// deadlines (renewals went to the leader), and no lease may expire because of an election.
+pub fn promoted(shared: &Shared) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let Some(raft) = shared.raft() else { return };
+    let role = *raft.role().borrow();
+    if !role.is_leader {
+        return;
+    }
+    let last = shared.lease_term.load(SeqCst);
+    if last != role.term
+        && shared.lease_term.compare_exchange(last, role.term, SeqCst, SeqCst).is_ok()
+    {
+        shared.lessor.promote();
+        tracing::info!(
+            leases = shared.lessor.len(),
+            term = role.term,
+            "lease: this member leads; every lease renewed to its full TTL"
+        );
+    }
+}
+
 async fn cluster_expiry_loop(shared: Arc<Shared>, raft: Arc<crate::raft::RaftNode>) {
     let mut role = raft.role();
     loop {
         // Followers wait to lead.
         let _ = role.wait_for(|r| r.is_leader).await;
-        shared.lessor.promote();
-        tracing::info!(
-            leases = shared.lessor.len(),
-            "lease: this member leads; every lease renewed to its full TTL"
-        );
+        promoted(&shared);
         while role.borrow().is_leader {
             let now = Instant::now();
             let wake = shared
@@ -183,8 +203,9 @@ async fn cluster_expiry_loop(shared: Arc<Shared>, raft: Arc<crate::raft::RaftNod
                         apply::propose(&shared, Req::LeaseRevoke(pb::LeaseRevokeRequest { id }))
                             .await;
                     if let Err(e) = r {
-                        // Left to the next leader, or to this one's next pass once it renews.
+                        // Tried again shortly (or by the next leader).
                         tracing::debug!(lease = id, error = %e, "lease: expiry not proposed");
+                        shared.lessor.retry_expiry(id, EXPIRY_TICK);
                     }
                 }
             });
@@ -207,6 +228,7 @@ async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(
 
 /// LeaseTimeToLive from this member's lessor (a member alone, or the cluster's leader).
 pub fn time_to_live(shared: &Shared, r: pb::LeaseTimeToLiveRequest) -> pb::LeaseTimeToLiveResponse {
+    promoted(shared);
     let header = shared.header(0);
     match shared.lessor.time_to_live(r.id, r.keys) {
         Some(t) => pb::LeaseTimeToLiveResponse {

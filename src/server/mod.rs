@@ -67,6 +67,9 @@ pub struct Shared {
     pub members: parking_lot::Mutex<
         std::collections::BTreeMap<u64, crate::proto::memetcdpb::MemberAttributes>,
     >,
+    /// The Raft term in which this member last gave every lease its full TTL on becoming
+    /// leader (`server::lease::promoted`).
+    pub lease_term: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -142,6 +145,7 @@ impl Shared {
             alarms,
             raft: std::sync::OnceLock::new(),
             members: Default::default(),
+            lease_term: Default::default(),
         })
     }
 
