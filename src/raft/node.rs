@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::log_store::{LogOptions, LogStore};
 use super::membership::InitialMember;
-use super::network::{Network, Peers};
+use super::network::{Network, Peers, RaftClient};
 use super::state_machine::{Machine, StateMachine};
 use super::{PeerNode, Proposal, Raft, TypeConfig};
 use crate::error::Error;
@@ -534,9 +534,47 @@ impl RaftNode {
 
     async fn propose_inner(&self, request: Bytes) -> Result<(u64, Bytes)> {
         let deadline = Instant::now() + self.request_timeout();
+        let remote = |mut c: RaftClient, left: Duration| {
+            let mut req = tonic::Request::new(pb::ProposeRequest { request: request.clone() });
+            req.set_timeout(left);
+            async move {
+                let r = c.propose(req).await?.into_inner();
+                // Answer once this member has it too, as etcd's followers answer from their
+                // own apply.
+                if tokio::time::timeout_at(deadline, self.wait_applied(r.index)).await.is_err() {
+                    return Err(tonic::Status::deadline_exceeded(Error::Timeout.message()));
+                }
+                Ok((r.index, r.response))
+            }
+        };
+        // A proposal the leader may have received before it failed may still commit.
+        self.at_leader(
+            deadline,
+            || self.propose_local(request.clone()),
+            remote,
+            Error::TimeoutLeaderFail,
+        )
+        .await
+    }
+
+    /// Runs a request where the leader is: `local` on this member if it leads, else `remote`
+    /// with a client of the leader, until `deadline`. Without a leader the request waits for
+    /// one, as etcd's do, and times out as etcd's do ("etcdserver: no leader" is for clients
+    /// that asked to require one). A request that was not delivered (the leader does not lead,
+    /// or could not be reached at all) is sent again to whoever leads; any other failure of a
+    /// remote call is `failed` (unless the leader answered one of etcd's errors).
+    async fn at_leader<T, LF, RF>(
+        &self,
+        deadline: Instant,
+        local: impl Fn() -> LF,
+        remote: impl Fn(RaftClient, Duration) -> RF,
+        failed: Error,
+    ) -> Result<T>
+    where
+        LF: std::future::Future<Output = Result<T>>,
+        RF: std::future::Future<Output = std::result::Result<T, tonic::Status>>,
+    {
         loop {
-            // Without a leader the proposal waits for one, as etcd's does, and times out as
-            // etcd's does ("etcdserver: no leader" is for clients that asked to require one).
             let left = deadline.saturating_duration_since(Instant::now());
             let leader = match self.leader() {
                 Some(l) => l,
@@ -547,7 +585,7 @@ impl RaftNode {
                 return Err(Error::Timeout);
             }
             if leader == self.id {
-                match tokio::time::timeout(left, self.propose_local(request.clone())).await {
+                match tokio::time::timeout(left, local()).await {
                     Err(_) => return Err(Error::Timeout),
                     Ok(Err(Error::NotLeader)) => {
                         // Not appended: safe to send again, to whoever leads now.
@@ -557,42 +595,24 @@ impl RaftNode {
                     Ok(r) => return r,
                 }
             }
-            let Some(mut c) =
+            let Some(c) =
                 self.peer_urls_of(leader).and_then(|u| self.peers.raft_client(leader, &u))
             else {
                 return Err(Error::NoLeader);
             };
-            let mut req = tonic::Request::new(pb::ProposeRequest { request: request.clone() });
-            req.set_timeout(left);
-            match c.propose(req).await {
-                Ok(r) => {
-                    let r = r.into_inner();
-                    // Answer once this member has it too, as etcd's followers answer from
-                    // their own apply.
-                    if tokio::time::timeout_at(deadline, self.wait_applied(r.index)).await.is_err()
-                    {
-                        return Err(Error::Timeout);
-                    }
-                    return Ok((r.index, r.response));
-                }
-                Err(s) if Error::from_message(s.message()) == Some(Error::NotLeader) => {
-                    self.wait_role_change(leader, deadline).await;
-                }
-                Err(s) if not_delivered(&s) => {
-                    // The leader could not be reached at all: nothing was sent, so it is safe
-                    // to send again once a leader is known (the same one back, or a new one).
+            match remote(c, left).await {
+                Ok(v) => return Ok(v),
+                Err(s)
+                    if Error::from_message(s.message()) == Some(Error::NotLeader)
+                        || not_delivered(&s) =>
+                {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     self.wait_role_change(leader, deadline).await;
                 }
-                Err(s) => {
-                    return Err(Error::from_message(s.message()).unwrap_or(
-                        if s.code() == tonic::Code::DeadlineExceeded {
-                            Error::Timeout
-                        } else {
-                            Error::TimeoutLeaderFail
-                        },
-                    ));
+                Err(s) if s.code() == tonic::Code::DeadlineExceeded => {
+                    return Err(Error::from_message(s.message()).unwrap_or(Error::Timeout));
                 }
+                Err(s) => return Err(Error::from_message(s.message()).unwrap_or(failed)),
             }
         }
     }
@@ -624,47 +644,12 @@ impl RaftNode {
     /// The index a linearizable read must wait for, confirmed with a quorum by the leader.
     pub async fn read_index(&self) -> Result<u64> {
         let deadline = Instant::now() + self.request_timeout();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let leader = match self.leader() {
-                Some(l) => l,
-                None => self.wait_leader(left).await.ok_or(Error::Timeout)?,
-            };
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Error::Timeout);
-            }
-            if leader == self.id {
-                match tokio::time::timeout(left, self.read_index_local()).await {
-                    Err(_) => return Err(Error::Timeout),
-                    Ok(Err(Error::NotLeader)) => {
-                        self.wait_role_change(leader, deadline).await;
-                        continue;
-                    }
-                    Ok(r) => return r,
-                }
-            }
-            let Some(mut c) =
-                self.peer_urls_of(leader).and_then(|u| self.peers.raft_client(leader, &u))
-            else {
-                return Err(Error::NoLeader);
-            };
+        let remote = |mut c: RaftClient, left: Duration| {
             let mut req = tonic::Request::new(pb::Empty {});
             req.set_timeout(left);
-            match c.read_index(req).await {
-                Ok(r) => return Ok(r.into_inner().index),
-                Err(s)
-                    if Error::from_message(s.message()) == Some(Error::NotLeader)
-                        || not_delivered(&s) =>
-                {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    self.wait_role_change(leader, deadline).await;
-                }
-                Err(s) => {
-                    return Err(Error::from_message(s.message()).unwrap_or(Error::Timeout));
-                }
-            }
-        }
+            async move { Ok(c.read_index(req).await?.into_inner().index) }
+        };
+        self.at_leader(deadline, || self.read_index_local(), remote, Error::Timeout).await
     }
 
     /// On the leader: the read index, once a quorum confirmed this member still leads.

@@ -88,28 +88,14 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         req: Request<pb::VoteRequest>,
     ) -> Result<Response<pb::VoteResponse>, Status> {
-        check_stamp(&req, self.node.cluster_id)?;
-        let rpc = codec::from_vote_request(req.into_inner())?;
-        if self.node.voting_blocked() {
-            return Ok(Response::new(self.refusal(&rpc)));
-        }
-        let resp =
-            self.node.raft.vote(rpc).await.map_err(|e| Status::unavailable(e.to_string()))?;
-        Ok(Response::new(codec::vote_response(&resp)))
+        self.vote_or_pre_vote(req, false).await
     }
 
     async fn pre_vote(
         &self,
         req: Request<pb::VoteRequest>,
     ) -> Result<Response<pb::VoteResponse>, Status> {
-        check_stamp(&req, self.node.cluster_id)?;
-        let rpc = codec::from_vote_request(req.into_inner())?;
-        if self.node.voting_blocked() {
-            return Ok(Response::new(self.refusal(&rpc)));
-        }
-        let resp =
-            self.node.raft.pre_vote(rpc).await.map_err(|e| Status::unavailable(e.to_string()))?;
-        Ok(Response::new(codec::vote_response(&resp)))
+        self.vote_or_pre_vote(req, true).await
     }
 
     async fn install_snapshot(
@@ -269,6 +255,22 @@ impl pb::raft_server::Raft for PeerService {
 }
 
 impl PeerService {
+    async fn vote_or_pre_vote(
+        &self,
+        req: Request<pb::VoteRequest>,
+        pre: bool,
+    ) -> Result<Response<pb::VoteResponse>, Status> {
+        check_stamp(&req, self.node.cluster_id)?;
+        let rpc = codec::from_vote_request(req.into_inner())?;
+        if self.node.voting_blocked() {
+            return Ok(Response::new(self.refusal(&rpc)));
+        }
+        let raft = &self.node.raft;
+        let resp = if pre { raft.pre_vote(rpc).await } else { raft.vote(rpc).await };
+        let resp = resp.map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(codec::vote_response(&resp)))
+    }
+
     /// A vote refused by a member that may not vote yet: its own vote (lower than any
     /// candidate's) and no log, so the candidate learns nothing from it.
     fn refusal(&self, rpc: &openraft::raft::VoteRequest<super::TypeConfig>) -> pb::VoteResponse {
