@@ -93,27 +93,16 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         Ok(s) => Arc::new(s),
         Err(e) => fail(e.to_string()),
     };
+    // Held while a cluster member runs: two processes on one data directory would corrupt it
+    // (a member alone locks it when it opens its WAL).
+    let mut _lock = None;
     if let Some(opts) = cluster {
         let dir = shared.config.wal_options().dir;
-        // Held while the member runs: two processes on one data directory would corrupt it.
-        let _lock = mem_etcd::wal::lock_dir(&dir)
-            .unwrap_or_else(|e| fail(format!("{}: {e}", dir.display())));
+        let lock = mem_etcd::wal::lock_dir(&dir);
+        _lock = Some(lock.unwrap_or_else(|e| fail(format!("{}: {e}", dir.display()))));
         if let Err(e) = shared.start_raft(opts).await {
             fail(e);
         }
-        let served = server::serve(
-            shared.clone(),
-            listeners,
-            metrics_listeners,
-            peer_listeners,
-            shutdown_signal(),
-        )
-        .await;
-        if let Some(raft) = shared.raft() {
-            raft.shutdown().await;
-        }
-        served?;
-        return Ok(());
     }
     let served = server::serve(
         shared.clone(),
@@ -124,7 +113,10 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     )
     .await;
     // Nothing is acknowledged that is not in the log; this writes out the rest and syncs it.
-    shared.close();
+    match shared.raft() {
+        Some(raft) => raft.shutdown().await,
+        None => shared.close(),
+    }
     served?;
     Ok(())
 }
