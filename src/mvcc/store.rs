@@ -597,7 +597,7 @@ impl Store {
 
     /// [`put_logged`](Self::put_logged) for a Txn (no `--max-txn-ops`, no size limit).
     pub fn txn_logged(&self, req: TxnRequest) -> Result<Applied<TxnResponse>> {
-        validate::check_txn(&req, usize::MAX)?;
+        validate::check_txn(&req, i64::MAX as usize)?;
         self.txn_unchecked(req)
     }
 

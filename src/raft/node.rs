@@ -284,7 +284,7 @@ impl RaftNode {
                     let mut req = tonic::Request::new(pb::ProbeRequest {
                         peer_urls: self.opts.peer_urls.clone(),
                     });
-                    req.set_timeout(Duration::from_millis(500));
+                    req.set_timeout(Duration::from_secs(2));
                     if let Ok(r) = c.probe(req).await {
                         answers.push(r.into_inner());
                     }

@@ -534,9 +534,19 @@ async fn members_are_added_promoted_and_removed_and_a_new_member_catches_up_from
         "the new member caught up from a snapshot:\n{}",
         new.log_tail()
     );
-    let list = cl.member_list().await.unwrap();
-    assert_eq!(list.members().len(), 4);
-    assert!(list.members().iter().all(|m| !m.is_learner()));
+    // Every member lists it as a voter once it has applied the change.
+    for i in c.running() {
+        let mut on = c.client(i).await;
+        let start = Instant::now();
+        loop {
+            let list = on.member_list().await.unwrap();
+            if list.members().len() == 4 && list.members().iter().all(|m| !m.is_learner()) {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "m{i}: {:?}", list.members());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     let rev = c.converged().await;
     let mut on_new = c.client(slot).await;
     assert_eq!(get(&mut on_new, "/data/7/99", false).await.map(|v| v.1 > 0), Some(true));

@@ -414,9 +414,12 @@ impl Server {
         let args = Self::command_line(kind, extra, with_defaults, &data);
         let Spawned { mut child, log, mut ready, readers } = spawn(bin, &args, &cwd);
 
+        // A cluster member is ready once its cluster has a leader and has taken it in (a member
+        // that lost its state catches up first): more time than a member alone needs.
+        let member = args.iter().any(|a| a.starts_with("--initial-cluster=") && a.contains(','));
         let deadline = Duration::from_secs(match kind {
-            Kind::MemEtcd => 20,
-            Kind::Etcd => 60,
+            Kind::MemEtcd if !member => 20,
+            _ => 60,
         });
         let addr = match tokio::time::timeout(deadline, ready.recv()).await {
             Ok(Some(addr)) => addr,
