@@ -6,6 +6,7 @@ mod support;
 mod cluster;
 mod cluster_harness;
 mod consistency;
+mod deploy;
 mod differential;
 mod durability;
 mod etcdctl;
