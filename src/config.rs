@@ -67,6 +67,11 @@ pub struct Config {
     #[arg(long, hide = true)]
     pub wal_failpoint: Option<PathBuf>,
 
+    /// Fault injection for tests: a file listing member ids (hex) whose peer calls this member
+    /// refuses, as if the network dropped them.
+    #[arg(long, hide = true)]
+    pub peer_failpoint: Option<PathBuf>,
+
     /// URLs to serve clients on: http://host:port or unix://path, comma-separated.
     #[arg(
         long,
@@ -424,6 +429,7 @@ impl Config {
             heartbeat: Duration::from_millis(self.heartbeat_interval.max(1)),
             election: Duration::from_millis(self.election_timeout.max(1)),
             tls,
+            failpoint: self.peer_failpoint.clone(),
         }))
     }
 

@@ -18,9 +18,11 @@
 //!
 //! Modules: [`node`] (the node: starting, proposing, reading, membership), [`log_store`],
 //! [`state_machine`], [`network`] and [`peer`] (the peer transport's two sides), [`codec`]
-//! (openraft's types on the wire), [`membership`] (flags and ids, as etcd derives them), [`tls`].
+//! (openraft's types on the wire), [`membership`] (flags and ids, as etcd derives them), [`tls`],
+//! [`faults`] (network faults for tests).
 
 pub mod codec;
+pub mod faults;
 pub mod log_store;
 pub mod membership;
 pub mod network;

@@ -49,6 +49,8 @@ pub struct NodeOptions {
     pub heartbeat: Duration,
     pub election: Duration,
     pub tls: Option<super::tls::PeerTls>,
+    /// `--peer-failpoint`: the file listing members whose calls to refuse (tests only).
+    pub failpoint: Option<std::path::PathBuf>,
 }
 
 /// Why a proposal or read did not succeed, in etcd's terms.
@@ -89,6 +91,8 @@ pub struct RaftNode {
     /// peer service, read by the role watcher.
     leader_heard_ms: AtomicU64,
     started: std::time::Instant,
+    /// Injected network faults (`--peer-failpoint`); `None` outside fault tests.
+    faults: Option<Arc<super::faults::PeerFaults>>,
     opts: NodeOptions,
 }
 
@@ -169,6 +173,7 @@ impl RaftNode {
             voting_blocked: AtomicBool::new(false),
             leader_heard_ms: AtomicU64::new(0),
             started: std::time::Instant::now(),
+            faults: opts.failpoint.clone().map(super::faults::PeerFaults::start),
             opts,
         });
         tokio::spawn(node.clone().watch_metrics(role.0));
@@ -447,6 +452,21 @@ impl RaftNode {
     /// The committed index.
     pub fn committed_index(&self) -> u64 {
         self.metrics().local_committed.map_or(0, |l| l.index)
+    }
+
+    /// Admits a peer call: from a member of this cluster ([`super::peer::check_stamp`]) whose
+    /// calls are not being dropped by an injected fault. Returns the caller's member id.
+    pub fn check_peer<T>(
+        &self,
+        req: &tonic::Request<T>,
+    ) -> std::result::Result<u64, tonic::Status> {
+        let from = super::peer::check_stamp(req, self.cluster_id)?;
+        if self.faults.as_ref().is_some_and(|f| f.refuses(from)) {
+            return Err(tonic::Status::unavailable(
+                "peer failpoint: calls from this member are dropped",
+            ));
+        }
+        Ok(from)
     }
 
     /// Traffic with the other members.

@@ -65,7 +65,7 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         req: Request<pb::AppendRequest>,
     ) -> Result<Response<pb::AppendResponse>, Status> {
-        let from = check_stamp(&req, self.node.cluster_id)?;
+        let from = self.node.check_peer(&req)?;
         let msg = req.into_inner();
         self.node.peer_stats().of(from).received_bytes.fetch_add(
             prost::Message::encoded_len(&msg) as u64,
@@ -102,7 +102,7 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         req: Request<Streaming<pb::SnapshotChunk>>,
     ) -> Result<Response<pb::SnapshotReply>, Status> {
-        check_stamp(&req, self.node.cluster_id)?;
+        self.node.check_peer(&req)?;
         let mut stream = req.into_inner();
         let Some(Ok(pb::SnapshotChunk { kind: Some(pb::snapshot_chunk::Kind::Header(h)) })) =
             stream.next().await
@@ -159,7 +159,7 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         req: Request<pb::TransferLeaderRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
-        check_stamp(&req, self.node.cluster_id)?;
+        self.node.check_peer(&req)?;
         let rpc = codec::from_transfer_leader(req.into_inner())?;
         match self.node.raft.handle_transfer_leader(rpc).await {
             Ok(Ok(())) => Ok(Response::new(pb::Empty {})),
@@ -172,7 +172,7 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         req: Request<pb::ProposeRequest>,
     ) -> Result<Response<pb::ProposeResponse>, Status> {
-        check_stamp(&req, self.node.cluster_id)?;
+        self.node.check_peer(&req)?;
         let timeout = req.metadata().get("grpc-timeout").is_some();
         // A view into the received HTTP/2 buffer would pin that whole buffer for as long as
         // the entry stays in the log: the log keeps its own copy, of the exact size.
@@ -193,7 +193,7 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         req: Request<pb::Empty>,
     ) -> Result<Response<pb::ReadIndexResponse>, Status> {
-        check_stamp(&req, self.node.cluster_id)?;
+        self.node.check_peer(&req)?;
         let index = self.node.read_index_local().await.map_err(status)?;
         Ok(Response::new(pb::ReadIndexResponse { index }))
     }
@@ -237,7 +237,7 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         req: Request<pb::ReadmitRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
-        let caller = check_stamp(&req, self.node.cluster_id)?;
+        let caller = self.node.check_peer(&req)?;
         let id = req.into_inner().member_id;
         if id != caller {
             return Err(Status::permission_denied("a member may only ask to re-admit itself"));
@@ -260,7 +260,7 @@ impl PeerService {
         req: Request<pb::VoteRequest>,
         pre: bool,
     ) -> Result<Response<pb::VoteResponse>, Status> {
-        check_stamp(&req, self.node.cluster_id)?;
+        self.node.check_peer(&req)?;
         let rpc = codec::from_vote_request(req.into_inner())?;
         if self.node.voting_blocked() {
             return Ok(Response::new(self.refusal(&rpc)));

@@ -11,7 +11,6 @@ use super::{Shared, cluster, lease};
 use crate::error::Error;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::memetcdpb as mpb;
-use crate::raft::peer::check_stamp;
 
 #[derive(Debug)]
 pub struct ForwardService {
@@ -26,7 +25,7 @@ impl ForwardService {
     /// Admits a call from a member of this cluster, to this member while it leads.
     fn admit<T>(&self, req: &Request<T>) -> Result<(), Status> {
         let raft = self.shared.raft().ok_or(Error::Internal)?;
-        check_stamp(req, raft.cluster_id)?;
+        raft.check_peer(req)?;
         if !raft.is_leader() {
             return Err(Error::NotLeader.into());
         }

@@ -112,6 +112,10 @@ impl Cluster {
         // mem_etcd's own flags mean nothing to etcd (which the harness runs without fsync).
         let ours = |f: &String| f.starts_with("--wal-");
         a.extend(self.extra.iter().filter(|f| self.kind == Kind::MemEtcd || !ours(f)).cloned());
+        if self.kind == Kind::MemEtcd {
+            // Empty until a test cuts the network ([`Cluster::partition`]).
+            a.push(format!("--peer-failpoint={}", self.failpoint(i).display()));
+        }
         a
     }
 
@@ -132,6 +136,15 @@ impl Cluster {
         assert!(self.members[i].server.is_none(), "member {i} is running");
         let s = self.start_member(i, "new").await;
         self.members[i].server = Some(s);
+    }
+
+    /// Restarts the members `which` together (each needs the others to elect a leader).
+    pub async fn restart_all(&mut self, which: &[usize]) {
+        let starts: Vec<_> = which.iter().map(|&i| self.start_member(i, "new")).collect();
+        let servers = futures::future::join_all(starts).await;
+        for (&i, s) in which.iter().zip(servers) {
+            self.members[i].server = Some(s);
+        }
     }
 
     /// Kills member `i` with SIGKILL.
@@ -168,6 +181,55 @@ impl Cluster {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let s = self.members[i].dir.start_kind(self.kind, &args).await;
         self.members[i].server = Some(s);
+    }
+
+    /// Member `i`'s peer failpoint file: the member ids whose peer calls it refuses.
+    fn failpoint(&self, i: usize) -> std::path::PathBuf {
+        self.members[i].dir.aside("peer-failpoint")
+    }
+
+    /// Cuts member `alone` off from every other member, both ways (mem_etcd only): each side
+    /// refuses the other's peer calls, as if the network dropped them. Returns once every member
+    /// has read its failpoint file (it polls it every 20 ms).
+    pub async fn partition(&self, alone: usize) {
+        let ids: Vec<(usize, u64)> = {
+            let mut v = Vec::new();
+            for i in 0..self.members.len() {
+                if self.members[i].server.is_some() {
+                    v.push((i, self.member_id(i).await));
+                }
+            }
+            v
+        };
+        let alone_id = ids.iter().find(|(i, _)| *i == alone).expect("running").1;
+        for (i, _) in &ids {
+            let refused: Vec<String> = if *i == alone {
+                ids.iter().filter(|(j, _)| j != i).map(|(_, id)| format!("{id:x}")).collect()
+            } else {
+                vec![format!("{alone_id:x}")]
+            };
+            crate::durability::set_failpoint(&self.failpoint(*i), &refused.join(" "));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    /// Ends every partition.
+    pub async fn heal(&self) {
+        for i in 0..self.members.len() {
+            crate::durability::set_failpoint(&self.failpoint(i), "");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    /// Sends member `i` a signal (`STOP` pauses it, `CONT` resumes it).
+    pub fn signal(&self, i: usize, sig: &str) {
+        let pid = self.members[i].server.as_ref().expect("running").pid();
+        let ok = std::process::Command::new("kill")
+            .args([format!("-{sig}"), pid.to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill -{sig} {pid}");
     }
 
     pub fn peer_url(&self, i: usize) -> String {

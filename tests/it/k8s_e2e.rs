@@ -49,7 +49,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::support::{DataDir, Kind, Kv, Server, kvs, loud, peer_binary};
+use crate::support::{DataDir, Kind, Kv, Server, kvs, loud, peer_binary, say};
 
 /// One kube-apiserver at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -1016,11 +1016,6 @@ fn flow_on(peers: &Peers, etcd: &Server, backend: &str) -> Timings {
         eprintln!("  {l}");
     }
     t
-}
-
-/// Writes to the real stderr, past libtest's capture: the timings show in every run.
-fn say(msg: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "{msg}");
 }
 
 fn ms(d: Duration) -> String {

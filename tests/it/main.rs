@@ -10,6 +10,7 @@ mod deploy;
 mod differential;
 mod durability;
 mod etcdctl;
+mod faults;
 mod history;
 mod hostile;
 mod k8s_e2e;

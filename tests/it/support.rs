@@ -86,6 +86,11 @@ macro_rules! server_of {
 }
 
 /// Writes to the process's real stderr, bypassing libtest's capture of `eprintln!`.
+/// Writes to the real stderr, past libtest's capture: timings and figures show in every run.
+pub fn say(msg: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{msg}");
+}
+
 pub fn loud(msg: &str) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "\n{0}\n{msg}\n{0}\n", "!".repeat(78));
@@ -327,6 +332,11 @@ fn grep<'a>(lines: impl Iterator<Item = &'a String>, needle: &str) -> Vec<String
 }
 
 impl Server {
+    /// The server's process id (for signals: SIGSTOP and SIGCONT pause and resume it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Starts a fresh server with `extra` flags appended to the defaults (a default flag is
     /// dropped when `extra` sets it). `None` means a missing peer with permission to skip.
     ///
