@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Side-by-side load test: etcd's own `benchmark` tool against mem_etcd and a real etcd 3.6
 # (data on tmpfs), back to back on this machine, with the same flags. Prints requests/s, the
-# server's CPU time per request (user+system of the server process / requests) and the ratio.
+# server's CPU time per request (user+system of the server processes / requests) and the ratio.
 #
 # Usage: benches/compare_etcd.sh [put|txn-put|range|watch|all]   (default all)
 # env: TOTAL (requests per run, default 100000), CLIENTS (100), CONNS (10)
+#      MEMBERS (1: one server each; 3 or 5: a cluster of that many members on 127.0.0.1, started
+#      with etcd's cluster flags, every member in the benchmark's --endpoints, which spreads its
+#      connections over them; server CPU summed over the members)
 #      ETCD_BIN, BENCHMARK_BIN (else built/cached by tests/peers/*.sh)
 #      MEM_ARGS (extra mem_etcd flags, e.g. "--worker-threads 1"), ROUNDS (1: runs per server,
 #      alternating mem_etcd and etcd; the medians are reported)
@@ -24,41 +27,64 @@ PORT=23791
 TMP=$(mktemp -d /dev/shm/compare.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+MEMBERS=${MEMBERS:-1}
+ETCDCTL=$(dirname "$ETCD_BIN")/etcdctl
 
-start() { # KIND
-  case $1 in
-    # shellcheck disable=SC2086
-    mem_etcd) "$MEM" --data-dir "$TMP/mem" --listen-client-urls "http://127.0.0.1:$PORT" --quota-backend-bytes 8589934592 --log-level warn ${MEM_ARGS:-} 2>"$TMP/mem.log" & ;;
-    etcd) "$ETCD_BIN" --name b --data-dir "$TMP/etcd" --listen-client-urls "http://127.0.0.1:$PORT" \
-            --advertise-client-urls "http://127.0.0.1:$PORT" --listen-peer-urls "http://127.0.0.1:$((PORT + 1))" \
-            --initial-advertise-peer-urls "http://127.0.0.1:$((PORT + 1))" --initial-cluster "b=http://127.0.0.1:$((PORT + 1))" \
-            --quota-backend-bytes 8589934592 --log-level warn 2>"$TMP/etcd.log" & ;;
-  esac
-  SERVER_PID=$!
-  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && return; sleep 0.1; done
-  echo "server $1 did not start" >&2; exit 1
+cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
+
+# Member i's client port is PORT + 2i, its peer port PORT + 2i + 1.
+client_url() { echo "http://127.0.0.1:$((PORT + 2 * $1))"; }
+peer_url() { echo "http://127.0.0.1:$((PORT + 2 * $1 + 1))"; }
+
+start() { # KIND: starts MEMBERS members (one server when 1), waits until they serve
+  SERVER_PIDS=() ENDPOINTS=''
+  local i initial='' flags
+  for i in $(seq 0 $((MEMBERS - 1))); do initial+="m$i=$(peer_url "$i"),"; done
+  for i in $(seq 0 $((MEMBERS - 1))); do
+    flags=(--name "m$i" --data-dir "$TMP/$1$i" --listen-client-urls "$(client_url "$i")"
+      --advertise-client-urls "$(client_url "$i")" --listen-peer-urls "$(peer_url "$i")"
+      --initial-advertise-peer-urls "$(peer_url "$i")" --initial-cluster "${initial%,}"
+      --initial-cluster-token "compare-$$" --initial-cluster-state new
+      --quota-backend-bytes 8589934592 --log-level warn)
+    case $1 in
+      # shellcheck disable=SC2086
+      mem_etcd) "$MEM" "${flags[@]}" ${MEM_ARGS:-} 2>"$TMP/mem$i.log" & ;;
+      etcd) "$ETCD_BIN" "${flags[@]}" 2>"$TMP/etcd$i.log" & ;;
+    esac
+    SERVER_PIDS+=($!)
+    ENDPOINTS+="127.0.0.1:$((PORT + 2 * i)),"
+  done
+  ENDPOINTS=${ENDPOINTS%,}
+  # Ready once every member answers a linearizable read (a cluster has elected a leader).
+  for _ in $(seq 300); do
+    "$ETCDCTL" --endpoints "$ENDPOINTS" --command-timeout 1s endpoint health >/dev/null 2>&1 && return
+    sleep 0.1
+  done
+  echo "server $1 did not start ($MEMBERS members)" >&2; tail -5 "$TMP/$1"*.log >&2 || true; exit 1
 }
 
-stop() { kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; rm -rf "$TMP/etcd" "$TMP/mem"; }
+stop() {
+  kill "${SERVER_PIDS[@]}"; wait "${SERVER_PIDS[@]}" 2>/dev/null || true
+  rm -rf "$TMP"/etcd[0-9]* "$TMP"/mem_etcd[0-9]*
+}
 
 # Prints "requests/s cpu_us_per_request" for one workload against a fresh server.
 run() { # KIND WORKLOAD
   start "$1"
-  local common=(--endpoints "127.0.0.1:$PORT" --clients "$CLIENTS" --conns "$CONNS")
+  local common=(--endpoints "$ENDPOINTS" --clients "$CLIENTS" --conns "$CONNS")
   case $2 in
     put) args=(put --key-size 48 --val-size 1024 --key-space-size 100000 --sequential-keys=false --total "$TOTAL") ;;
     txn-put) args=(txn-put --key-size 48 --val-size 1024 --key-space-size 100000 --total "$TOTAL") ;;
     range)
-      "$BENCH" --endpoints "127.0.0.1:$PORT" --clients 10 --conns 10 put --key-size 48 --val-size 1024 \
+      "$BENCH" --endpoints "$ENDPOINTS" --clients 10 --conns 10 put --key-size 48 --val-size 1024 \
         --key-space-size 1000 --sequential-keys --total 1000 >/dev/null 2>&1
       args=(range foo --consistency l --total "$TOTAL") ;;
     watch) args=(watch --streams 10 --watch-per-stream 100 --watched-key-total 100 --put-total "$TOTAL" --put-rate 0) ;;
   esac
   local c0 c1 out client
-  c0=$(cpu_ticks "$SERVER_PID")
+  c0=$(cpu_ticks "${SERVER_PIDS[@]}")
   out=$(/usr/bin/time -f '%U %S' -o "$TMP/client.time" "$BENCH" "${common[@]}" "${args[@]}" 2>&1)
-  c1=$(cpu_ticks "$SERVER_PID")
+  c1=$(cpu_ticks "${SERVER_PIDS[@]}")
   client=$(awk -v n="$TOTAL" '{printf "%.1f", ($1 + $2) * 1e6 / n}' "$TMP/client.time")
   stop
   local rps
@@ -90,4 +116,4 @@ for w in "${workloads[@]}"; do
   printf '%-8s %14.0f %14.0f %7s %13s µs %13s µs %15s µs %15s µs\n' "$w" "$m_rps" "$e_rps" "$ratio" \
     "$m_cpu" "$e_cpu" "$m_cl" "$e_cl"
 done
-echo "($(nproc) cores; $TOTAL requests per run; $CLIENTS clients over $CONNS connections; median of $ROUNDS alternating run(s) per server; mem_etcd flags: --wal-mode buffered ${MEM_ARGS:-}; full outputs in /tmp/compare-*.out)"
+echo "($(nproc) cores; $MEMBERS member(s) per server; $TOTAL requests per run; $CLIENTS clients over $CONNS connections; median of $ROUNDS alternating run(s) per server; mem_etcd flags: --wal-mode buffered ${MEM_ARGS:-}; full outputs in /tmp/compare-*.out)"
