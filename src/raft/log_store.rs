@@ -674,6 +674,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Durable before segments go: restart must know where the log now starts.
         self.write(&[Record::Purge(log_id)], true)?;
         self.mem.lock().purge(log_id);
+        // Once per snapshot: from here on a member behind this index needs the snapshot.
+        tracing::info!(index = log_id.index, "raft log: purged");
         self.delete_purged(log_id.index)
     }
 }

@@ -104,12 +104,19 @@ fn request_timeout(election: Duration) -> Duration {
 
 fn raft_config(o: &NodeOptions) -> std::result::Result<openraft::Config, String> {
     let hb = o.heartbeat.as_millis().max(10) as u64;
-    let el = o.election.as_millis().max(hb as u128 * 3) as u64;
+    let el = o.election.as_millis().max(hb as u128 * 4) as u64;
+    // etcd's --election-timeout is how long a follower goes without hearing from the leader
+    // before it may win an election: its followers refuse votes for that long (CheckQuorum's
+    // lease), and a candidate campaigns after a random time in [et, 2 et). openraft's followers
+    // refuse votes for election_timeout_max, so that is --election-timeout; a candidate whose
+    // timer fires sooner (from half of it) is refused and tries again, which puts the election
+    // in the same [et, 2 et) window as etcd's. (With [et, 2 et) here the lease would be 2 et
+    // and a failover took 2-4 et.)
     let c = openraft::Config {
         cluster_name: format!("{:x}", o.cluster_id),
         heartbeat_interval: hb,
-        election_timeout_min: el,
-        election_timeout_max: el * 2,
+        election_timeout_min: el / 2,
+        election_timeout_max: el,
         // Snapshots are triggered by `snapshot_loop`, by bytes logged, as the WAL's are.
         snapshot_policy: openraft::SnapshotPolicy::Never,
         // Entries kept after a snapshot, so a follower slightly behind catches up from the log
