@@ -41,7 +41,6 @@
 //! The Kubernetes peers (kube-apiserver, kubectl) and etcdctl follow support.rs' peer policy.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -254,20 +253,7 @@ impl Proc {
         }
         cmd.envs(env.iter().map(|(k, v)| (k, v)));
         let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn mem_etcd for {what}: {e}"));
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let pipes: [Box<dyn Read + Send>; 2] = [
-            Box::new(child.stdout.take().expect("stdout")),
-            Box::new(child.stderr.take().expect("stderr")),
-        ];
-        for pipe in pipes {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines() {
-                    let Ok(line) = line else { break };
-                    log.lock().unwrap().push(line);
-                }
-            });
-        }
+        let log = crate::support::drain_lines(&mut child);
         Proc { what: what.to_string(), child, log }
     }
 
@@ -884,20 +870,7 @@ impl Apiserver {
         cmd.current_dir(dir.path()).stdin(Stdio::null()).stdout(Stdio::piped());
         cmd.stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn kube-apiserver");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let pipes: [Box<dyn Read + Send>; 2] = [
-            Box::new(child.stdout.take().expect("stdout")),
-            Box::new(child.stderr.take().expect("stderr")),
-        ];
-        for pipe in pipes {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines() {
-                    let Ok(line) = line else { break };
-                    log.lock().unwrap().push(line);
-                }
-            });
-        }
+        let log = crate::support::drain_lines(&mut child);
         Apiserver { child, log, kubectl: kubectl.to_path_buf(), dir }
     }
 

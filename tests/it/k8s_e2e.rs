@@ -370,20 +370,7 @@ impl Apiserver {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let spawned = Instant::now();
         let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn kube-apiserver: {e}"));
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let pipes: [Box<dyn Read + Send>; 2] = [
-            Box::new(child.stdout.take().expect("stdout")),
-            Box::new(child.stderr.take().expect("stderr")),
-        ];
-        for pipe in pipes {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines() {
-                    let Ok(line) = line else { break };
-                    log.lock().unwrap().push(line);
-                }
-            });
-        }
+        let log = crate::support::drain_lines(&mut child);
         Apiserver { child, log, kubectl: peers.kubectl.clone(), dir, spawned }
     }
 

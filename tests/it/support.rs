@@ -86,6 +86,26 @@ macro_rules! server_of {
 }
 
 /// Writes to the process's real stderr, bypassing libtest's capture of `eprintln!`.
+/// Collects a child's stdout and stderr lines as they come, on two threads that keep draining
+/// the pipes (a child never blocks on a full pipe).
+pub fn drain_lines(child: &mut Child) -> Arc<Mutex<Vec<String>>> {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let pipes: [Box<dyn Read + Send>; 2] = [
+        Box::new(child.stdout.take().expect("stdout")),
+        Box::new(child.stderr.take().expect("stderr")),
+    ];
+    for pipe in pipes {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                log.lock().unwrap().push(line);
+            }
+        });
+    }
+    log
+}
+
 /// Writes to the real stderr, past libtest's capture: timings and figures show in every run.
 pub fn say(msg: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{msg}");
