@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Builds the reference peers the differential tests compare against: a real etcd server and
-# etcdctl, from the Go module proxy, at a pinned version.
+# Builds the reference peers the differential tests compare against: a real etcd server,
+# etcdctl and etcdutl, from the Go module proxy, at a pinned version.
 #
 # Why a wrapper module: etcd's own go.mod files carry `replace` lines, so `go install
 # go.etcd.io/etcd/server/v3@vX` refuses to build. A one-line module that requires the published
 # module builds the same main package with the versions etcd itself pins.
 #
-# Output: $PEERS_DIR/etcd-v<VER>/{etcd,etcdctl}; prints the directory on the last line.
+# Output: $PEERS_DIR/etcd-v<VER>/{etcd,etcdctl,etcdutl}; prints the directory on the last line.
 # Cached: a binary that already reports the wanted version is kept (CI reuses ~/.cache).
 #
 # Usage: tests/peers/install_etcd.sh [VERSION]   (default: $ETCD_PEER_VERSION or 3.6.16)
@@ -42,5 +42,7 @@ build() { # BIN MODULE VERSION_CMD
 
 build etcd go.etcd.io/etcd/server/v3 --version
 build etcdctl go.etcd.io/etcd/etcdctl/v3 version
+# etcdutl: offline snapshot restore, to prove an exported snapshot.db is one etcd accepts.
+build etcdutl go.etcd.io/etcd/etcdutl/v3 version
 log "$("$OUT/etcd" --version | head -1); $("$OUT/etcdctl" version | head -1)"
 echo "$OUT"
