@@ -16,7 +16,10 @@ const MIN_EMULATED_VERSION: (u64, u64, u64) = (3, 5, 13);
     about = "An in-memory, etcd v3 compatible server for Kubernetes",
     after_help = "Backups (taken with `etcdctl snapshot save`):\n  \
                   mem_etcd snapshot restore FILE --data-dir DIR [--skip-hash-check]\n  \
-                  mem_etcd snapshot status FILE"
+                  mem_etcd snapshot status FILE\n\n\
+                  FILE may also be an etcd snapshot.db (`etcdctl snapshot save` against etcd): \
+                  restore keeps its revisions, compaction and leases. The way back:\n  \
+                  mem_etcd snapshot export FILE --output etcd-snapshot.db   (for `etcdutl snapshot restore`)"
 )]
 pub struct Config {
     /// Human-readable name for this member.

@@ -44,7 +44,7 @@ pub const ALIGN: u64 = 512;
 pub const SHA_LEN: usize = 32;
 
 /// bbolt's meta page magic, at offset 16 of an etcd snapshot (after the page header).
-const BBOLT_MAGIC: [u8; 4] = 0xED0C_DAEDu32.to_le_bytes();
+pub const BBOLT_MAGIC: [u8; 4] = 0xED0C_DAEDu32.to_le_bytes();
 
 fn file_header() -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
@@ -230,9 +230,8 @@ pub fn read_at(
     let got = read_up_to(&mut f, &mut head).map_err(io_err)?;
     if got == head.len() && head[16..20] == BBOLT_MAGIC {
         return Err(err(format!(
-            "{name} is a snapshot of etcd (a bbolt database), not of mem_etcd: mem_etcd cannot \
-             read etcd's format. Restore it with `etcdutl snapshot restore` for an etcd, or copy \
-             the keys from a running etcd into mem_etcd with a client (`etcdctl make-mirror`)"
+            "{name} is a snapshot of etcd (a bbolt database), not of mem_etcd: turn it into a \
+             data directory with `mem_etcd snapshot restore`"
         )));
     }
     if got < 12 || head[..8] != MAGIC[..] {
@@ -337,7 +336,7 @@ fn read_up_to(f: &mut File, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n)
 }
 
-fn hex(b: &[u8]) -> String {
+pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
@@ -346,6 +345,15 @@ fn hex(b: &[u8]) -> String {
 /// recovers every key, version and lease and continues after the revision. On failure
 /// nothing is left in `dir`.
 pub fn restore(file: &Path, dir: &Path, skip_hash_check: bool) -> Result<Summary, BackupError> {
+    into_new_dir(dir, &mut |dir| restore_into(file, dir, skip_hash_check))
+}
+
+/// Runs `fill` on data directory `dir`, which must not exist or be empty; if it fails, leaves
+/// nothing in `dir`.
+pub fn into_new_dir(
+    dir: &Path,
+    fill: &mut dyn FnMut(&Path) -> Result<Summary, BackupError>,
+) -> Result<Summary, BackupError> {
     let created = !dir.exists();
     if !created {
         let mut entries = fs::read_dir(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
@@ -356,7 +364,7 @@ pub fn restore(file: &Path, dir: &Path, skip_hash_check: bool) -> Result<Summary
             )));
         }
     }
-    let result = restore_into(file, dir, skip_hash_check);
+    let result = fill(dir);
     if result.is_err() {
         // Best effort: what is left is an incomplete data directory nothing should start on.
         if created {
@@ -369,6 +377,31 @@ pub fn restore(file: &Path, dir: &Path, skip_hash_check: bool) -> Result<Summary
         }
     }
     result
+}
+
+/// Writes a data directory holding `keys` (each with its retained versions, oldest first) and
+/// `leases` at revision `rev`, compacted at `compacted` (-1 if never): what a backup read from
+/// another format restores to. Call it through [`into_new_dir`].
+pub fn write_data_dir(
+    dir: &Path,
+    rev: i64,
+    compacted: i64,
+    keys: &mut dyn Iterator<Item = (Bytes, Vec<Version>)>,
+    leases: &[(i64, i64)],
+) -> Result<(), BackupError> {
+    let io_err = |e: io::Error| err(format!("{}: {e}", dir.display()));
+    let _lock = super::lock_dir(dir).map_err(io_err)?;
+    let w = SnapshotWriter::new(dir, rev, compacted, 0).map_err(io_err)?;
+    // Recovery puts every key in its partition whatever the file it comes from; one file is
+    // enough.
+    let mut part = w.partition(&Bytes::new()).map_err(io_err)?;
+    for (key, versions) in keys {
+        part.key(key, versions).map_err(io_err)?;
+    }
+    part.finish().map_err(io_err)?;
+    w.leases(leases).map_err(io_err)?;
+    w.commit_new().map_err(io_err)?;
+    sync_dir(dir).map_err(io_err)
 }
 
 fn restore_into(file: &Path, dir: &Path, skip_hash_check: bool) -> Result<Summary, BackupError> {

@@ -1,7 +1,8 @@
 //! Backups: Maintenance.Snapshot streams what the real `etcdctl snapshot save` saves, and
 //! `mem_etcd snapshot restore` turns the file into a data directory on which mem_etcd has
 //! every key, version, lease and the revision of the moment the snapshot was taken. Damaged,
-//! truncated and etcd's own snapshot files are refused.
+//! truncated snapshot files are refused. An etcd snapshot.db restores with its revisions, and
+//! `mem_etcd snapshot export` writes one that etcdutl restores.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -364,20 +365,128 @@ async fn damaged_or_truncated_snapshots_and_used_data_dirs_are_refused() {
     restore(&good, &fresh.path().join("data"));
 }
 
+/// The same history on two servers: every range at every revision since the compaction, the
+/// events since it, the leases with their keys, and the compaction itself.
+async fn assert_same_history(
+    a: &mut etcd_client::Client,
+    b: &mut etcd_client::Client,
+    compacted: i64,
+    at: i64,
+) {
+    assert_eq!(all_at(a, 0).await, all_at(b, 0).await);
+    for r in compacted..=at {
+        assert_eq!(all_at(a, r).await, all_at(b, r).await, "at revision {r}");
+    }
+    assert_eq!(events(a, compacted, at).await, events(b, compacted, at).await);
+    assert_eq!(leases(a).await, leases(b).await);
+    for c in [&mut *a, &mut *b] {
+        let e = c.get("", Some(GetOptions::new().with_all_keys().with_revision(compacted - 1)));
+        let e = e.await;
+        let e = e.expect_err("compacted");
+        assert!(e.to_string().contains("required revision has been compacted"), "{e}");
+    }
+}
+
+/// A history with everything a snapshot.db can hold: versions, deletes, a txn's sub-revisions,
+/// leases with keys, a compaction. Returns (compacted, revision).
+async fn write_history(c: &mut etcd_client::Client) -> (i64, i64) {
+    use etcd_client::{PutOptions, Txn, TxnOp};
+    for i in 0..30 {
+        put(c, &format!("/registry/configmaps/ns/c{}", i % 7), format!("v{i}")).await;
+    }
+    c.delete("/registry/configmaps/ns/c3", None).await.unwrap();
+    let lease = c.lease_grant(3600, None).await.unwrap().id();
+    let lease2 = c.lease_grant(600, None).await.unwrap().id();
+    let opts = || Some(PutOptions::new().with_lease(lease));
+    c.put("/registry/events/ns/e1", "ev1", opts()).await.unwrap();
+    c.put("/registry/events/ns/e2", "ev2", opts()).await.unwrap();
+    c.put("/registry/leases/x", "l", Some(PutOptions::new().with_lease(lease2))).await.unwrap();
+    let compacted = put(c, "/registry/configmaps/ns/c0", "before-compaction").await;
+    c.compact(compacted, None).await.unwrap();
+    let ops = vec![
+        TxnOp::put("/registry/pods/ns/p1", "a", None),
+        TxnOp::put("/registry/pods/ns/p2", "b", None),
+        TxnOp::delete("/registry/configmaps/ns/c1", None),
+    ];
+    c.txn(Txn::new().and_then(ops)).await.unwrap();
+    c.delete("/registry/configmaps/ns/c2", None).await.unwrap();
+    let at = put(c, "/registry/configmaps/ns/c4", vec![0u8, 0xff, b'\n']).await;
+    (compacted, at)
+}
+
 #[tokio::test]
-async fn a_snapshot_of_etcd_is_refused_with_a_clear_message() {
+async fn a_snapshot_of_etcd_restores_with_its_revisions_and_goes_back_through_etcdutl() {
     let Some(ctl) = peer_binary("etcdctl") else { return };
+    let Some(etcdutl) = peer_binary("etcdutl") else { return };
     let etcd = server_of!(Kind::Etcd);
-    let mut c = etcd.client().await;
-    put(&mut c, "k", "v").await;
+    let mut e = etcd.client().await;
+    let (compacted, at) = write_history(&mut e).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("etcd.db");
-    let from_etcd = save(&ctl, &etcd, &file).await;
-    assert_refused(&file, "is a snapshot of etcd (a bbolt database), not of mem_etcd");
+    save(&ctl, &etcd, &file).await;
+
+    let (code, out, err) = snapshot_cmd(&["status", file.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("format: etcd (bbolt)"), "{out}");
+    assert!(out.contains(&format!("revision: {at}\ncompact revision: {compacted}")), "{out}");
+
+    // etcd -> mem_etcd: the same history.
+    let data = DataDir::new();
+    assert_eq!(restore(&file, data.path()), at);
+    let mem = data.start(&[]).await;
+    let mut m = mem.client().await;
+    assert_same_history(&mut e, &mut m, compacted, at).await;
+    // Writing goes on after the revision, on both alike.
+    let next = put(&mut m, "/registry/configmaps/ns/after", "x").await;
+    assert_eq!(next, put(&mut e, "/registry/configmaps/ns/after", "x").await);
+    assert_eq!(next, at + 1);
+
+    // mem_etcd -> etcd: saved from mem_etcd, exported, restored by etcdutl, served by etcd.
+    let mine = dir.path().join("mem.db");
+    save(&ctl, &mem, &mine).await;
+    let back = dir.path().join("back.db");
+    let (code, out, err) =
+        snapshot_cmd(&["export", mine.to_str().unwrap(), "--output", back.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let etcd_dir = DataDir::new();
+    let restored = Command::new(&etcdutl)
+        .args(["snapshot", "restore", back.to_str().unwrap(), "--data-dir"])
+        .arg(etcd_dir.path())
+        // The member the harness starts etcd as.
+        .args(["--name", "it", "--initial-cluster", "it=http://127.0.0.1:2380"])
+        .args(["--initial-advertise-peer-urls", "http://127.0.0.1:2380"])
+        .output()
+        .unwrap();
+    assert!(restored.status.success(), "etcdutl: {}", String::from_utf8_lossy(&restored.stderr));
+    let etcd2 = etcd_dir.start_kind(Kind::Etcd, &[]).await;
+    let mut e2 = etcd2.client().await;
+    assert_same_history(&mut m, &mut e2, compacted, next).await;
+    assert_eq!(put(&mut e2, "k", "v").await, next + 1);
+
+    // Damaged etcd snapshots are refused before anything is written.
+    let bytes = std::fs::read(&file).unwrap();
+    let bad = dir.path().join("bad.db");
+    let mut b = bytes.clone();
+    b[bytes.len() / 2] ^= 0x10;
+    std::fs::write(&bad, &b).unwrap();
+    assert_refused(&bad, "is damaged or truncated: the sha256");
+    std::fs::write(&bad, &bytes[..bytes.len() - 100]).unwrap();
+    assert_refused(&bad, "has no sha256 at its end");
+    // A database cut short, its checksum skipped: bbolt's own structure says so.
+    std::fs::write(&bad, &bytes[..bytes.len() - 32 - 8192]).unwrap();
+    let (code, _, err) = snapshot_cmd(&[
+        "restore",
+        bad.to_str().unwrap(),
+        "--skip-hash-check",
+        "--data-dir",
+        dir.path().join("d").to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("truncated"), "{err}");
 
     // etcdctl prints the same server version for both.
-    let mem = Server::start(Kind::MemEtcd, &[]).await.unwrap();
-    let from_mem = save(&ctl, &mem, &dir.path().join("mem.db")).await;
+    let from_etcd = save(&ctl, &etcd, &dir.path().join("e.db")).await;
+    let from_mem = save(&ctl, &mem, &dir.path().join("m.db")).await;
     let version =
         |out: &str| out.lines().find(|l| l.starts_with("Server version")).map(str::to_owned);
     assert_eq!(version(&from_mem), version(&from_etcd));

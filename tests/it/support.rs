@@ -156,7 +156,15 @@ fn etcdctl_path() -> PathBuf {
     }
 }
 
-/// The path of a peer binary (`etcd`, `etcdctl`, `kube-apiserver` or `kubectl`), applying the
+/// etcdutl: `$ETCDUTL_BIN`, else beside etcd.
+fn etcdutl_path() -> PathBuf {
+    match std::env::var_os("ETCDUTL_BIN") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => etcd_path().parent().unwrap_or(Path::new(".")).join("etcdutl"),
+    }
+}
+
+/// The path of a peer binary (`etcd`, `etcdctl`, `etcdutl`, `kube-apiserver` or `kubectl`), applying the
 /// peer policy described in the module docs: `None` means "skip this test" (already announced
 /// loudly); a missing binary without permission to skip panics.
 pub fn peer_binary(name: &str) -> Option<PathBuf> {
@@ -165,6 +173,7 @@ pub fn peer_binary(name: &str) -> Option<PathBuf> {
         "etcdctl" => {
             (etcdctl_path(), "tests/peers/install_etcd.sh (or set ETCD_BIN / ETCDCTL_BIN)")
         }
+        "etcdutl" => (etcdutl_path(), "tests/peers/install_etcd.sh (or set ETCDUTL_BIN)"),
         "kube-apiserver" => (
             k8s_peer_path("KUBE_APISERVER_BIN", name),
             "tests/peers/install_k8s.sh (or set KUBE_APISERVER_BIN / KUBECTL_BIN)",

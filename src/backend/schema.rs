@@ -1,0 +1,417 @@
+//! etcd's buckets (its `server/storage/schema`) in mem_etcd's terms: an etcd snapshot.db read
+//! into the keys, versions, leases and compaction a mem_etcd data directory holds, and a
+//! mem_etcd backup written out as a snapshot.db that `etcdutl snapshot restore` accepts.
+//!
+//! | bucket | key | value |
+//! |---|---|---|
+//! | `key` | revision: main u64 BE, `_`, sub u64 BE, then `t` for a tombstone | `mvccpb.KeyValue` (a tombstone's holds only the key) |
+//! | `lease` | lease id, i64 BE | `leasepb.Lease` {ID, TTL, RemainingTTL} |
+//! | `meta` | `consistent_index`, `term` (u64 BE); `scheduledCompactRev`, `finishedCompactRev` (a revision, as above); `storageVersion` | |
+//! | `auth` | `authEnabled` (one byte), `authRevision` (u64 BE) | |
+//! | `authUsers`, `authRoles` | name | `authpb.User`, `authpb.Role` |
+//!
+//! Revisions, create and mod revisions and versions are kept exactly: a Kubernetes object's
+//! resourceVersion is its key's mod revision, and informers resume watches from them.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use bytes::Bytes;
+use prost::Message;
+use sha2::{Digest, Sha256};
+
+use super::bbolt::{self, Db};
+use crate::proto::authpb;
+use crate::proto::mvccpb::KeyValue;
+use crate::wal::backup::{self, BackupError, Item, Summary};
+use crate::wal::record::Version;
+
+/// etcd's `leasepb.Lease`, the value of its `lease` bucket.
+#[derive(Clone, PartialEq, Message)]
+struct Lease {
+    #[prost(int64, tag = "1")]
+    id: i64,
+    #[prost(int64, tag = "2")]
+    ttl: i64,
+    /// Set by lease checkpoints; a restored lease gets its full TTL anyway, as in etcd.
+    #[prost(int64, tag = "3")]
+    remaining_ttl: i64,
+}
+
+/// The storage version an exported file declares: etcd 3.6 refuses to start on a file it
+/// cannot place, and 3.6 files say this.
+const STORAGE_VERSION: &[u8] = b"3.6.0";
+const REV_LEN: usize = 17;
+
+fn err(msg: impl Into<String>) -> BackupError {
+    BackupError(msg.into())
+}
+
+fn rev_bytes(main: i64, sub: i64, tombstone: bool) -> Vec<u8> {
+    let mut b = Vec::with_capacity(REV_LEN + 1);
+    b.extend_from_slice(&(main as u64).to_be_bytes());
+    b.push(b'_');
+    b.extend_from_slice(&(sub as u64).to_be_bytes());
+    if tombstone {
+        b.push(b't');
+    }
+    b
+}
+
+/// (main, sub, tombstone) of a `key` bucket key.
+fn parse_rev(b: &[u8]) -> Option<(i64, i64, bool)> {
+    let tombstone = match b.len() {
+        REV_LEN => false,
+        18 if b[REV_LEN] == b't' => true,
+        _ => return None,
+    };
+    if b[8] != b'_' {
+        return None;
+    }
+    let main = u64::from_be_bytes(b[..8].try_into().ok()?) as i64;
+    let sub = u64::from_be_bytes(b[9..REV_LEN].try_into().ok()?) as i64;
+    Some((main, sub, tombstone))
+}
+
+/// etcd's auth state as its buckets hold it.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct AuthState {
+    pub enabled: bool,
+    pub revision: u64,
+    pub users: Vec<authpb::User>,
+    pub roles: Vec<authpb::Role>,
+}
+
+impl AuthState {
+    /// Whether there is anything to carry over.
+    pub fn is_empty(&self) -> bool {
+        !self.enabled && self.users.is_empty() && self.roles.is_empty()
+    }
+}
+
+/// What an etcd snapshot.db holds, in mem_etcd's terms.
+#[derive(Debug, Default)]
+pub struct EtcdState {
+    pub rev: i64,
+    /// -1 if never compacted.
+    pub compacted: i64,
+    /// Every key's retained versions, oldest first, tombstones included.
+    pub keys: BTreeMap<Bytes, Vec<Version>>,
+    /// (id, granted TTL).
+    pub leases: Vec<(i64, i64)>,
+    pub auth: AuthState,
+}
+
+/// Reads an etcd snapshot.db. Unless `skip_hash_check`, the file must end with the sha256
+/// `etcdctl snapshot save` appends, and it must match (etcdutl's rule).
+pub fn read(path: &Path, skip_hash_check: bool) -> Result<(EtcdState, Summary), BackupError> {
+    let name = path.display();
+    let data = std::fs::read(path).map_err(|e| err(format!("{name}: {e}")))?;
+    let has_sha = data.len() % backup::ALIGN as usize == backup::SHA_LEN;
+    let mut sha256 = String::new();
+    let db_len = if has_sha { data.len() - backup::SHA_LEN } else { data.len() };
+    if !skip_hash_check {
+        if !has_sha {
+            return Err(err(format!(
+                "{name} has no sha256 at its end (its size, {} bytes, is not a multiple of 512 \
+                 plus 32): it is truncated, or a database file copied rather than saved with \
+                 `etcdctl snapshot save` (use --skip-hash-check to read it anyway)",
+                data.len()
+            )));
+        }
+        let got: [u8; 32] = Sha256::digest(&data[..db_len]).into();
+        if got[..] != data[db_len..] {
+            return Err(err(format!(
+                "{name} is damaged or truncated: the sha256 of its content is {}, its last 32 \
+                 bytes say {} (use --skip-hash-check to read it anyway)",
+                backup::hex(&got),
+                backup::hex(&data[db_len..])
+            )));
+        }
+        sha256 = backup::hex(&got);
+    }
+    let db = Db::open(&data[..db_len]).map_err(|e| err(format!("{name}: {e}")))?;
+    let bad = |what: String| err(format!("{name}: {what}"));
+    let mut state = EtcdState { rev: 1, compacted: -1, ..Default::default() };
+
+    // meta: the compaction. A scheduled compaction etcd did not finish is finished here.
+    let mut compact = [0i64; 2];
+    db.for_each(b"meta", &mut |k, v| {
+        let slot = match k {
+            b"scheduledCompactRev" => 0,
+            b"finishedCompactRev" => 1,
+            _ => return Ok(()),
+        };
+        let (main, _, _) = parse_rev(v)
+            .ok_or_else(|| bbolt::FormatError(format!("meta {:?} is not a revision", k)))?;
+        compact[slot] = main;
+        Ok(())
+    })
+    .map_err(|e| bad(e.0))?;
+    let compacted = compact[0].max(compact[1]);
+
+    let mut max_rev = 0i64;
+    let mut kv_err = None;
+    let found = db
+        .for_each(b"key", &mut |k, v| {
+            let Some((main, sub, tombstone)) = parse_rev(k) else {
+                kv_err = Some(format!("key bucket entry {k:?} is not a revision"));
+                return Err(bbolt::FormatError(String::new()));
+            };
+            let kv = match KeyValue::decode(v) {
+                Ok(kv) => kv,
+                Err(e) => {
+                    kv_err = Some(format!("revision {main}.{sub} does not decode: {e}"));
+                    return Err(bbolt::FormatError(String::new()));
+                }
+            };
+            max_rev = max_rev.max(main);
+            let version = if tombstone {
+                Version { main, sub, create_rev: 0, version: 0, lease: 0, value: Bytes::new() }
+            } else {
+                Version {
+                    main,
+                    sub,
+                    create_rev: kv.create_revision,
+                    version: kv.version,
+                    lease: kv.lease,
+                    value: kv.value,
+                }
+            };
+            // The bucket is in revision order, so every key's versions come oldest first.
+            state.keys.entry(kv.key).or_default().push(version);
+            Ok(())
+        })
+        .map_err(|e| bad(kv_err.take().unwrap_or(e.0)))?;
+    if !found {
+        return Err(bad("no `key` bucket: not a snapshot of etcd's v3 store".into()));
+    }
+    if compacted > 0 {
+        state.compacted = compacted;
+        // etcd's compaction rule, for a compaction it scheduled but did not finish: a key keeps
+        // its newest version at or below the compaction unless that is a tombstone.
+        state.keys.retain(|_, vs| {
+            if let Some(i) = vs.iter().rposition(|v| v.main <= compacted) {
+                let keep_from = if vs[i].version == 0 { i + 1 } else { i };
+                vs.drain(..keep_from);
+            }
+            !vs.is_empty()
+        });
+    }
+    // etcd's current revision: the newest in the bucket, or the compaction's if that is newer
+    // (it compacted away the tombstones of the last revisions).
+    state.rev = max_rev.max(compacted).max(1);
+
+    db.for_each(b"lease", &mut |_, v| {
+        let l = Lease::decode(v).map_err(|e| bbolt::FormatError(format!("a lease: {e}")))?;
+        state.leases.push((l.id, l.ttl));
+        Ok(())
+    })
+    .map_err(|e| bad(e.0))?;
+
+    db.for_each(b"auth", &mut |k, v| {
+        match k {
+            b"authEnabled" => state.auth.enabled = v.first() == Some(&1),
+            b"authRevision" if v.len() == 8 => {
+                state.auth.revision = u64::from_be_bytes(v.try_into().expect("8 bytes"))
+            }
+            _ => {}
+        }
+        Ok(())
+    })
+    .map_err(|e| bad(e.0))?;
+    db.for_each(b"authUsers", &mut |_, v| {
+        let u = authpb::User::decode(v).map_err(|e| bbolt::FormatError(format!("a user: {e}")))?;
+        state.auth.users.push(u);
+        Ok(())
+    })
+    .map_err(|e| bad(e.0))?;
+    db.for_each(b"authRoles", &mut |_, v| {
+        let r = authpb::Role::decode(v).map_err(|e| bbolt::FormatError(format!("a role: {e}")))?;
+        state.auth.roles.push(r);
+        Ok(())
+    })
+    .map_err(|e| bad(e.0))?;
+
+    let summary = Summary {
+        rev: state.rev,
+        compacted: state.compacted,
+        keys: state.keys.len() as u64,
+        versions: state.keys.values().map(|v| v.len() as u64).sum(),
+        leases: state.leases.clone(),
+        size: data.len() as u64,
+        sha256,
+    };
+    Ok((state, summary))
+}
+
+/// Writes `state` as an etcd snapshot.db: a bbolt file followed by its sha256, as
+/// `etcdctl snapshot save` leaves one.
+pub fn encode(state: &EtcdState) -> Vec<u8> {
+    let mut w = bbolt::Writer::new();
+    // bbolt keeps buckets in name order; these are every bucket etcd 3.6 creates.
+    w.bucket(b"alarm", std::iter::empty::<(&[u8], &[u8])>());
+    let mut auth: Vec<(&[u8], Vec<u8>)> = Vec::new();
+    if !state.auth.is_empty() {
+        auth.push((b"authEnabled", vec![u8::from(state.auth.enabled)]));
+        auth.push((b"authRevision", state.auth.revision.to_be_bytes().to_vec()));
+    }
+    w.bucket(b"auth", auth);
+    let mut roles: Vec<_> =
+        state.auth.roles.iter().map(|r| (r.name.to_vec(), r.encode_to_vec())).collect();
+    roles.sort();
+    w.bucket(b"authRoles", roles);
+    let mut users: Vec<_> =
+        state.auth.users.iter().map(|u| (u.name.to_vec(), u.encode_to_vec())).collect();
+    users.sort();
+    w.bucket(b"authUsers", users);
+    w.bucket(b"cluster", std::iter::empty::<(&[u8], &[u8])>());
+
+    let mut revs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for (key, versions) in &state.keys {
+        for v in versions {
+            let tombstone = v.version == 0;
+            let kv = if tombstone {
+                KeyValue { key: key.clone(), ..Default::default() }
+            } else {
+                KeyValue {
+                    key: key.clone(),
+                    create_revision: v.create_rev,
+                    mod_revision: v.main,
+                    version: v.version,
+                    value: v.value.clone(),
+                    lease: v.lease,
+                }
+            };
+            revs.push((rev_bytes(v.main, v.sub, tombstone), kv.encode_to_vec()));
+        }
+    }
+    revs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    w.bucket(b"key", revs);
+
+    let mut leases: Vec<_> = state
+        .leases
+        .iter()
+        .map(|&(id, ttl)| {
+            (id.to_be_bytes().to_vec(), Lease { id, ttl, remaining_ttl: 0 }.encode_to_vec())
+        })
+        .collect();
+    leases.sort();
+    w.bucket(b"lease", leases);
+    w.bucket(b"members", std::iter::empty::<(&[u8], &[u8])>());
+    w.bucket(b"members_removed", std::iter::empty::<(&[u8], &[u8])>());
+
+    // etcdutl rewrites the consistent index and term when it restores.
+    let mut meta: Vec<(&[u8], Vec<u8>)> = vec![(b"consistent_index", 1u64.to_be_bytes().to_vec())];
+    if state.compacted > 0 {
+        meta.push((b"finishedCompactRev", rev_bytes(state.compacted, 0, false)));
+        meta.push((b"scheduledCompactRev", rev_bytes(state.compacted, 0, false)));
+    }
+    meta.push((b"storageVersion", STORAGE_VERSION.to_vec()));
+    meta.push((b"term", 1u64.to_be_bytes().to_vec()));
+    w.bucket(b"meta", meta);
+
+    let mut out = w.finish();
+    let sum: [u8; 32] = Sha256::digest(&out).into();
+    out.extend_from_slice(&sum);
+    out
+}
+
+/// `mem_etcd snapshot restore` of an etcd snapshot.db: a new data directory holding its keys
+/// with their revisions, its compaction and its leases.
+pub fn restore(file: &Path, dir: &Path, skip_hash_check: bool) -> Result<Summary, BackupError> {
+    let (state, summary) = read(file, skip_hash_check)?;
+    if !state.auth.is_empty() {
+        return Err(err(format!(
+            "{}: etcd's authentication state (users, roles, or auth enabled) is in this \
+             snapshot, and this mem_etcd cannot carry it over",
+            file.display()
+        )));
+    }
+    backup::into_new_dir(dir, &mut |dir| {
+        let mut keys = state.keys.iter().map(|(k, v)| (k.clone(), v.clone()));
+        backup::write_data_dir(dir, state.rev, state.compacted, &mut keys, &state.leases)?;
+        Ok(summary.clone())
+    })
+}
+
+/// `mem_etcd snapshot export`: the mem_etcd backup `file` written as an etcd snapshot.db at
+/// `out` (which must not exist).
+pub fn export(file: &Path, out: &Path, skip_hash_check: bool) -> Result<Summary, BackupError> {
+    let mut state = EtcdState::default();
+    let summary = backup::read(file, skip_hash_check, &mut |item| {
+        if let Item::Key(key, versions) = item {
+            state.keys.insert(key, versions);
+        }
+        Ok(())
+    })?;
+    state.rev = summary.rev;
+    state.compacted = summary.compacted;
+    state.leases = summary.leases.clone();
+    let bytes = encode(&state);
+    let io = |e: std::io::Error| err(format!("{}: {e}", out.display()));
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(out).map_err(io)?;
+    f.write_all(&bytes).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    Ok(Summary { size: bytes.len() as u64, ..summary })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(main: i64, sub: i64, create: i64, version: i64, value: &'static [u8]) -> Version {
+        Version { main, sub, create_rev: create, version, lease: 0, value: Bytes::from(value) }
+    }
+
+    #[test]
+    fn a_state_survives_export_and_import_with_its_revisions() {
+        let mut s = EtcdState { rev: 9, compacted: 4, ..Default::default() };
+        s.keys.insert(Bytes::from_static(b"a"), vec![v(3, 0, 2, 2, b"x"), v(5, 1, 0, 0, b"")]);
+        s.keys.insert(
+            Bytes::from_static(b"/registry/pods/p"),
+            vec![Version { lease: 7, ..v(9, 0, 9, 1, b"y") }],
+        );
+        s.leases = vec![(7, 60)];
+        let bytes = encode(&s);
+        assert_eq!(bytes.len() % 512, 32);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        std::fs::write(&path, &bytes).unwrap();
+        let (back, summary) = read(&path, false).unwrap();
+        assert_eq!((back.rev, back.compacted, summary.versions), (9, 4, 3));
+        assert_eq!(back.keys, s.keys);
+        assert_eq!(back.leases, s.leases);
+
+        let mut damaged = bytes.clone();
+        damaged[bbolt::PAGE_SIZE * 4] ^= 1;
+        std::fs::write(&path, &damaged).unwrap();
+        assert!(read(&path, false).unwrap_err().0.contains("sha256"));
+        std::fs::write(&path, &bytes[..bytes.len() - 32]).unwrap();
+        assert!(read(&path, false).unwrap_err().0.contains("no sha256"));
+        assert_eq!(read(&path, true).unwrap().0.keys, s.keys);
+    }
+
+    #[test]
+    fn an_unfinished_compaction_is_finished_by_etcds_rule() {
+        let mut s = EtcdState { rev: 8, compacted: 6, ..Default::default() };
+        // a: put 2, put 4, deleted 6: everything goes. b: put 3, put 5, put 8: 5 and 8 stay.
+        s.keys.insert(
+            Bytes::from_static(b"a"),
+            vec![v(2, 0, 2, 1, b"1"), v(4, 0, 2, 2, b"2"), v(6, 0, 0, 0, b"")],
+        );
+        s.keys.insert(
+            Bytes::from_static(b"b"),
+            vec![v(3, 0, 3, 1, b"1"), v(5, 0, 3, 2, b"2"), v(8, 0, 3, 3, b"3")],
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        std::fs::write(&path, encode(&s)).unwrap();
+        let (back, _) = read(&path, false).unwrap();
+        assert!(!back.keys.contains_key(&b"a"[..]));
+        let b: Vec<i64> = back.keys[&b"b"[..]].iter().map(|v| v.main).collect();
+        assert_eq!(b, vec![5, 8]);
+        assert_eq!(back.rev, 8);
+    }
+}
