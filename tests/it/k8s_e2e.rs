@@ -1583,3 +1583,5 @@ async fn kube_apiservers_ride_out_the_leader_being_killed() {
     drop(b);
     c.converged().await;
 }
+
+mod migrate;
