@@ -16,6 +16,8 @@ const MIN_EMULATED_VERSION: (u64, u64, u64) = (3, 5, 13);
     about = "An in-memory, etcd v3 compatible server for Kubernetes",
     after_help = "Backups (taken with `etcdctl snapshot save`):\n  \
                   mem_etcd snapshot restore FILE --data-dir DIR [--skip-hash-check]\n  \
+                  mem_etcd snapshot restore FILE --data-dir DIR --name NAME --initial-cluster ... \
+                  [--initial-cluster-token T]   (one member of a cluster founded from FILE)\n  \
                   mem_etcd snapshot status FILE\n\n\
                   FILE may also be an etcd snapshot.db (`etcdctl snapshot save` against etcd): \
                   restore keeps its revisions, compaction and leases. The way back:\n  \

@@ -8,7 +8,13 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+use std::io::Write;
+use std::path::Path;
+
 use crate::backend::schema;
+use crate::raft::membership::{InitialMember, cluster_id, initial_members, parse_initial_cluster};
+use crate::raft::restore::write_member;
+use crate::wal::backup::BackupError;
 use crate::wal::backup::{self, BBOLT_MAGIC};
 
 #[derive(Parser, Debug)]
@@ -37,6 +43,18 @@ enum Command {
         /// checksum is still verified).
         #[arg(long)]
         skip_hash_check: bool,
+        /// The members of the cluster to found from the snapshot, as for `mem_etcd`
+        /// (`name=peer-url,...`). With more than one member, DIR becomes member `--name`'s data
+        /// directory; restore every member's from the same file with the same flags, then start
+        /// each with its usual flags. Without it, DIR is a member alone's.
+        #[arg(long)]
+        initial_cluster: Option<String>,
+        /// This member's name in `--initial-cluster`.
+        #[arg(long, default_value = "default")]
+        name: String,
+        /// As given to the members; the ids derive from it.
+        #[arg(long, default_value = "etcd-cluster")]
+        initial_cluster_token: String,
     },
     /// Verifies a snapshot file (mem_etcd's or etcd's) and prints what it holds.
     Status { file: PathBuf },
@@ -62,21 +80,91 @@ fn is_etcd(file: &std::path::Path) -> bool {
         && head[16..20] == BBOLT_MAGIC
 }
 
+/// Writes `dir` as member `name`'s data directory of a cluster founded from `file` (see
+/// `raft::restore`). Every member's directory holds the same state and membership.
+fn restore_member(
+    file: &Path,
+    dir: &Path,
+    skip_hash_check: bool,
+    initial: &[InitialMember],
+    name: &str,
+    token: &str,
+) -> Result<backup::Summary, BackupError> {
+    let members = initial_members(initial, token);
+    let Some((&me, _)) = members.iter().find(|(_, m)| m.name == name) else {
+        return Err(BackupError(format!(
+            "--initial-cluster has no member named {name:?} (--name)"
+        )));
+    };
+    let ids: Vec<u64> = members.keys().copied().collect();
+    let urls = members.iter().map(|(id, m)| (*id, m.peer_urls.clone())).collect();
+    // The machine's bytes: its state besides keys and leases (none yet: alarms and member
+    // attributes come with use), then the backup.
+    let (backup_bytes, summary) = if is_etcd(file) {
+        let (state, summary) = schema::read_for_restore(file, skip_hash_check)?;
+        (schema::to_backup(&state), summary)
+    } else {
+        let summary = backup::read(file, skip_hash_check, &mut |_| Ok(()))?;
+        let bytes =
+            std::fs::read(file).map_err(|e| BackupError(format!("{}: {e}", file.display())))?;
+        (bytes, summary)
+    };
+    backup::into_new_dir(dir, &mut |dir| {
+        let raft_dir = dir.join("raft");
+        let write = &mut |out: &mut dyn Write| {
+            out.write_all(&0u32.to_le_bytes())?;
+            out.write_all(&backup_bytes)
+        };
+        write_member(&raft_dir, me, cluster_id(&ids), &urls, write)
+            .map_err(|e| BackupError(format!("{}: {e}", raft_dir.display())))?;
+        Ok(summary.clone())
+    })
+}
+
 /// Runs `mem_etcd snapshot <args>` (`args` starts with "snapshot"); returns the exit code.
 pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
     let cmd = Cmd::parse_from(args);
     let result = match cmd.command {
-        Command::Restore { file, data_dir, skip_hash_check } => {
+        Command::Restore {
+            file,
+            data_dir,
+            skip_hash_check,
+            initial_cluster,
+            name,
+            initial_cluster_token,
+        } => {
             let etcd = is_etcd(&file);
-            let restored = if etcd {
-                schema::restore(&file, &data_dir, skip_hash_check)
-            } else {
-                backup::restore(&file, &data_dir, skip_hash_check)
+            let cluster = match initial_cluster.as_deref().map(parse_initial_cluster) {
+                Some(Err(e)) => Err(BackupError(format!("--initial-cluster: {e}"))),
+                Some(Ok(members)) if members.len() > 1 => Ok(Some(members)),
+                _ => Ok(None),
+            };
+            let member_of = cluster.as_ref().ok().and_then(|c| c.as_ref().map(Vec::len));
+            let restored = match cluster {
+                Err(e) => Err(e),
+                Ok(Some(members)) => restore_member(
+                    &file,
+                    &data_dir,
+                    skip_hash_check,
+                    &members,
+                    &name,
+                    &initial_cluster_token,
+                ),
+                Ok(None) if etcd => schema::restore(&file, &data_dir, skip_hash_check),
+                Ok(None) => backup::restore(&file, &data_dir, skip_hash_check),
             };
             restored.map(|s| {
+                let start = match member_of {
+                    Some(n) => format!(
+                        "member {name} of a cluster of {n}: restore every member's data dir \
+                         from this file with the same --initial-cluster and token, then start \
+                         each with its cluster flags and --data-dir"
+                    ),
+                    None => format!("Start it with: mem_etcd --data-dir {}", data_dir.display()),
+                };
                 println!(
                     "restored {}{} into {}: revision {}, compacted at {}, {} keys ({} versions), \
-                     {} leases. Start it with: mem_etcd --data-dir {}",
+                     {} leases. {start}",
                     if etcd { "etcd snapshot " } else { "" },
                     file.display(),
                     data_dir.display(),
@@ -85,7 +173,6 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
                     s.keys,
                     s.versions,
                     s.leases.len(),
-                    data_dir.display()
                 )
             })
         }

@@ -317,9 +317,11 @@ pub fn encode(state: &EtcdState) -> Vec<u8> {
     out
 }
 
-/// `mem_etcd snapshot restore` of an etcd snapshot.db: a new data directory holding its keys
-/// with their revisions, its compaction and its leases.
-pub fn restore(file: &Path, dir: &Path, skip_hash_check: bool) -> Result<Summary, BackupError> {
+/// Reads an etcd snapshot.db for a restore: [`read`], refusing what mem_etcd cannot carry over.
+pub fn read_for_restore(
+    file: &Path,
+    skip_hash_check: bool,
+) -> Result<(EtcdState, Summary), BackupError> {
     let (state, summary) = read(file, skip_hash_check)?;
     if !state.auth.is_empty() {
         return Err(err(format!(
@@ -328,6 +330,27 @@ pub fn restore(file: &Path, dir: &Path, skip_hash_check: bool) -> Result<Summary
             file.display()
         )));
     }
+    Ok((state, summary))
+}
+
+/// `state` as a mem_etcd backup (what Maintenance.Snapshot streams).
+pub fn to_backup(state: &EtcdState) -> Vec<u8> {
+    let mut e = backup::Encoder::new(state.rev, state.compacted);
+    e.partition(&Bytes::new());
+    for (key, versions) in &state.keys {
+        e.key(key.clone(), versions.clone());
+    }
+    for &(id, ttl) in &state.leases {
+        e.lease(id, ttl);
+    }
+    e.end();
+    e.take()
+}
+
+/// `mem_etcd snapshot restore` of an etcd snapshot.db: a new data directory holding its keys
+/// with their revisions, its compaction and its leases.
+pub fn restore(file: &Path, dir: &Path, skip_hash_check: bool) -> Result<Summary, BackupError> {
+    let (state, summary) = read_for_restore(file, skip_hash_check)?;
     backup::into_new_dir(dir, &mut |dir| {
         let mut keys = state.keys.iter().map(|(k, v)| (k.clone(), v.clone()));
         backup::write_data_dir(dir, state.rev, state.compacted, &mut keys, &state.leases)?;

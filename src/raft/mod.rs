@@ -19,7 +19,7 @@
 //! Modules: [`node`] (the node: starting, proposing, reading, membership), [`log_store`],
 //! [`state_machine`], [`network`] and [`peer`] (the peer transport's two sides), [`codec`]
 //! (openraft's types on the wire), [`membership`] (flags and ids, as etcd derives them), [`tls`],
-//! [`faults`] (network faults for tests).
+//! [`faults`] (network faults for tests), [`restore`] (founding a cluster from a backup).
 
 pub mod codec;
 pub mod faults;
@@ -28,6 +28,7 @@ pub mod membership;
 pub mod network;
 pub mod node;
 pub mod peer;
+pub mod restore;
 pub mod state_machine;
 pub mod tls;
 

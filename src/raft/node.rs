@@ -137,7 +137,7 @@ fn raft_config(o: &NodeOptions) -> std::result::Result<openraft::Config, String>
 }
 
 /// The file holding a member's ids once it has joined a cluster (`none` mode keeps nothing).
-fn member_file(dir: &std::path::Path) -> PathBuf {
+pub(super) fn member_file(dir: &std::path::Path) -> PathBuf {
     dir.join("member")
 }
 

@@ -156,7 +156,7 @@ pub fn open_snapshot(path: &Path) -> io::Result<(SnapshotMeta, u64)> {
 }
 
 /// The file name of the snapshot at `last`.
-fn file_name(last: &Option<LogId>) -> String {
+pub fn file_name(last: &Option<LogId>) -> String {
     let (t, i) = last.map_or((0, 0), |l| (l.leader_id.term, l.index));
     format!("{t:016x}-{i:016x}.snap")
 }

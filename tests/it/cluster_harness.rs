@@ -54,6 +54,14 @@ impl Cluster {
         if kind == Kind::Etcd {
             peer_binary("etcd")?;
         }
+        let mut c = Self::unstarted(kind, n, extra, peer_scheme);
+        c.restart_all(&(0..n).collect::<Vec<_>>()).await;
+        c.leader().await;
+        Some(c)
+    }
+
+    /// The members of a cluster, not started.
+    fn unstarted(kind: Kind, n: usize, extra: &[&str], peer_scheme: &'static str) -> Cluster {
         let ports = free_ports(2 * n);
         let members = (0..n)
             .map(|i| Member {
@@ -65,20 +73,31 @@ impl Cluster {
             })
             .collect();
         let token = format!("it-{}", ports[0]);
-        let mut c = Cluster {
-            kind,
-            members,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-            token,
-            peer_scheme,
-        };
-        let starts: Vec<_> = (0..n).map(|i| c.start_member(i, "new")).collect();
-        let servers = futures::future::join_all(starts).await;
-        for (m, s) in c.members.iter_mut().zip(servers) {
-            m.server = Some(s);
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        Cluster { kind, members, extra, token, peer_scheme }
+    }
+
+    /// A mem_etcd cluster of `n` founded from the snapshot `file` (mem_etcd's or etcd's): every
+    /// member's data directory restored with `mem_etcd snapshot restore --initial-cluster`,
+    /// then the members started on them.
+    pub async fn restored(file: &std::path::Path, n: usize, extra: &[&str]) -> Cluster {
+        let mut c = Self::unstarted(Kind::MemEtcd, n, extra, "http");
+        for m in &c.members {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_mem_etcd"))
+                .args(["snapshot", "restore"])
+                .arg(file)
+                .arg("--data-dir")
+                .arg(m.dir.path())
+                .arg(format!("--name={}", m.name))
+                .arg(format!("--initial-cluster={}", c.initial_cluster()))
+                .arg(format!("--initial-cluster-token={}", c.token))
+                .output()
+                .expect("mem_etcd snapshot restore");
+            assert!(out.status.success(), "restore: {}", String::from_utf8_lossy(&out.stderr));
         }
+        c.restart_all(&(0..n).collect::<Vec<_>>()).await;
         c.leader().await;
-        Some(c)
+        c
     }
 
     /// The `--initial-cluster` of the founding members.

@@ -492,3 +492,49 @@ async fn a_snapshot_of_etcd_restores_with_its_revisions_and_goes_back_through_et
     assert_eq!(version(&from_mem), version(&from_etcd));
     assert!(version(&from_etcd).is_some(), "{from_etcd}");
 }
+
+#[tokio::test]
+async fn a_snapshot_of_etcd_founds_a_three_member_cluster_with_its_revisions() {
+    let Some(ctl) = peer_binary("etcdctl") else { return };
+    let etcd = server_of!(Kind::Etcd);
+    let mut e = etcd.client().await;
+    let (compacted, at) = write_history(&mut e).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("etcd.db");
+    save(&ctl, &etcd, &file).await;
+
+    let mut cluster =
+        crate::cluster_harness::Cluster::restored(&file, 3, &["--wal-mode=buffered"]).await;
+    for i in 0..3 {
+        let mut m = cluster.client(i).await;
+        assert_same_history(&mut e, &mut m, compacted, at).await;
+    }
+    // Writes go on from the revision on every member; a member killed and restarted comes
+    // back on the restored state plus its log.
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % 3;
+    let mut c = cluster.client(leader).await;
+    assert_eq!(put(&mut c, "/registry/configmaps/ns/next", "1").await, at + 1);
+    cluster.kill9(follower);
+    assert_eq!(put(&mut c, "/registry/configmaps/ns/next", "2").await, at + 2);
+    cluster.restart(follower).await;
+    assert_eq!(cluster.converged().await, at + 2);
+    let mut f = cluster.client(follower).await;
+    assert_same_history(&mut c, &mut f, compacted, at + 2).await;
+
+    // A mem_etcd snapshot of that cluster founds another one alike.
+    let mine = dir.path().join("mem.db");
+    let ep = cluster.endpoint(leader);
+    let (code, out, err) = tokio::task::spawn_blocking({
+        let (ctl, mine) = (ctl.clone(), mine.clone());
+        move || etcdctl(&ctl, &ep, &["snapshot", "save", mine.to_str().unwrap()], None)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(0), "{out}{err}");
+    let again = crate::cluster_harness::Cluster::restored(&mine, 3, &["--wal-mode=fsync"]).await;
+    for i in 0..3 {
+        let mut m = again.client(i).await;
+        assert_same_history(&mut c, &mut m, compacted, at + 2).await;
+    }
+}
