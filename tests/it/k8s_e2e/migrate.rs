@@ -1,7 +1,8 @@
 //! A Kubernetes cluster moved from etcd to mem_etcd with its revisions, by the README's
 //! runbook, and back: kube-apiserver on etcd 3.6 writes the cluster's data; it is stopped,
 //! `etcdctl snapshot save` takes etcd's snapshot.db, `mem_etcd snapshot restore` turns it into
-//! a data directory, mem_etcd starts on it and kube-apiserver comes back on mem_etcd. Every
+//! the data directories of three members, they start on them and kube-apiserver comes back on
+//! them. Every
 //! object keeps its resourceVersion (the etcd revisions informers hold). The way back goes
 //! through `mem_etcd snapshot export` and the real `etcdutl snapshot restore`.
 
@@ -11,6 +12,7 @@ use std::path::Path;
 use etcd_client::{GetOptions, LeaseTimeToLiveOptions};
 
 use super::*;
+use crate::cluster_harness::Cluster;
 use crate::etcdctl::etcdctl;
 
 const MEM_ETCD: &str = env!("CARGO_BIN_EXE_mem_etcd");
@@ -144,37 +146,34 @@ async fn a_kubernetes_cluster_moves_from_etcd_to_mem_etcd_and_back_with_its_revi
     let file = dir.path().join("etcd.db");
     save(&ctl, &etcd, &file);
     let saved = down.elapsed();
+    let checking = Instant::now();
     let (at, etcd_keys) = dump(&etcd).await;
-    let data = DataDir::new();
-    let restore_out = run_ok(
-        Command::new(MEM_ETCD)
-            .args(["snapshot", "restore"])
-            .arg(&file)
-            .arg("--data-dir")
-            .arg(data.path()),
-        "mem_etcd snapshot restore",
-    );
-    assert!(restore_out.contains(&format!("revision {at}, compacted at {mid}")), "{restore_out}");
-    let restored = down.elapsed();
-    let mem = data.start(&["--wal-mode=buffered"]).await;
-    let serving = down.elapsed();
+    let etcd_leases = leases(&etcd).await;
+    let mut checked = checking.elapsed();
+    // A 3-member cluster, each member's data dir restored from the file (the harness runs
+    // `mem_etcd snapshot restore --name --initial-cluster --initial-cluster-token`).
+    let cluster = Cluster::restored(&file, 3, &["--wal-mode=buffered"]).await;
+    let serving = down.elapsed() - checked;
 
-    // mem_etcd holds exactly etcd's keys, revisions, leases and compaction (checked before
+    // Every member holds exactly etcd's keys, revisions, leases and compaction (checked before
     // kube-apiserver writes again; not counted in the downtime).
     let checking = Instant::now();
-    assert_same(dump(&mem).await, (at, etcd_keys.clone()));
-    let etcd_leases = leases(&etcd).await;
     assert!(
         etcd_leases.iter().any(|l| l.2.iter().any(|k| k.starts_with(b"/registry/events/mig/")))
     );
-    assert_eq!(leases(&mem).await, etcd_leases);
-    let mut m = mem.client().await;
-    let gone = m.get("", Some(GetOptions::new().with_all_keys().with_revision(mid - 1))).await;
-    assert!(gone.unwrap_err().to_string().contains("required revision has been compacted"));
-    let checked = checking.elapsed();
-    let mut api = Apiserver::start_with(&peers, &mem.endpoint(), &flags);
+    for m in &cluster.members {
+        let member = m.server.as_ref().expect("running");
+        assert_same(dump(member).await, (at, etcd_keys.clone()));
+        assert_eq!(leases(member).await, etcd_leases);
+        let mut c = member.client().await;
+        let gone = c.get("", Some(GetOptions::new().with_all_keys().with_revision(mid - 1))).await;
+        assert!(gone.unwrap_err().to_string().contains("required revision has been compacted"));
+    }
+    checked += checking.elapsed();
+    let mut api = Apiserver::start_with(&peers, &cluster.endpoints(), &flags);
     api.wait_ready();
     let downtime = down.elapsed() - checked;
+    let mem = cluster.members[0].server.as_ref().expect("running");
 
     // kube-apiserver on mem_etcd serves every object at its resourceVersion. Only objects
     // written after the listing began (kube-apiserver's own lease renewals) may differ.
@@ -196,9 +195,9 @@ async fn a_kubernetes_cluster_moves_from_etcd_to_mem_etcd_and_back_with_its_revi
 
     // 3. Back to etcd: mem_etcd's snapshot exported, restored by etcdutl, served by etcd.
     drop(api);
-    let (now, mem_keys) = dump(&mem).await;
+    let (now, mem_keys) = dump(mem).await;
     let mine_file = dir.path().join("mem.db");
-    save(&ctl, &mem, &mine_file);
+    save(&ctl, mem, &mine_file);
     let back = dir.path().join("back.db");
     run_ok(
         Command::new(MEM_ETCD)
@@ -221,15 +220,15 @@ async fn a_kubernetes_cluster_moves_from_etcd_to_mem_etcd_and_back_with_its_revi
     );
     let etcd2 = etcd_dir.start_kind(Kind::Etcd, &[]).await;
     assert_same(dump(&etcd2).await, (now, mem_keys));
-    assert_eq!(leases(&etcd2).await, leases(&mem).await);
+    assert_eq!(leases(&etcd2).await, leases(mem).await);
 
     say(&format!(
-        "\nmigration of a kube-apiserver 1.36 cluster from etcd 3.6 to mem_etcd ({} keys, revision \
-         {at}): snapshot saved {}, restored {}, mem_etcd serving {}, kube-apiserver ready {} \
-         after it was stopped on etcd (the downtime); {} objects checked, {} renewed meanwhile",
+        "\nmigration of a kube-apiserver 1.36 cluster from etcd 3.6 to 3 mem_etcd members ({} \
+         keys, revision {at}): snapshot saved {}, members restored and serving with a leader \
+         {}, kube-apiserver ready {} after it was stopped on etcd (the downtime); {} objects \
+         checked, {} renewed meanwhile",
         etcd_keys.len(),
         ms(saved),
-        ms(restored),
         ms(serving),
         ms(downtime),
         before.len(),
