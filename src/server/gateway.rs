@@ -190,9 +190,12 @@ pub async fn serve(mut grpc: impl Grpc, req: Request<Body>, max_body: usize) -> 
     let first = match reader.next().await {
         Next::Message(m) => result_line(&output, m),
         Next::End(Some(s)) => {
-            let mut r = json_response(http_status(s.code()), error_line(&s));
-            r.headers_mut().remove("grpc-metadata-content-type");
-            return r;
+            let (tx, rx) = mpsc::channel(1);
+            let _ = tx.try_send(Bytes::from(error_line(&s)));
+            let mut r = Response::new(Body::new(ChanBody(rx)));
+            *r.status_mut() = http_status(s.code());
+            set_json_headers(r.headers_mut(), false);
+            return with_cors(r);
         }
         Next::End(None) => Bytes::new(),
     };
