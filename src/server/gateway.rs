@@ -136,14 +136,19 @@ impl<S> Grpc for S where
 /// unary call (the gRPC receive limit then applies to the request it becomes).
 pub async fn serve(mut grpc: impl Grpc, req: Request<Body>, max_body: usize) -> Response<Body> {
     let (parts, body) = req.into_parts();
+    // The body of a request answered without it is still read: a connection closed with
+    // unread data is reset, and the client may lose the answer.
     // etcd answers preflight requests for any path before routing.
     if parts.method == Method::OPTIONS {
+        let _ = read_body(body, max_body).await;
         return with_cors(Response::new(Body::empty()));
     }
     let Some((grpc_path, method)) = route(parts.uri.path()) else {
+        let _ = read_body(body, max_body).await;
         return error(tonic::Code::NotFound, "Not Found");
     };
     if parts.method != Method::POST {
+        let _ = read_body(body, max_body).await;
         return error(tonic::Code::Unimplemented, "Method Not Allowed");
     }
     let metadata = forwarded_metadata(&parts.headers);
@@ -392,6 +397,13 @@ fn go_json_error(buf: &[u8], e: &serde_json::Error) -> String {
         .sum::<usize>()
         + e.column().saturating_sub(1);
     let at = std::str::from_utf8(&buf[offset.min(buf.len())..]).ok().and_then(|s| s.chars().next());
+    // A trailing comma: Go reads on to the next key of an object, or value of an array.
+    let context = match (context, at) {
+        (Some(_), Some('}')) if text.starts_with("trailing comma") => {
+            Some("looking for beginning of object key string")
+        }
+        (c, _) => c,
+    };
     match (context, at) {
         (Some(context), Some(c)) => {
             let quoted = match c {
@@ -574,3 +586,33 @@ impl http_body::Body for ChanBody {
 
 /// The gateway's future, boxed: it is not on the gRPC path.
 pub type GatewayFuture = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authorization_goes_on_as_the_token() {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("tok.123"));
+        h.insert("grpc-metadata-hasleader", HeaderValue::from_static("true"));
+        h.insert("x-other", HeaderValue::from_static("no"));
+        let md = forwarded_metadata(&h);
+        let get = |k: &str| md.iter().find(|(n, _)| n == k).map(|(_, v)| v.to_str().unwrap());
+        assert_eq!(get("token"), Some("tok.123"));
+        assert_eq!(get("authorization"), Some("tok.123"));
+        assert_eq!(get("hasleader"), Some("true"));
+        assert_eq!(md.len(), 3);
+    }
+
+    #[test]
+    fn every_route_has_its_method() {
+        for (path, service, method) in ROUTES {
+            let (grpc, m) = route(path).unwrap_or_else(|| panic!("{path}"));
+            assert_eq!(grpc, format!("/etcdserverpb.{service}/{method}"));
+            assert_eq!(m.name(), *method);
+        }
+        assert!(route("/v3beta/kv/range").is_some());
+        assert!(route("/v3/kv/range/").is_none());
+    }
+}

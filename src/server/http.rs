@@ -92,7 +92,7 @@ impl tower_service::Service<Request<Body>> for Http {
                     method,
                 };
             }
-            if super::gateway::handles(req.uri().path()) {
+            if self.shared.config.enable_grpc_gateway && super::gateway::handles(req.uri().path()) {
                 // Its gRPC calls come back through this same stack.
                 let limit = 4 * (self.shared.config.max_request_bytes as usize)
                     + super::GRPC_OVERHEAD_BYTES;
