@@ -8,6 +8,9 @@
 //! `server::watch::WatchFrame`, a wire-identical message whose events are already-encoded
 //! bytes: an event is encoded once and the same bytes go to every watcher that gets it.
 //!
+//! The same descriptors, without comments, go to `OUT_DIR/etcd_descriptors.bin`: the JSON
+//! gateway (`server::gateway`) reads them at run time to map JSON to protobuf and back.
+//!
 //! A third pass compiles the peer protocol (proto/memetcd/raftpb.proto: what cluster members
 //! send each other), reusing the etcd types of the first pass.
 
@@ -17,6 +20,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = ["proto/etcd/api/etcdserverpb/rpc.proto"];
     println!("cargo:rerun-if-changed=proto");
     let descriptors = protox::compile(files, ["proto"])?;
+    let gateway = protox::Compiler::new(["proto"])?
+        .include_source_info(false)
+        .include_imports(true)
+        .open_files(files)?
+        .encode_file_descriptor_set();
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(out_dir.join("etcd_descriptors.bin"), gateway)?;
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)

@@ -77,7 +77,8 @@ pub struct Config {
     #[arg(long, hide = true)]
     pub peer_failpoint: Option<PathBuf>,
 
-    /// URLs to serve clients on: http://host:port or unix://path, comma-separated.
+    /// URLs to serve clients on: http://host:port or unix://path, comma-separated. Each serves
+    /// gRPC, the HTTP endpoints (/health, /version, /metrics) and etcd's JSON gateway (/v3/...).
     #[arg(
         long,
         env = "ETCD_LISTEN_CLIENT_URLS",
@@ -85,6 +86,17 @@ pub struct Config {
         value_delimiter = ','
     )]
     pub listen_client_urls: Vec<String>,
+
+    /// Serve etcd's JSON gateway (POST /v3/kv/range and the rest) on the client URLs.
+    #[arg(
+        long,
+        env = "ETCD_ENABLE_GRPC_GATEWAY",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        default_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub enable_grpc_gateway: bool,
 
     /// The server's certificate (PEM, chain first) for https:// listen URLs.
     #[arg(long, env = "ETCD_CERT_FILE")]

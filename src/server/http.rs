@@ -1,5 +1,5 @@
 //! HTTP beside gRPC, as etcd serves it on its client port: `/health`, `/livez`, `/readyz`,
-//! `/version` and `/metrics`. Listeners of `--listen-metrics-urls` serve only the probes and
+//! `/version`, `/metrics`, and the JSON gateway under `/v3/` (`server::gateway`). Listeners of `--listen-metrics-urls` serve only the probes and
 //! `/metrics` (no gRPC, no `/version`, as etcd's).
 //!
 //! It is a layer in front of the gRPC routes: a request whose path is a known gRPC method goes
@@ -92,6 +92,16 @@ impl tower_service::Service<Request<Body>> for Http {
                     method,
                 };
             }
+            if self.shared.config.enable_grpc_gateway && super::gateway::handles(req.uri().path()) {
+                // Its gRPC calls come back through this same stack.
+                let limit = 4 * (self.shared.config.max_request_bytes as usize)
+                    + super::GRPC_OVERHEAD_BYTES;
+                return HttpFuture::Gateway(Box::pin(super::gateway::serve(
+                    self.clone(),
+                    req,
+                    limit,
+                )));
+            }
         }
         HttpFuture::Ready(Some(answer(&self.shared, &req, self.grpc)))
     }
@@ -106,6 +116,7 @@ type RoutesFuture = <Routes as tower_service::Service<Request<Body>>>::Future;
 pub enum HttpFuture {
     Grpc { fut: RoutesFuture, shared: Arc<Shared>, method: Option<usize> },
     Ready(Option<Response<Body>>),
+    Gateway(super::gateway::GatewayFuture),
 }
 
 impl std::fmt::Debug for HttpFuture {
@@ -115,6 +126,7 @@ impl std::fmt::Debug for HttpFuture {
                 f.debug_struct("Grpc").field("method", method).finish()
             }
             HttpFuture::Ready(_) => f.write_str("Ready"),
+            HttpFuture::Gateway(_) => f.write_str("Gateway"),
         }
     }
 }
@@ -125,6 +137,7 @@ impl Future for HttpFuture {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
             HttpFuture::Ready(r) => Poll::Ready(Ok(r.take().expect("polled after completion"))),
+            HttpFuture::Gateway(f) => f.as_mut().poll(cx).map(Ok),
             HttpFuture::Grpc { fut, shared, method } => {
                 let res = std::task::ready!(Pin::new(fut).poll(cx));
                 let Ok(mut res) = res;

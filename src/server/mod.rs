@@ -11,6 +11,7 @@ pub mod codec;
 pub mod compactor;
 pub mod convert;
 pub mod forward;
+pub mod gateway;
 pub mod http;
 pub mod kv;
 pub mod lease;

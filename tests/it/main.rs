@@ -11,6 +11,7 @@ mod differential;
 mod durability;
 mod etcdctl;
 mod faults;
+mod gateway;
 mod history;
 mod hostile;
 mod k8s_e2e;
