@@ -154,8 +154,10 @@ pub async fn serve(mut grpc: impl Grpc, req: Request<Body>, max_body: usize) -> 
     let metadata = forwarded_metadata(&parts.headers);
     let (tx, rx) = mpsc::channel::<Bytes>(8);
     let inner = grpc_request(&grpc_path, metadata, rx);
+    let (gone_tx, gone_rx) = tokio::sync::oneshot::channel();
+    let mut gone: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(client_gone(gone_rx));
     if method.is_client_streaming() {
-        tokio::spawn(stream_requests(body, method.input(), tx));
+        tokio::spawn(stream_requests(body, method.input(), tx, gone_tx));
     } else {
         let json = match read_body(body, max_body).await {
             Ok(b) => b,
@@ -192,7 +194,11 @@ pub async fn serve(mut grpc: impl Grpc, req: Request<Body>, max_body: usize) -> 
     }
     // grpc-gateway writes the response head with the first message, so an error that comes
     // first gets its own HTTP status.
-    let first = match reader.next().await {
+    let next = tokio::select! {
+        n = reader.next() => n,
+        _ = &mut gone => return error(tonic::Code::Cancelled, "context canceled"),
+    };
+    let first = match next {
         Next::Message(m) => result_line(&output, m),
         Next::End(Some(s)) => {
             let (tx, rx) = mpsc::channel(1);
@@ -208,7 +214,13 @@ pub async fn serve(mut grpc: impl Grpc, req: Request<Body>, max_body: usize) -> 
     let _ = out_tx.try_send(first);
     tokio::spawn(async move {
         loop {
-            let line = match reader.next().await {
+            let next = tokio::select! {
+                n = reader.next() => n,
+                // The client went away while nothing was to be sent (an idle watch).
+                _ = out_tx.closed() => return,
+                _ = &mut gone => return,
+            };
+            let line = match next {
                 Next::Message(m) => result_line(&output, m),
                 Next::End(Some(s)) => {
                     let _ = out_tx.send(error_line(&s).into()).await;
@@ -297,7 +309,16 @@ async fn read_body(mut body: Body, max: usize) -> Result<Vec<u8>, Response<Body>
 /// Reads a bidirectional stream's request body as it arrives, one JSON object after another,
 /// and sends each as a gRPC frame; stops (closing the call's request side) at the end of the
 /// body, at something that does not parse, or when the call is over.
-async fn stream_requests(mut body: Body, input: MessageDescriptor, tx: mpsc::Sender<Bytes>) {
+///
+/// A body cut short means the client went away (a body ends cleanly with its last chunk): that
+/// is said on `gone`, since hyper notices a closed HTTP/1.1 connection only when it next writes
+/// to it, which an idle watch may not do for a long time.
+async fn stream_requests(
+    mut body: Body,
+    input: MessageDescriptor,
+    tx: mpsc::Sender<Bytes>,
+    gone: tokio::sync::oneshot::Sender<()>,
+) {
     let mut buf = Vec::new();
     loop {
         // Everything complete in the buffer first.
@@ -330,8 +351,19 @@ async fn stream_requests(mut body: Body, input: MessageDescriptor, tx: mpsc::Sen
                     buf.extend_from_slice(&data);
                 }
             }
-            _ => return,
+            Some(Err(_)) => {
+                let _ = gone.send(());
+                return;
+            }
+            None => return,
         }
+    }
+}
+
+/// Resolves when the client is known to have gone away; never otherwise.
+async fn client_gone(rx: tokio::sync::oneshot::Receiver<()>) {
+    if rx.await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

@@ -772,3 +772,29 @@ async fn gateway_can_be_turned_off() {
     let mut c = mem.client().await;
     c.put("k", "v", None).await.expect("gRPC still served");
 }
+
+/// A watch whose HTTP client goes away ends on the server, also when it has nothing to send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_watch_ends_with_its_client() {
+    let Some(mem) = Server::start(Kind::MemEtcd, &[]).await else { return };
+    let watchers = || async {
+        let r = request(mem.addr(), "GET", "/metrics", &[], "").await;
+        let text = String::from_utf8(r.body).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_watcher_total "))
+            .expect("the watcher gauge")
+            .trim()
+            .to_string()
+    };
+    let mut s = Stream::open(mem.addr(), "/v3/watch").await;
+    s.send(r#"{"create_request":{"key":"Zm9v"}}"#).await;
+    let created = s.line(Duration::from_secs(5)).await.expect("created");
+    assert_eq!(created["result"]["created"], json!(true));
+    assert_eq!(watchers().await, "1");
+    drop(s);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while watchers().await != "0" {
+        assert!(std::time::Instant::now() < deadline, "the watch outlived its client");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
