@@ -1,6 +1,7 @@
 //! HTTP beside gRPC, as etcd serves it on its client port: `/health`, `/livez`, `/readyz`,
-//! `/version`, `/metrics`, and the JSON gateway under `/v3/` (`server::gateway`). Listeners of `--listen-metrics-urls` serve only the probes and
-//! `/metrics` (no gRPC, no `/version`, as etcd's).
+//! `/version`, `/metrics`, and the JSON gateway under `/v3/` (`server::gateway`). Listeners of
+//! `--listen-metrics-urls` serve only the probes and `/metrics` (no gRPC, no `/version`, as
+//! etcd's).
 //!
 //! It is a layer in front of the gRPC routes: a request whose path is a known gRPC method goes
 //! on to the routes and is counted (`grpc_server_started_total`, `grpc_server_handled_total`);
