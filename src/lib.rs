@@ -80,6 +80,7 @@
 //! - A watch gets every matching event once, in revision order, a revision never split.
 //! - Every request gets etcd's answer: same codes, messages, revisions and counts.
 
+pub mod auth;
 pub mod config;
 pub mod error;
 pub mod keyspace;
