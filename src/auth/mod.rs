@@ -2,6 +2,7 @@
 //! passwords, roles granting read or write on key ranges, the root user and role, the auth
 //! revision, and simple tokens. gRPC stays in `server::auth`, which translates.
 
+pub mod cert;
 pub mod codec;
 pub mod perm;
 pub mod store;

@@ -24,18 +24,52 @@ use crate::proto::memetcdpb::response::Response as Resp;
 const TOKEN_KEY: &str = "token";
 const AUTHORIZATION_KEY: &str = "authorization";
 
-/// The caller's identity as carried in metadata, read before the request body is consumed.
-/// `None` while auth is disabled (nothing is read: the hot path).
-pub async fn caller(s: &Shared, md: &MetadataMap) -> Result<Option<AuthInfo>> {
+/// What a request carries to say who sent it: a token, and the common name of a verified client
+/// certificate. Read once per request (or per stream) only while auth is enabled.
+#[derive(Clone, Debug, Default)]
+pub struct Credentials {
+    token: Option<Result<String>>,
+    common_name: Option<String>,
+}
+
+/// The credentials of `req` (its metadata, and its connection's certificate with
+/// --client-cert-auth).
+pub fn credentials<T>(s: &Shared, req: &Request<T>) -> Credentials {
+    let common_name = if s.config.client_cert_auth {
+        req.extensions().get::<super::tls::TlsConnectInfo>().and_then(|i| i.common_name.clone())
+    } else {
+        None
+    };
+    Credentials { token: token_of(req.metadata()), common_name }
+}
+
+/// The caller of `req`; `None` while auth is disabled (nothing is read: the hot path) or
+/// without credentials.
+pub async fn caller<T>(s: &Shared, req: &Request<T>) -> Result<Option<AuthInfo>> {
     if !s.auth.is_enabled() {
         return Ok(None);
     }
-    let Some(token) = token_of(md) else { return Ok(None) };
-    by_token(s, &token?).await.map(Some)
+    identify(s, &credentials(s, req)).await
+}
+
+/// etcd's `AuthInfoFromCtx`: the token if there is one (an invalid one is an error), else the
+/// certificate's common name, checked at the current auth revision.
+pub async fn identify(s: &Shared, c: &Credentials) -> Result<Option<AuthInfo>> {
+    if !s.auth.is_enabled() {
+        return Ok(None);
+    }
+    match (&c.token, &c.common_name) {
+        (Some(Err(e)), _) => Err(e.clone()),
+        (Some(Ok(t)), _) => by_token(s, t).await.map(Some),
+        (None, Some(cn)) => {
+            Ok(Some(AuthInfo { username: cn.clone(), revision: s.auth.revision() }))
+        }
+        (None, None) => Ok(None),
+    }
 }
 
 /// The token in `md`, if any (an unreadable one is an invalid token).
-pub fn token_of(md: &MetadataMap) -> Option<Result<String>> {
+fn token_of(md: &MetadataMap) -> Option<Result<String>> {
     let token = md.get(TOKEN_KEY).or_else(|| md.get(AUTHORIZATION_KEY))?;
     Some(match token.to_str() {
         Ok(t) => Ok(t.strip_prefix("Bearer ").unwrap_or(t).to_string()),
@@ -255,12 +289,12 @@ impl AuthService {
     }
 
     /// A change whose answer is only a header.
-    async fn simple<T>(&self, md: &MetadataMap, r: mpb::auth_request::Op) -> Result<T, Status>
+    async fn simple<Q, T>(&self, req: &Request<Q>, r: mpb::auth_request::Op) -> Result<T, Status>
     where
         T: Default + HasHeader,
     {
         let s = &self.shared;
-        let who = caller(s, md).await?;
+        let who = caller(s, req).await?;
         change(s, &who, mpb::AuthRequest { op: Some(r) }).await?;
         let mut resp = T::default();
         *resp.header_mut() = s.header(0);
@@ -268,9 +302,9 @@ impl AuthService {
     }
 
     /// A read of auth state: linearizable in a cluster, as etcd serves these through its log.
-    async fn read_as(&self, md: &MetadataMap) -> Result<Option<AuthInfo>, Status> {
+    async fn read_as<Q>(&self, req: &Request<Q>) -> Result<Option<AuthInfo>, Status> {
         let s = &self.shared;
-        let who = caller(s, md).await?;
+        let who = caller(s, req).await?;
         apply::linearizable(s).await?;
         Ok(who)
     }
@@ -320,7 +354,7 @@ impl pb::auth_server::Auth for AuthService {
         &self,
         req: Request<pb::AuthStatusRequest>,
     ) -> Result<Response<pb::AuthStatusResponse>, Status> {
-        let _ = self.read_as(req.metadata()).await?;
+        let _ = self.read_as(&req).await?;
         Ok(Response::new(pb::AuthStatusResponse {
             header: self.shared.header(0),
             enabled: self.shared.auth.is_enabled(),
@@ -333,7 +367,7 @@ impl pb::auth_server::Auth for AuthService {
         req: Request<pb::AuthEnableRequest>,
     ) -> Result<Response<pb::AuthEnableResponse>, Status> {
         let r = *req.get_ref();
-        self.simple(req.metadata(), mpb::auth_request::Op::Enable(r)).await.map(Response::new)
+        self.simple(&req, mpb::auth_request::Op::Enable(r)).await.map(Response::new)
     }
 
     async fn auth_disable(
@@ -341,7 +375,7 @@ impl pb::auth_server::Auth for AuthService {
         req: Request<pb::AuthDisableRequest>,
     ) -> Result<Response<pb::AuthDisableResponse>, Status> {
         let r = *req.get_ref();
-        self.simple(req.metadata(), mpb::auth_request::Op::Disable(r)).await.map(Response::new)
+        self.simple(&req, mpb::auth_request::Op::Disable(r)).await.map(Response::new)
     }
 
     async fn authenticate(
@@ -376,8 +410,8 @@ impl pb::auth_server::Auth for AuthService {
         &self,
         req: Request<pb::AuthUserAddRequest>,
     ) -> Result<Response<pb::AuthUserAddResponse>, Status> {
-        let (md, _, mut r) = req.into_parts();
-        let who = caller(&self.shared, &md).await?;
+        let who = caller(&self.shared, &req).await?;
+        let mut r = req.into_inner();
         if !r.options.as_ref().is_some_and(|o| o.no_password) {
             // Checked before the slow hash, as the apply would refuse it anyway.
             if !r.name.is_empty() {
@@ -401,8 +435,8 @@ impl pb::auth_server::Auth for AuthService {
         &self,
         req: Request<pb::AuthUserChangePasswordRequest>,
     ) -> Result<Response<pb::AuthUserChangePasswordResponse>, Status> {
-        let (md, _, mut r) = req.into_parts();
-        let who = caller(&self.shared, &md).await?;
+        let who = caller(&self.shared, &req).await?;
+        let mut r = req.into_inner();
         if !r.password.is_empty() {
             self.shared.auth.check_admin(who.as_ref())?;
             r.hashed_password = hash(&self.shared, std::mem::take(&mut r.password)).await?;
@@ -416,7 +450,7 @@ impl pb::auth_server::Auth for AuthService {
         &self,
         req: Request<pb::AuthUserGetRequest>,
     ) -> Result<Response<pb::AuthUserGetResponse>, Status> {
-        let who = self.read_as(req.metadata()).await?;
+        let who = self.read_as(&req).await?;
         let roles = self.shared.auth.user_get(who.as_ref(), &req.get_ref().name)?;
         Ok(Response::new(pb::AuthUserGetResponse { header: self.shared.header(0), roles }))
     }
@@ -425,7 +459,7 @@ impl pb::auth_server::Auth for AuthService {
         &self,
         req: Request<pb::AuthUserListRequest>,
     ) -> Result<Response<pb::AuthUserListResponse>, Status> {
-        let who = self.read_as(req.metadata()).await?;
+        let who = self.read_as(&req).await?;
         let users = self.shared.auth.user_list(who.as_ref())?;
         Ok(Response::new(pb::AuthUserListResponse { header: self.shared.header(0), users }))
     }
@@ -435,7 +469,7 @@ impl pb::auth_server::Auth for AuthService {
         req: Request<pb::AuthUserDeleteRequest>,
     ) -> Result<Response<pb::AuthUserDeleteResponse>, Status> {
         let r = req.get_ref().clone();
-        self.simple(req.metadata(), mpb::auth_request::Op::UserDelete(r)).await.map(Response::new)
+        self.simple(&req, mpb::auth_request::Op::UserDelete(r)).await.map(Response::new)
     }
 
     async fn user_grant_role(
@@ -444,7 +478,7 @@ impl pb::auth_server::Auth for AuthService {
     ) -> Result<Response<pb::AuthUserGrantRoleResponse>, Status> {
         let r = req.get_ref().clone();
         let op = mpb::auth_request::Op::UserGrantRole(r);
-        self.simple(req.metadata(), op).await.map(Response::new)
+        self.simple(&req, op).await.map(Response::new)
     }
 
     async fn user_revoke_role(
@@ -453,7 +487,7 @@ impl pb::auth_server::Auth for AuthService {
     ) -> Result<Response<pb::AuthUserRevokeRoleResponse>, Status> {
         let r = req.get_ref().clone();
         let op = mpb::auth_request::Op::UserRevokeRole(r);
-        self.simple(req.metadata(), op).await.map(Response::new)
+        self.simple(&req, op).await.map(Response::new)
     }
 
     async fn role_add(
@@ -461,14 +495,14 @@ impl pb::auth_server::Auth for AuthService {
         req: Request<pb::AuthRoleAddRequest>,
     ) -> Result<Response<pb::AuthRoleAddResponse>, Status> {
         let r = req.get_ref().clone();
-        self.simple(req.metadata(), mpb::auth_request::Op::RoleAdd(r)).await.map(Response::new)
+        self.simple(&req, mpb::auth_request::Op::RoleAdd(r)).await.map(Response::new)
     }
 
     async fn role_get(
         &self,
         req: Request<pb::AuthRoleGetRequest>,
     ) -> Result<Response<pb::AuthRoleGetResponse>, Status> {
-        let who = self.read_as(req.metadata()).await?;
+        let who = self.read_as(&req).await?;
         let perms = self.shared.auth.role_get(who.as_ref(), &req.get_ref().role)?;
         let perm = perms
             .into_iter()
@@ -485,7 +519,7 @@ impl pb::auth_server::Auth for AuthService {
         &self,
         req: Request<pb::AuthRoleListRequest>,
     ) -> Result<Response<pb::AuthRoleListResponse>, Status> {
-        let who = self.read_as(req.metadata()).await?;
+        let who = self.read_as(&req).await?;
         let roles = self.shared.auth.role_list(who.as_ref())?;
         Ok(Response::new(pb::AuthRoleListResponse { header: self.shared.header(0), roles }))
     }
@@ -495,7 +529,7 @@ impl pb::auth_server::Auth for AuthService {
         req: Request<pb::AuthRoleDeleteRequest>,
     ) -> Result<Response<pb::AuthRoleDeleteResponse>, Status> {
         let r = req.get_ref().clone();
-        self.simple(req.metadata(), mpb::auth_request::Op::RoleDelete(r)).await.map(Response::new)
+        self.simple(&req, mpb::auth_request::Op::RoleDelete(r)).await.map(Response::new)
     }
 
     async fn role_grant_permission(
@@ -504,7 +538,7 @@ impl pb::auth_server::Auth for AuthService {
     ) -> Result<Response<pb::AuthRoleGrantPermissionResponse>, Status> {
         let r = req.get_ref().clone();
         let op = mpb::auth_request::Op::RoleGrantPermission(r);
-        self.simple(req.metadata(), op).await.map(Response::new)
+        self.simple(&req, op).await.map(Response::new)
     }
 
     async fn role_revoke_permission(
@@ -513,6 +547,6 @@ impl pb::auth_server::Auth for AuthService {
     ) -> Result<Response<pb::AuthRoleRevokePermissionResponse>, Status> {
         let r = req.get_ref().clone();
         let op = mpb::auth_request::Op::RoleRevokePermission(r);
-        self.simple(req.metadata(), op).await.map(Response::new)
+        self.simple(&req, op).await.map(Response::new)
     }
 }

@@ -65,7 +65,7 @@ async fn who<T>(s: &Shared, req: &Request<T>) -> Result<Option<AuthInfo>, Status
     if !s.auth.is_enabled() {
         return Ok(None);
     }
-    Ok(auth::caller(s, req.metadata()).await?)
+    Ok(auth::caller(s, req).await?)
 }
 
 #[tonic::async_trait]

@@ -252,7 +252,7 @@ async fn who<T>(s: &Shared, req: &Request<T>) -> Result<Option<AuthInfo>, Status
     if !s.auth.is_enabled() {
         return Ok(None);
     }
-    Ok(auth::caller(s, req.metadata()).await?)
+    Ok(auth::caller(s, req).await?)
 }
 
 /// Every key of these leases may be read by `who` (root may read all): etcd's checks of
@@ -357,7 +357,7 @@ impl pb::lease_server::Lease for LeaseService {
         req: Request<Streaming<pb::LeaseKeepAliveRequest>>,
     ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
         // Read once per stream; checked for each renewal while auth is enabled.
-        let token = auth::token_of(req.metadata());
+        let creds = auth::credentials(&self.shared, &req);
         let mut inbound = req.into_inner();
         let (tx, rx) = mpsc::channel(16);
         let shared = self.shared.clone();
@@ -376,11 +376,7 @@ impl pb::lease_server::Lease for LeaseService {
                     }
                 };
                 if shared.auth.is_enabled() {
-                    let who = match &token {
-                        None => Ok(None),
-                        Some(Err(e)) => Err(e.clone()),
-                        Some(Ok(t)) => auth::by_token(&shared, t).await.map(Some),
-                    };
+                    let who = auth::identify(&shared, &creds).await;
                     if let Err(e) = who.and_then(|w| check_renew(&shared, &w, r.id)) {
                         let _ = tx.send(Err(e.into())).await;
                         break;

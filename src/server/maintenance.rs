@@ -34,7 +34,7 @@ async fn admin<T>(s: &Shared, req: &Request<T>) -> Result<(), Status> {
     if !s.auth.is_enabled() {
         return Ok(());
     }
-    let who = super::auth::caller(s, req.metadata()).await?;
+    let who = super::auth::caller(s, req).await?;
     Ok(s.auth.check_admin(who.as_ref())?)
 }
 
@@ -43,7 +43,7 @@ async fn anyone<T>(s: &Shared, req: &Request<T>) -> Result<(), Status> {
     if !s.auth.is_enabled() {
         return Ok(());
     }
-    let who = super::auth::caller(s, req.metadata()).await?;
+    let who = super::auth::caller(s, req).await?;
     Ok(super::auth::require(s, &who)?)
 }
 

@@ -85,9 +85,9 @@ impl wire::watch_server::Watch for WatchService {
         }
         // Read once per stream (not per event): each create is checked with it while auth is
         // enabled, as etcd checks the stream's context.
-        let token = super::auth::token_of(req.metadata());
+        let creds = super::auth::credentials(&self.shared, &req);
         let (tx, rx) = mpsc::channel(OUT_BUFFER);
-        tokio::spawn(run_stream(self.shared.clone(), req.into_inner(), tx, role, token));
+        tokio::spawn(run_stream(self.shared.clone(), req.into_inner(), tx, role, creds));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
@@ -118,7 +118,7 @@ async fn run_stream(
     mut inbound: Streaming<pb::WatchRequest>,
     out: Out,
     mut role: Option<tokio::sync::watch::Receiver<crate::raft::Role>>,
-    token: Option<crate::error::Result<String>>,
+    creds: super::auth::Credentials,
 ) {
     let election =
         shared.raft().map_or(std::time::Duration::from_secs(1), |r| r.election_timeout());
@@ -135,7 +135,7 @@ async fn run_stream(
             biased;
             _ = out.closed() => false,
             req = inbound.message(), if requests_open => match req {
-                Ok(Some(r)) => match denied(&shared, &r, &token).await {
+                Ok(Some(r)) => match denied(&shared, &r, &creds).await {
                     Some(frame) => send(&out, frame).await.is_ok(),
                     None => {
                         handle_request(&shared, sid, r);
@@ -179,7 +179,7 @@ async fn run_stream(
 async fn denied(
     shared: &Shared,
     req: &pb::WatchRequest,
-    token: &Option<crate::error::Result<String>>,
+    creds: &super::auth::Credentials,
 ) -> Option<WatchFrame> {
     use crate::error::Error;
     use pb::watch_request::RequestUnion as U;
@@ -187,11 +187,7 @@ async fn denied(
         return None;
     }
     let Some(U::CreateRequest(c)) = &req.request_union else { return None };
-    let who = match token {
-        None => Ok(None),
-        Some(Err(e)) => Err(e.clone()),
-        Some(Ok(t)) => super::auth::by_token(shared, t).await.map(Some),
-    };
+    let who = super::auth::identify(shared, creds).await;
     let checked =
         who.and_then(|w| shared.auth.check_range(w.as_ref(), &c.key, &c.range_end, false));
     let reason = match checked {

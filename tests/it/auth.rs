@@ -398,3 +398,57 @@ async fn cluster_shares_users_and_tokens() {
         let _ = token(&mut r, "bob", "bobpw").await;
     }
 }
+
+/// With --client-cert-auth, a client certificate's common name is the user when no token is
+/// given (etcd's CN identity); a token, when given, wins.
+#[tokio::test]
+async fn client_certificate_common_name_is_the_user() {
+    let Some(bin) = ctl() else { return };
+    let certs = crate::tls::Certs::new();
+    let (s, https) = crate::tls::start_tls(&certs.server_flags(true)).await;
+    let mut raw = s.raw_clients().await;
+    set_up(&mut raw).await;
+    let root = token(&mut raw, "root", "rootpw").await;
+    // The client certificate's common name is `client`.
+    let add = pb::AuthUserAddRequest {
+        name: "client".into(),
+        options: Some(mem_etcd::proto::authpb::UserAddOptions { no_password: true }),
+        ..Default::default()
+    };
+    raw.auth.user_add(with_token(&root, add)).await.unwrap();
+    let grant = pb::AuthUserGrantRoleRequest { user: "client".into(), role: "app".into() };
+    raw.auth.user_grant_role(with_token(&root, grant)).await.unwrap();
+    let tls: Vec<String> =
+        [("--cacert", "ca.crt"), ("--cert", "client.crt"), ("--key", "client.key")]
+            .iter()
+            .map(|(f, n)| certs.arg(f, n))
+            .collect();
+    let ep = format!("https://{https}");
+    let out = tokio::task::spawn_blocking(move || {
+        let run = |extra: &[&str]| {
+            let mut args: Vec<&str> = tls.iter().map(String::as_str).collect();
+            args.extend_from_slice(extra);
+            let (code, out, err) = etcdctl(&bin, &ep, &args, None);
+            (
+                code,
+                out.trim().to_string(),
+                err.lines().filter(|l| l.starts_with("Error:")).collect::<Vec<_>>().join(""),
+            )
+        };
+        vec![
+            run(&["put", "/app/cn", "v"]),
+            run(&["put", "/b", "v"]),
+            run(&["get", "/app/cn", "--print-value-only"]),
+            run(&["put", "/b", "v", "--user=root:rootpw"]),
+        ]
+    })
+    .await
+    .unwrap();
+    assert_eq!(out[0], (Some(0), "OK".into(), String::new()));
+    assert_eq!(out[1], (Some(1), String::new(), "Error: etcdserver: permission denied".into()));
+    assert_eq!(out[2], (Some(0), "v".into(), String::new()));
+    assert_eq!(out[3], (Some(0), "OK".into(), String::new()), "the token wins");
+    // Without a certificate (the plain listener) there is no user.
+    let e = raw.kv.put(put("/app/cn")).await.expect_err("no credentials");
+    assert_eq!(e.message(), "etcdserver: user name is empty");
+}
