@@ -93,7 +93,8 @@ pub struct Config {
     #[arg(long, env = "ETCD_TRUSTED_CA_FILE")]
     pub trusted_ca_file: Option<PathBuf>,
 
-    /// Refuse https clients without a certificate signed by --trusted-ca-file.
+    /// Refuse https clients without a certificate signed by --trusted-ca-file; with auth
+    /// enabled, the certificate's common name is the user when a request has no token.
     #[arg(
         long,
         env = "ETCD_CLIENT_CERT_AUTH",
