@@ -74,17 +74,22 @@ impl pb::kv_server::Kv for KvService {
         &self,
         req: Request<pb::RangeRequest>,
     ) -> Result<Response<pb::RangeResponse>, Status> {
-        let who = who(&self.shared, &req).await?;
-        let req = req.into_inner();
-        if self.shared.raft().is_some() && !req.serializable {
+        if self.shared.raft().is_some() && !req.get_ref().serializable {
             apply::linearizable(&self.shared).await?;
         }
-        // Checked before reading (etcd's doSerialize).
+        // Who, and whether they may, once caught up and before reading (etcd's doSerialize).
+        let who = who(&self.shared, &req).await?;
+        let req = req.into_inner();
         if self.shared.auth.is_enabled() {
             self.shared.auth.check_range(who.as_ref(), &req.key, &req.range_end, false)?;
         }
         let r = convert::range_request(req)?;
         let mut resp = convert::range_response(self.shared.store.range(&r)?);
+        // The auth state changed while reading: the answer may hold what the caller may no
+        // longer read (etcd's doSerialize checks the same).
+        if who.as_ref().is_some_and(|w| w.revision != self.shared.auth.revision()) {
+            return Err(Error::AuthOldRevision.into());
+        }
         self.shared.fill(&mut resp.header);
         Ok(Response::new(resp))
     }

@@ -452,3 +452,23 @@ async fn client_certificate_common_name_is_the_user() {
     let e = raw.kv.put(put("/app/cn")).await.expect_err("no credentials");
     assert_eq!(e.message(), "etcdserver: user name is empty");
 }
+
+/// A simple token lapses --auth-token-ttl seconds after its last use (etcd's simple token
+/// keeper); using it renews it.
+#[tokio::test]
+async fn simple_tokens_expire_unless_used() {
+    let s = server!(["--auth-token-ttl", "2"]);
+    let mut raw = s.raw_clients().await;
+    set_up(&mut raw).await;
+    let used = token(&mut raw, "alice", "alicepw").await;
+    let idle = token(&mut raw, "alice", "alicepw").await;
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        raw.kv.put(with_token(&used, put("/app/a"))).await.expect("a token in use stays valid");
+    }
+    let e = raw.kv.put(with_token(&idle, put("/app/a"))).await.expect_err("lapsed");
+    assert_eq!(
+        (e.code(), e.message()),
+        (tonic::Code::Unauthenticated, "etcdserver: invalid auth token")
+    );
+}
