@@ -384,6 +384,22 @@ async fn cluster_shares_users_and_tokens() {
         let t = token(&mut r, "alice", "alicepw").await;
         r0.kv.put(with_token(&t, put("/app/y"))).await.unwrap_or_else(|e| panic!("from {i}: {e}"));
     }
+    // A lease expires while auth is enabled: the leader revokes it through the log as root,
+    // and its key goes on every member.
+    let mut lease = pb::lease_client::LeaseClient::new(r0.channel.clone());
+    let g = lease.lease_grant(with_token(&alice, pb::LeaseGrantRequest { ttl: 3, id: 0 })).await;
+    let mut leased = put("/app/leased");
+    leased.lease = g.unwrap().into_inner().id;
+    r0.kv.put(with_token(&alice, leased)).await.unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        let r = c.raw(1).await.kv.range(with_token(&root, range("/app/leased"))).await.unwrap();
+        if r.get_ref().kvs.is_empty() {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(15), "the lease never expired");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     // A user added on member 2 exists everywhere, with the same hash (it authenticates on
     // every member).
     let mut r2 = c.raw(2).await;
