@@ -110,7 +110,8 @@ pub struct Config {
     #[arg(long, env = "ETCD_TRUSTED_CA_FILE")]
     pub trusted_ca_file: Option<PathBuf>,
 
-    /// Refuse https clients without a certificate signed by --trusted-ca-file.
+    /// Refuse https clients without a certificate signed by --trusted-ca-file; with auth
+    /// enabled, the certificate's common name is the user when a request has no token.
     #[arg(
         long,
         env = "ETCD_CLIENT_CERT_AUTH",
@@ -120,6 +121,20 @@ pub struct Config {
         action = clap::ArgAction::Set
     )]
     pub client_cert_auth: bool,
+
+    /// Tokens Authenticate hands out: `simple` (etcd's default: random, kept in memory by
+    /// every member, valid --auth-token-ttl seconds after their last use). etcd's `jwt,...`
+    /// is not implemented.
+    #[arg(long, env = "ETCD_AUTH_TOKEN", default_value = "simple")]
+    pub auth_token: String,
+
+    /// Seconds a simple token stays valid after its last use.
+    #[arg(long, env = "ETCD_AUTH_TOKEN_TTL", default_value_t = 300)]
+    pub auth_token_ttl: u64,
+
+    /// bcrypt cost of the password hashes this member makes (4 to 31; others: 10).
+    #[arg(long, env = "ETCD_BCRYPT_COST", default_value_t = 10)]
+    pub bcrypt_cost: u32,
 
     /// Extra URLs serving only /metrics and the health probes (http:// or https://host:port),
     /// comma-separated; the client URLs serve them too.

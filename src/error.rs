@@ -34,7 +34,7 @@ pub enum Error {
     LeaseExists,
     /// LeaseGrant with a TTL above etcd's maximum (9e9 s).
     LeaseTtlTooLarge,
-    /// An auth call while auth is disabled (always, for now).
+    /// An auth call that needs auth enabled (Authenticate) while it is disabled.
     AuthNotEnabled,
     /// Cluster membership cannot change on a single-member server.
     MemberChangeUnsupported,
@@ -78,6 +78,41 @@ pub enum Error {
     NotLeaderMoveLeader,
     /// MoveLeader to a member that is not a voter in the cluster.
     BadLeaderTransferee,
+    // ----- authentication and authorization -----
+    /// `auth enable` without a root user.
+    RootUserNotExist,
+    /// `auth enable` while the root user lacks the root role.
+    RootRoleNotExist,
+    /// UserAdd of a name that exists.
+    UserAlreadyExist,
+    /// A user name that is empty: UserAdd without one, or a request without credentials while auth is enabled.
+    UserEmpty,
+    /// A user that does not exist.
+    UserNotFound,
+    /// RoleAdd of a name that exists.
+    RoleAlreadyExist,
+    /// A role that does not exist.
+    RoleNotFound,
+    /// RoleAdd without a name.
+    RoleEmpty,
+    /// Authenticate with an unknown user or a wrong password.
+    AuthFailed,
+    /// RoleGrantPermission without a permission.
+    PermissionNotGiven,
+    /// The caller's roles do not allow the request.
+    PermissionDenied,
+    /// UserRevokeRole of a role the user does not have.
+    RoleNotGranted,
+    /// RoleRevokePermission of a range the role does not have.
+    PermissionNotGranted,
+    /// A token that is unknown, expired or badly signed.
+    InvalidAuthToken,
+    /// Deleting root or its role while auth is enabled; an invalid permission range.
+    InvalidAuthMgmt,
+    /// The auth state changed since the caller's token was issued or checked.
+    AuthOldRevision,
+    /// Authenticate as a user added with --no-password (not an rpctypes error: etcd answers it with code Unknown).
+    NoPasswordUser,
     /// Something that should not happen (the server log says what).
     Internal,
 }
@@ -120,6 +155,23 @@ const ALL: &[Error] = &[
     Error::NotLeaderMoveLeader,
     Error::BadLeaderTransferee,
     Error::Internal,
+    Error::RootUserNotExist,
+    Error::RootRoleNotExist,
+    Error::UserAlreadyExist,
+    Error::UserEmpty,
+    Error::UserNotFound,
+    Error::RoleAlreadyExist,
+    Error::RoleNotFound,
+    Error::RoleEmpty,
+    Error::AuthFailed,
+    Error::PermissionNotGiven,
+    Error::PermissionDenied,
+    Error::RoleNotGranted,
+    Error::PermissionNotGranted,
+    Error::InvalidAuthToken,
+    Error::InvalidAuthMgmt,
+    Error::AuthOldRevision,
+    Error::NoPasswordUser,
 ];
 
 impl Error {
@@ -173,6 +225,25 @@ impl Error {
             Error::NotLeaderMoveLeader => "etcdserver: not leader",
             Error::BadLeaderTransferee => "etcdserver: bad leader transferee",
             Error::Internal => "etcdserver: internal error (see the server log)",
+            Error::RootUserNotExist => "etcdserver: root user does not exist",
+            Error::RootRoleNotExist => "etcdserver: root user does not have root role",
+            Error::UserAlreadyExist => "etcdserver: user name already exists",
+            Error::UserEmpty => "etcdserver: user name is empty",
+            Error::UserNotFound => "etcdserver: user name not found",
+            Error::RoleAlreadyExist => "etcdserver: role name already exists",
+            Error::RoleNotFound => "etcdserver: role name not found",
+            Error::RoleEmpty => "etcdserver: role name is empty",
+            Error::AuthFailed => "etcdserver: authentication failed, invalid user ID or password",
+            Error::PermissionNotGiven => "etcdserver: permission not given",
+            Error::PermissionDenied => "etcdserver: permission denied",
+            Error::RoleNotGranted => "etcdserver: role is not granted to the user",
+            Error::PermissionNotGranted => "etcdserver: permission is not granted to the role",
+            Error::InvalidAuthToken => "etcdserver: invalid auth token",
+            Error::InvalidAuthMgmt => "etcdserver: invalid auth management",
+            Error::AuthOldRevision => "etcdserver: revision of auth store is old",
+            Error::NoPasswordUser => {
+                "auth: authentication failed, password was given for no password user"
+            }
         }
     }
 

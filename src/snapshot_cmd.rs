@@ -98,10 +98,15 @@ fn restore_member(
     };
     let ids: Vec<u64> = members.keys().copied().collect();
     let urls = members.iter().map(|(id, m)| (*id, m.peer_urls.clone())).collect();
-    // The machine's bytes: its state besides keys and leases (none yet: alarms and member
-    // attributes come with use), then the backup.
+    // The machine's bytes: its state besides keys and leases (alarms and member attributes
+    // come with use; auth from an etcd snapshot), then the backup.
+    // etcd's auth state goes with the machine's state, as a Raft snapshot carries it.
+    let mut machine_state = crate::proto::memetcdpb::MachineState::default();
     let (backup_bytes, summary) = if is_etcd(file) {
-        let (state, summary) = schema::read_for_restore(file, skip_hash_check)?;
+        let (state, summary) = schema::read(file, skip_hash_check)?;
+        if !state.auth.is_empty() {
+            machine_state.auth = Some(crate::auth::codec::to_proto(&state.auth.to_auth()));
+        }
         (schema::to_backup(&state), summary)
     } else {
         let summary = backup::read(file, skip_hash_check, &mut |_| Ok(()))?;
@@ -109,10 +114,12 @@ fn restore_member(
             std::fs::read(file).map_err(|e| BackupError(format!("{}: {e}", file.display())))?;
         (bytes, summary)
     };
+    let machine_state = prost::Message::encode_to_vec(&machine_state);
     backup::into_new_dir(dir, &mut |dir| {
         let raft_dir = dir.join("raft");
         let write = &mut |out: &mut dyn Write| {
-            out.write_all(&0u32.to_le_bytes())?;
+            out.write_all(&(machine_state.len() as u32).to_le_bytes())?;
+            out.write_all(&machine_state)?;
             out.write_all(&backup_bytes)
         };
         write_member(&raft_dir, me, cluster_id(&ids), &urls, write)
@@ -150,7 +157,13 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
                     &name,
                     &initial_cluster_token,
                 ),
-                Ok(None) if etcd => schema::restore(&file, &data_dir, skip_hash_check),
+                Ok(None) if etcd => {
+                    // A member alone keeps its auth state in a file of its own.
+                    let auth = |dir: &Path, a: &schema::AuthState| {
+                        crate::server::auth::save(&dir.join("auth"), &a.to_auth())
+                    };
+                    schema::restore(&file, &data_dir, skip_hash_check, &auth)
+                }
                 Ok(None) => backup::restore(&file, &data_dir, skip_hash_check),
             };
             restored.map(|s| {

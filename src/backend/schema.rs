@@ -317,20 +317,17 @@ pub fn encode(state: &EtcdState) -> Vec<u8> {
     out
 }
 
-/// Reads an etcd snapshot.db for a restore: [`read`], refusing what mem_etcd cannot carry over.
-pub fn read_for_restore(
-    file: &Path,
-    skip_hash_check: bool,
-) -> Result<(EtcdState, Summary), BackupError> {
-    let (state, summary) = read(file, skip_hash_check)?;
-    if !state.auth.is_empty() {
-        return Err(err(format!(
-            "{}: etcd's authentication state (users, roles, or auth enabled) is in this \
-             snapshot, and this mem_etcd cannot carry it over",
-            file.display()
-        )));
+impl AuthState {
+    /// The state as mem_etcd's auth store takes it (etcd's bucket values are authpb's
+    /// messages, which mem_etcd's snapshots carry too).
+    pub fn to_auth(&self) -> crate::auth::AuthState {
+        crate::auth::codec::from_proto(crate::proto::memetcdpb::AuthSnapshot {
+            enabled: self.enabled,
+            revision: self.revision,
+            users: self.users.clone(),
+            roles: self.roles.clone(),
+        })
     }
-    Ok((state, summary))
 }
 
 /// `state` as a mem_etcd backup (what Maintenance.Snapshot streams).
@@ -348,12 +345,21 @@ pub fn to_backup(state: &EtcdState) -> Vec<u8> {
 }
 
 /// `mem_etcd snapshot restore` of an etcd snapshot.db: a new data directory holding its keys
-/// with their revisions, its compaction and its leases.
-pub fn restore(file: &Path, dir: &Path, skip_hash_check: bool) -> Result<Summary, BackupError> {
-    let (state, summary) = read_for_restore(file, skip_hash_check)?;
+/// with their revisions, its compaction and its leases; `auth` writes its auth state (users,
+/// roles, enabled, revision), if it has any, into the directory.
+pub fn restore(
+    file: &Path,
+    dir: &Path,
+    skip_hash_check: bool,
+    auth: &dyn Fn(&Path, &AuthState) -> std::io::Result<()>,
+) -> Result<Summary, BackupError> {
+    let (state, summary) = read(file, skip_hash_check)?;
     backup::into_new_dir(dir, &mut |dir| {
         let mut keys = state.keys.iter().map(|(k, v)| (k.clone(), v.clone()));
         backup::write_data_dir(dir, state.rev, state.compacted, &mut keys, &state.leases)?;
+        if !state.auth.is_empty() {
+            auth(dir, &state.auth).map_err(|e| err(format!("{}: {e}", dir.display())))?;
+        }
         Ok(summary.clone())
     })
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Weak};
 use bytes::Bytes;
 use prost::Message;
 
-use super::{Shared, convert};
+use super::{Shared, auth, convert};
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb as pb;
 use crate::proto::memetcdpb as mpb;
@@ -78,20 +78,35 @@ fn nested(revision: i64) -> Option<pb::ResponseHeader> {
     Some(pb::ResponseHeader { revision, ..Default::default() })
 }
 
-/// Applies one request from the Raft log.
-fn apply(s: &Shared, req: Req) -> Result<Resp> {
+/// Applies one request from the Raft log, sent by `who` (`header`).
+fn apply(s: &Shared, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> {
     // A write that adds data is refused on every member alike while NOSPACE is raised (etcd's
     // capped applier): the alarm itself went through the log.
     let capped = s.alarms.nospace_raised();
+    // Permissions are checked here, against the auth state every member holds at this point
+    // of the log (etcd's authApplierV3); one atomic load while auth is disabled.
+    let auth = s.auth.is_enabled();
+    let who = auth::from_header(&header);
     Ok(match req {
         Req::Put(p) => {
+            if auth {
+                auth::check_put(s, who.as_ref(), &p)?;
+            }
             if capped && super::alarm::put_cost(&p) > 0 {
                 return Err(Error::NoSpace);
             }
             Resp::Put(put(s, p)?)
         }
-        Req::DeleteRange(d) => Resp::DeleteRange(delete_range(s, d)?),
+        Req::DeleteRange(d) => {
+            if auth {
+                auth::check_delete(s, who.as_ref(), &d)?;
+            }
+            Resp::DeleteRange(delete_range(s, d)?)
+        }
         Req::Txn(t) => {
+            if auth {
+                auth::check_txn(s, who.as_ref(), &t)?;
+            }
             if capped && super::alarm::txn_cost(&t) > 0 {
                 return Err(Error::NoSpace);
             }
@@ -117,12 +132,17 @@ fn apply(s: &Shared, req: Req) -> Result<Resp> {
             })
         }
         Req::LeaseRevoke(r) => {
+            auth::check_lease_revoke(s, who.as_ref(), r.id)?;
             Resp::LeaseRevoke(pb::LeaseRevokeResponse { header: nested(revoke(s, r.id)?) })
         }
         Req::Alarm(a) => Resp::Alarm(alarm(s, &a)),
         Req::MemberAttributes(m) => {
             s.members.lock().insert(m.member_id, m);
             Resp::Done(mpb::Empty {})
+        }
+        Req::Auth(a) => {
+            let op = auth::to_op(a).ok_or(Error::Internal)?;
+            Resp::Auth(s.auth.apply(&who.unwrap_or_default(), op)?)
         }
     })
 }
@@ -138,13 +158,18 @@ fn encode(r: Result<Resp>) -> Bytes {
 
 /// Proposes `req` to the cluster and returns its answer, once applied on this member.
 pub async fn propose(s: &Shared, req: Req) -> Result<Resp> {
+    propose_as(s, req, None).await
+}
+
+/// [`propose`] on behalf of a user (`header`: who, while auth is enabled).
+pub async fn propose_as(s: &Shared, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> {
     let raft = s.raft().expect("proposals are made in a cluster");
     // A learner's clients may not write; the learner itself publishes its name (etcd's learners
     // do, through the leader).
     if raft.role().borrow().is_learner && !matches!(req, Req::MemberAttributes(_)) {
         return Err(Error::LearnerRpc);
     }
-    let bytes: Bytes = mpb::Request { request: Some(req) }.encode_to_vec().into();
+    let bytes: Bytes = mpb::Request { request: Some(req), header }.encode_to_vec().into();
     let (_, answer) = raft.propose(bytes).await?;
     match mpb::Response::decode(answer).map_err(|_| Error::Internal)?.response {
         Some(Resp::Error(code)) => Err(Error::from_code(code).unwrap_or(Error::Internal)),
@@ -165,7 +190,7 @@ impl Machine for Applier {
     fn apply(&self, request: &[u8]) -> Bytes {
         let Some(s) = self.shared.upgrade() else { return encode(Err(Error::Stopped)) };
         let r = match mpb::Request::decode(request) {
-            Ok(mpb::Request { request: Some(req) }) => apply(&s, req),
+            Ok(mpb::Request { request: Some(req), header }) => apply(&s, req, header),
             // Every member refuses it alike: nothing changes.
             _ => Err(Error::Internal),
         };
@@ -182,6 +207,7 @@ impl Machine for Applier {
                 .map(|(member_id, alarm)| pb::AlarmMember { member_id, alarm })
                 .collect(),
             members: s.members.lock().values().cloned().collect(),
+            auth: Some(crate::auth::codec::to_proto(&s.auth.export())),
         };
         Box::new(Snapshot {
             pin: Some(s.store.pin_history()),
@@ -211,6 +237,7 @@ impl Machine for Applier {
         let alarms: Vec<(u64, i32)> = state.alarms.iter().map(|a| (a.member_id, a.alarm)).collect();
         s.alarms.replace(&alarms);
         *s.members.lock() = state.members.into_iter().map(|m| (m.member_id, m)).collect();
+        s.auth.restore(state.auth.map(crate::auth::codec::from_proto).unwrap_or_default());
         s.hub.jump(summary.rev);
         tracing::info!(
             revision = summary.rev,

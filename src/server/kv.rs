@@ -6,7 +6,8 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 
 use super::apply::{self, propose};
-use super::{Shared, alarm, convert};
+use super::{Shared, alarm, auth, convert};
+use crate::auth::AuthInfo;
 use crate::error::Error;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::memetcdpb::request::Request as Req;
@@ -27,7 +28,11 @@ impl KvService {
     /// A Txn in a cluster: a read-only one is served here after a read barrier (unless all its
     /// ranges are serializable), as etcd serves it without the log; one that may write is
     /// proposed.
-    async fn txn_in_cluster(&self, req: pb::TxnRequest) -> Result<pb::TxnResponse, Status> {
+    async fn txn_in_cluster(
+        &self,
+        req: pb::TxnRequest,
+        who: Option<AuthInfo>,
+    ) -> Result<pb::TxnResponse, Status> {
         let s = &self.shared;
         let t = convert::txn_request(req.clone())?;
         let size = req.encoded_len();
@@ -36,6 +41,9 @@ impl KvService {
             if !t.is_serializable() {
                 apply::linearizable(s).await?;
             }
+            if s.auth.is_enabled() {
+                auth::check_txn(s, who.as_ref(), &req)?;
+            }
             let applied = s.store.txn(t, size)?;
             s.store.wait_visible(applied.visible_at).await;
             let mut resp = convert::txn_response(applied.response);
@@ -43,12 +51,21 @@ impl KvService {
             return Ok(resp);
         }
         apply::quota(s, alarm::txn_cost(&req)).await?;
-        let Resp::Txn(mut r) = propose(s, Req::Txn(req)).await? else {
+        let Resp::Txn(mut r) = apply::propose_as(s, Req::Txn(req), auth::header(&who)).await?
+        else {
             return Err(Error::Internal.into());
         };
         s.fill(&mut r.header);
         Ok(r)
     }
+}
+
+/// Who sent a request: read only while auth is enabled (the hot path reads nothing).
+async fn who<T>(s: &Shared, req: &Request<T>) -> Result<Option<AuthInfo>, Status> {
+    if !s.auth.is_enabled() {
+        return Ok(None);
+    }
+    Ok(auth::caller(s, req).await?)
 }
 
 #[tonic::async_trait]
@@ -57,26 +74,42 @@ impl pb::kv_server::Kv for KvService {
         &self,
         req: Request<pb::RangeRequest>,
     ) -> Result<Response<pb::RangeResponse>, Status> {
-        let r = convert::range_request(req.into_inner())?;
-        if self.shared.raft().is_some() && !r.serializable {
+        if self.shared.raft().is_some() && !req.get_ref().serializable {
             apply::linearizable(&self.shared).await?;
         }
+        // Who, and whether they may, once caught up and before reading (etcd's doSerialize).
+        let who = who(&self.shared, &req).await?;
+        let req = req.into_inner();
+        if self.shared.auth.is_enabled() {
+            self.shared.auth.check_range(who.as_ref(), &req.key, &req.range_end, false)?;
+        }
+        let r = convert::range_request(req)?;
         let mut resp = convert::range_response(self.shared.store.range(&r)?);
+        // The auth state changed while reading: the answer may hold what the caller may no
+        // longer read (etcd's doSerialize checks the same).
+        if who.as_ref().is_some_and(|w| w.revision != self.shared.auth.revision()) {
+            return Err(Error::AuthOldRevision.into());
+        }
         self.shared.fill(&mut resp.header);
         Ok(Response::new(resp))
     }
 
     async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
+        let who = who(&self.shared, &req).await?;
         let req = req.into_inner();
         if self.shared.raft().is_some() {
             let s = &self.shared;
             s.store.check_put(&convert::put_request(req.clone()), req.encoded_len())?;
             apply::quota(s, alarm::put_cost(&req)).await?;
-            let Resp::Put(mut r) = propose(s, Req::Put(req)).await? else {
+            let Resp::Put(mut r) = apply::propose_as(s, Req::Put(req), auth::header(&who)).await?
+            else {
                 return Err(Error::Internal.into());
             };
             s.fill(&mut r.header);
             return Ok(Response::new(r));
+        }
+        if self.shared.auth.is_enabled() {
+            auth::check_put(&self.shared, who.as_ref(), &req)?;
         }
         self.shared.alarms.check_space(&self.shared.store, alarm::put_cost(&req))?;
         let size = req.encoded_len();
@@ -91,15 +124,21 @@ impl pb::kv_server::Kv for KvService {
         &self,
         req: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
+        let who = who(&self.shared, &req).await?;
         let req = req.into_inner();
         if self.shared.raft().is_some() {
             let s = &self.shared;
             s.store.check_delete_range(&convert::delete_request(req.clone()), req.encoded_len())?;
-            let Resp::DeleteRange(mut r) = propose(s, Req::DeleteRange(req)).await? else {
+            let h = auth::header(&who);
+            let Resp::DeleteRange(mut r) = apply::propose_as(s, Req::DeleteRange(req), h).await?
+            else {
                 return Err(Error::Internal.into());
             };
             s.fill(&mut r.header);
             return Ok(Response::new(r));
+        }
+        if self.shared.auth.is_enabled() {
+            auth::check_delete(&self.shared, who.as_ref(), &req)?;
         }
         let size = req.encoded_len();
         let applied = self.shared.store.delete_range(convert::delete_request(req), size)?;
@@ -110,9 +149,13 @@ impl pb::kv_server::Kv for KvService {
     }
 
     async fn txn(&self, req: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
+        let who = who(&self.shared, &req).await?;
         let req = req.into_inner();
         if self.shared.raft().is_some() {
-            return self.txn_in_cluster(req).await.map(Response::new);
+            return self.txn_in_cluster(req, who).await.map(Response::new);
+        }
+        if self.shared.auth.is_enabled() {
+            auth::check_txn(&self.shared, who.as_ref(), &req)?;
         }
         self.shared.alarms.check_space(&self.shared.store, alarm::txn_cost(&req))?;
         let size = req.encoded_len();
@@ -127,6 +170,8 @@ impl pb::kv_server::Kv for KvService {
         &self,
         req: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
+        // Anyone may compact (etcd checks no permission), but a bad token is refused.
+        who(&self.shared, &req).await?;
         let req = req.into_inner();
         if self.shared.raft().is_some() {
             let Resp::Compaction(mut r) = propose(&self.shared, Req::Compaction(req)).await? else {

@@ -9,7 +9,8 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{Shared, apply};
+use super::{Shared, apply, auth};
+use crate::auth::AuthInfo;
 use crate::error::Error;
 use crate::lease::Renewal;
 use crate::proto::etcdserverpb as pb;
@@ -199,9 +200,9 @@ async fn cluster_expiry_loop(shared: Arc<Shared>, raft: Arc<crate::raft::RaftNod
             let revokes = expired.into_iter().map(|(id, _)| {
                 let shared = shared.clone();
                 async move {
-                    let r =
-                        apply::propose(&shared, Req::LeaseRevoke(pb::LeaseRevokeRequest { id }))
-                            .await;
+                    // As root, as etcd's expiry does (`WithRoot`).
+                    let revoke = Req::LeaseRevoke(pb::LeaseRevokeRequest { id });
+                    let r = apply::propose_as(&shared, revoke, Some(auth::root_header())).await;
                     if let Err(e) = r {
                         // Tried again shortly (or by the next leader).
                         tracing::debug!(lease = id, error = %e, "lease: expiry not proposed");
@@ -246,12 +247,55 @@ pub fn time_to_live(shared: &Shared, r: pb::LeaseTimeToLiveRequest) -> pb::Lease
 type KeepAliveStream =
     Pin<Box<dyn Stream<Item = Result<pb::LeaseKeepAliveResponse, Status>> + Send>>;
 
+/// Who sent a request: read only while auth is enabled.
+async fn who<T>(s: &Shared, req: &Request<T>) -> Result<Option<AuthInfo>, Status> {
+    if !s.auth.is_enabled() {
+        return Ok(None);
+    }
+    Ok(auth::caller(s, req).await?)
+}
+
+/// Every key of these leases may be read by `who` (root may read all): etcd's checks of
+/// TimeToLive with keys and of Leases.
+fn check_reads(s: &Shared, who: &Option<AuthInfo>, leases: &[i64]) -> Result<(), Error> {
+    if !s.auth.is_enabled() {
+        return Ok(());
+    }
+    auth::require(s, who)?;
+    if s.auth.check_admin(who.as_ref()).is_ok() {
+        return Ok(());
+    }
+    for id in leases {
+        for k in s.lessor.time_to_live(*id, true).iter().flat_map(|t| &t.keys) {
+            s.auth.check_range(who.as_ref(), k, b"", false)?;
+        }
+    }
+    Ok(())
+}
+
+/// etcd's `checkLeaseRenew`: a keep-alive needs write permission on the lease's keys.
+fn check_renew(s: &Shared, who: &Option<AuthInfo>, id: i64) -> Result<(), Error> {
+    if !s.auth.is_enabled() {
+        return Ok(());
+    }
+    auth::require(s, who)?;
+    if s.auth.check_admin(who.as_ref()).is_ok() {
+        return Ok(());
+    }
+    for k in s.lessor.time_to_live(id, true).iter().flat_map(|t| &t.keys) {
+        s.auth.check_range(who.as_ref(), k, b"", true)?;
+    }
+    Ok(())
+}
+
 #[tonic::async_trait]
 impl pb::lease_server::Lease for LeaseService {
     async fn lease_grant(
         &self,
         req: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
+        // etcd checks no permission to grant, but a bad token is refused.
+        let who = who(&self.shared, &req).await?;
         let r = req.into_inner();
         if self.shared.raft().is_some() {
             let s = &self.shared;
@@ -261,7 +305,9 @@ impl pb::lease_server::Lease for LeaseService {
             apply::quota(s, super::alarm::lease_cost()).await?;
             let id = if r.id == 0 { s.lessor.fresh_id() } else { r.id };
             let grant = pb::LeaseGrantRequest { id, ttl: r.ttl };
-            let Resp::LeaseGrant(mut g) = apply::propose(s, Req::LeaseGrant(grant)).await? else {
+            let h = auth::header(&who);
+            let Resp::LeaseGrant(mut g) = apply::propose_as(s, Req::LeaseGrant(grant), h).await?
+            else {
                 return Err(Error::Internal.into());
             };
             s.fill(&mut g.header);
@@ -285,16 +331,20 @@ impl pb::lease_server::Lease for LeaseService {
         &self,
         req: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
+        let who = who(&self.shared, &req).await?;
         let id = req.into_inner().id;
         if self.shared.raft().is_some() {
             let s = &self.shared;
             let r = pb::LeaseRevokeRequest { id };
-            let Resp::LeaseRevoke(mut r) = apply::propose(s, Req::LeaseRevoke(r)).await? else {
+            let h = auth::header(&who);
+            let Resp::LeaseRevoke(mut r) = apply::propose_as(s, Req::LeaseRevoke(r), h).await?
+            else {
                 return Err(Error::Internal.into());
             };
             s.fill(&mut r.header);
             return Ok(Response::new(r));
         }
+        auth::check_lease_revoke(&self.shared, who.as_ref(), id)?;
         let keys = self.shared.lessor.revoke(id)?;
         let rev = delete_keys(&self.shared, vec![(id, keys)]).await;
         Ok(Response::new(pb::LeaseRevokeResponse { header: self.shared.header(rev) }))
@@ -306,6 +356,8 @@ impl pb::lease_server::Lease for LeaseService {
         &self,
         req: Request<Streaming<pb::LeaseKeepAliveRequest>>,
     ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
+        // Read once per stream; checked for each renewal while auth is enabled.
+        let creds = auth::credentials(&self.shared, &req);
         let mut inbound = req.into_inner();
         let (tx, rx) = mpsc::channel(16);
         let shared = self.shared.clone();
@@ -323,6 +375,13 @@ impl pb::lease_server::Lease for LeaseService {
                         break;
                     }
                 };
+                if shared.auth.is_enabled() {
+                    let who = auth::identify(&shared, &creds).await;
+                    if let Err(e) = who.and_then(|w| check_renew(&shared, &w, r.id)) {
+                        let _ = tx.send(Err(e.into())).await;
+                        break;
+                    }
+                }
                 // An unknown lease answers TTL 0, as in etcd; so does an expiring one, but only
                 // once its keys are gone (etcd's renew waits for the revocation).
                 let ttl = match renew_anywhere(&shared, r.id).await {
@@ -345,7 +404,14 @@ impl pb::lease_server::Lease for LeaseService {
         &self,
         req: Request<pb::LeaseTimeToLiveRequest>,
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
+        let who = who(&self.shared, &req).await?;
         let r = req.into_inner();
+        if self.shared.auth.is_enabled() {
+            auth::require(&self.shared, &who)?;
+            if r.keys {
+                check_reads(&self.shared, &who, &[r.id])?;
+            }
+        }
         if let Some(raft) = self.shared.raft()
             && !raft.is_leader()
         {
@@ -362,10 +428,12 @@ impl pb::lease_server::Lease for LeaseService {
 
     async fn lease_leases(
         &self,
-        _req: Request<pb::LeaseLeasesRequest>,
+        req: Request<pb::LeaseLeasesRequest>,
     ) -> Result<Response<pb::LeaseLeasesResponse>, Status> {
-        let leases =
-            self.shared.lessor.leases().into_iter().map(|id| pb::LeaseStatus { id }).collect();
+        let who = who(&self.shared, &req).await?;
+        let ids = self.shared.lessor.leases();
+        check_reads(&self.shared, &who, &ids)?;
+        let leases = ids.into_iter().map(|id| pb::LeaseStatus { id }).collect();
         Ok(Response::new(pb::LeaseLeasesResponse { header: self.shared.header(0), leases }))
     }
 }

@@ -71,6 +71,11 @@ pub struct Shared {
     /// The Raft term in which this member last gave every lease its full TTL on becoming
     /// leader (`server::lease::promoted`).
     pub lease_term: std::sync::atomic::AtomicU64,
+    /// Users, roles, permissions and tokens; every request checks its enabled flag.
+    pub auth: crate::auth::AuthStore,
+    /// Serializes a member alone's auth changes, so that its auth file is written in the
+    /// order they were applied (async: held across the file write).
+    pub auth_changes: tokio::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -113,6 +118,10 @@ impl Shared {
             max_txn_ops: config.max_txn_ops as usize,
             max_request_bytes: config.max_request_bytes as usize,
         };
+        // A member alone keeps its auth state in a file of its own; a cluster member gets it
+        // from its Raft log and snapshots.
+        let auth_path = (cluster.is_none() && wal_options.mode != crate::wal::Mode::None)
+            .then(|| wal_options.dir.join("auth"));
         let (store, recovered) = Store::open(store_config, wal_options)?;
         let hub = Arc::new(WatchHub::new(
             store.keyspace().clone(),
@@ -133,6 +142,24 @@ impl Shared {
             let _ = lessor.grant(id, ttl);
         }
         store.attach_recovered_leases();
+        if config.auth_token != "simple" {
+            return Err(format!(
+                "--auth-token {:?}: only simple tokens are implemented (jwt is not)",
+                config.auth_token
+            )
+            .into());
+        }
+        let auth = crate::auth::AuthStore::new(
+            config.bcrypt_cost,
+            std::time::Duration::from_secs(config.auth_token_ttl),
+        );
+        if let Some(path) = auth_path {
+            match auth::load(&path) {
+                Ok(Some(state)) => auth.restore(state),
+                Ok(None) => {}
+                Err(e) => return Err(format!("{}: {e}", path.display()).into()),
+            }
+        }
         let grpc_stats = metrics::GrpcStats::default();
         let alarms = alarm::Alarms::new(config.quota_backend_bytes, member_id);
         Ok(Self {
@@ -147,6 +174,8 @@ impl Shared {
             raft: std::sync::OnceLock::new(),
             members: Default::default(),
             lease_term: Default::default(),
+            auth,
+            auth_changes: Default::default(),
         })
     }
 

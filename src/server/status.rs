@@ -42,6 +42,23 @@ pub fn code(e: &Error) -> Code {
         | Error::NotEnoughStartedMembers
         | Error::NotLeaderMoveLeader
         | Error::BadLeaderTransferee => Code::FailedPrecondition,
+        Error::RootUserNotExist
+        | Error::RootRoleNotExist
+        | Error::UserAlreadyExist
+        | Error::UserNotFound
+        | Error::RoleAlreadyExist
+        | Error::RoleNotFound
+        | Error::RoleNotGranted
+        | Error::PermissionNotGranted => Code::FailedPrecondition,
+        Error::UserEmpty
+        | Error::RoleEmpty
+        | Error::AuthFailed
+        | Error::PermissionNotGiven
+        | Error::InvalidAuthMgmt
+        | Error::AuthOldRevision => Code::InvalidArgument,
+        Error::PermissionDenied => Code::PermissionDenied,
+        Error::InvalidAuthToken => Code::Unauthenticated,
+        Error::NoPasswordUser => Code::Unknown,
     }
 }
 

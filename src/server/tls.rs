@@ -96,11 +96,25 @@ fn build(
 #[derive(Debug)]
 pub struct TlsConn(pub tokio_rustls::server::TlsStream<TcpStream>);
 
-impl Connected for TlsConn {
-    type ConnectInfo = TcpConnectInfo;
+/// What a request on a TLS connection knows of it: the TCP peer, and the common name of the
+/// client's certificate (verified at the handshake when --client-cert-auth is on), which is the
+/// user with auth enabled (etcd's CN identity).
+#[derive(Clone, Debug)]
+pub struct TlsConnectInfo {
+    pub tcp: TcpConnectInfo,
+    pub common_name: Option<String>,
+}
 
-    fn connect_info(&self) -> TcpConnectInfo {
-        self.0.get_ref().0.connect_info()
+impl Connected for TlsConn {
+    type ConnectInfo = TlsConnectInfo;
+
+    fn connect_info(&self) -> TlsConnectInfo {
+        let (tcp, tls) = self.0.get_ref();
+        let common_name = tls
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .and_then(|c| crate::auth::cert::common_name(c));
+        TlsConnectInfo { tcp: tcp.connect_info(), common_name }
     }
 }
 

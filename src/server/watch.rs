@@ -83,8 +83,11 @@ impl wire::watch_server::Watch for WatchService {
         if role.as_ref().is_some_and(|r| r.borrow().leader.is_none()) {
             return Err(crate::error::Error::NoLeader.into());
         }
+        // Read once per stream (not per event): each create is checked with it while auth is
+        // enabled, as etcd checks the stream's context.
+        let creds = super::auth::credentials(&self.shared, &req);
         let (tx, rx) = mpsc::channel(OUT_BUFFER);
-        tokio::spawn(run_stream(self.shared.clone(), req.into_inner(), tx, role));
+        tokio::spawn(run_stream(self.shared.clone(), req.into_inner(), tx, role, creds));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
@@ -115,6 +118,7 @@ async fn run_stream(
     mut inbound: Streaming<pb::WatchRequest>,
     out: Out,
     mut role: Option<tokio::sync::watch::Receiver<crate::raft::Role>>,
+    creds: super::auth::Credentials,
 ) {
     let election =
         shared.raft().map_or(std::time::Duration::from_secs(1), |r| r.election_timeout());
@@ -131,10 +135,13 @@ async fn run_stream(
             biased;
             _ = out.closed() => false,
             req = inbound.message(), if requests_open => match req {
-                Ok(Some(r)) => {
-                    handle_request(&shared, sid, r);
-                    true
-                }
+                Ok(Some(r)) => match denied(&shared, &r, &creds).await {
+                    Some(frame) => send(&out, frame).await.is_ok(),
+                    None => {
+                        handle_request(&shared, sid, r);
+                        true
+                    }
+                },
                 Ok(None) => {
                     requests_open = false;
                     true
@@ -165,6 +172,55 @@ async fn run_stream(
         }
     }
     hub.close_stream(sid);
+}
+
+/// While auth is enabled: the answer to a create its sender may not read (etcd's
+/// `isWatchPermitted`): created and at once canceled, with the error as reason.
+async fn denied(
+    shared: &Shared,
+    req: &pb::WatchRequest,
+    creds: &super::auth::Credentials,
+) -> Option<WatchFrame> {
+    use crate::error::Error;
+    use pb::watch_request::RequestUnion as U;
+    if !shared.auth.is_enabled() {
+        return None;
+    }
+    let Some(U::CreateRequest(c)) = &req.request_union else { return None };
+    let who = super::auth::identify(shared, creds).await;
+    let checked =
+        who.and_then(|w| shared.auth.check_range(w.as_ref(), &c.key, &c.range_end, false));
+    let reason = match checked {
+        Ok(()) => return None,
+        Err(e @ (Error::InvalidAuthToken | Error::AuthOldRevision | Error::UserEmpty)) => e,
+        Err(_) => Error::PermissionDenied,
+    };
+    // etcd's reason is the gRPC error's text, code included.
+    let status = tonic::Status::from(reason);
+    Some(WatchFrame {
+        header: shared.header(0),
+        watch_id: -1,
+        created: true,
+        canceled: true,
+        cancel_reason: format!(
+            "rpc error: code = {} desc = {}",
+            go_code(status.code()),
+            status.message()
+        ),
+        ..Default::default()
+    })
+}
+
+/// grpc-go's name of a code, as its errors print it.
+fn go_code(c: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match c {
+        PermissionDenied => "PermissionDenied",
+        Unauthenticated => "Unauthenticated",
+        InvalidArgument => "InvalidArgument",
+        FailedPrecondition => "FailedPrecondition",
+        _ => "Unknown",
+    }
 }
 
 fn handle_request(shared: &Shared, sid: u64, req: pb::WatchRequest) {

@@ -3,6 +3,7 @@
 #[macro_use]
 mod support;
 
+mod auth;
 mod cluster;
 mod cluster_harness;
 mod consistency;

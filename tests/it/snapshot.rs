@@ -538,3 +538,61 @@ async fn a_snapshot_of_etcd_founds_a_three_member_cluster_with_its_revisions() {
         assert_same_history(&mut c, &mut m, compacted, at + 2).await;
     }
 }
+
+#[tokio::test]
+async fn an_etcd_snapshot_with_auth_restores_its_users_and_roles() {
+    let Some(ctl) = peer_binary("etcdctl") else { return };
+    let etcd = server_of!(Kind::Etcd);
+    let run = |ep: &str, args: &[&str]| {
+        let (code, out, err) = etcdctl(&ctl, ep, args, None);
+        (code == Some(0), format!("{out}{err}"))
+    };
+    let ep = etcd.endpoint();
+    for args in [
+        &["user", "add", "root:rootpw", "--interactive=false"][..],
+        &["role", "add", "app"],
+        &["role", "grant-permission", "app", "readwrite", "/app/", "--prefix=true"],
+        &["user", "add", "alice:alicepw", "--interactive=false"],
+        &["user", "grant-role", "alice", "app"],
+        &["put", "/app/x", "1"],
+        &["put", "/other", "2"],
+        &["auth", "enable"],
+    ] {
+        let (ok, out) = run(&ep, args);
+        assert!(ok, "{args:?}: {out}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("etcd.db");
+    let (ok, out) = run(&ep, &["--user=root:rootpw", "snapshot", "save", file.to_str().unwrap()]);
+    assert!(ok, "{out}");
+
+    // The same answers from etcd, a restored member alone and a restored cluster.
+    let check = |ep: &str| {
+        let alice = |args: &[&str]| run(ep, &[&["--user=alice:alicepw"], args].concat());
+        assert_eq!(alice(&["get", "/app/x"]), (true, "/app/x\n1\n".to_string()), "{ep}");
+        let (ok, out) = alice(&["put", "/other", "3"]);
+        assert!(!ok && out.contains("etcdserver: permission denied"), "{ep}: {out}");
+        let (ok, out) = run(ep, &["--user=alice:wrong", "get", "/app/x"]);
+        assert!(!ok && out.contains("authentication failed, invalid user ID or password"), "{out}");
+        let (ok, out) = run(ep, &["--user=root:rootpw", "auth", "status"]);
+        assert!(ok, "{out}");
+        let (ok, roles) = run(ep, &["--user=root:rootpw", "role", "get", "app"]);
+        assert!(ok, "{roles}");
+        (out, roles)
+    };
+    let want = check(&ep);
+    let data = DataDir::new();
+    restore(&file, data.path());
+    let mem = data.start(&[]).await;
+    assert_eq!(check(&mem.endpoint()), want);
+    let cluster =
+        crate::cluster_harness::Cluster::restored_unchecked(&file, 3, &["--wal-mode=buffered"])
+            .await;
+    let ep = cluster.endpoint(2);
+    let start = Instant::now();
+    while !run(&ep, &["--user=alice:alicepw", "get", "/app/x"]).0 {
+        assert!(start.elapsed() < Duration::from_secs(30), "the restored cluster never served");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(check(&ep), want);
+}

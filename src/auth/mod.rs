@@ -1,0 +1,10 @@
+//! Authentication and authorization, as etcd's `server/auth`: users with bcrypt-hashed
+//! passwords, roles granting read or write on key ranges, the root user and role, the auth
+//! revision, and simple tokens. gRPC stays in `server::auth`, which translates.
+
+pub mod cert;
+pub mod codec;
+pub mod perm;
+pub mod store;
+
+pub use store::{AuthInfo, AuthState, AuthStore, Op, PermType, Permission, Role, User};

@@ -1,0 +1,643 @@
+//! The auth store (etcd's `server/auth/store.go`): users, roles, the enabled flag and the auth
+//! revision, and the checks every request goes through while auth is enabled.
+//!
+//! State changes come in as [`Op`]s, applied in one order on every member (a member alone
+//! applies them as they come; a cluster applies them from the Raft log), so every member holds
+//! the same users, roles, revision and simple tokens. Passwords arrive already hashed: hashing
+//! is done once, by the member a client called, so that every member stores the same hash.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+
+use super::perm::Intervals;
+use crate::error::{Error, Result};
+
+/// The user and role that may do everything (etcd's names).
+pub const ROOT: &str = "root";
+
+/// What a permission allows (authpb's values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PermType {
+    Read = 0,
+    Write = 1,
+    ReadWrite = 2,
+}
+
+impl PermType {
+    pub fn from_i32(v: i32) -> PermType {
+        match v {
+            1 => PermType::Write,
+            2 => PermType::ReadWrite,
+            _ => PermType::Read,
+        }
+    }
+
+    fn reads(self) -> bool {
+        matches!(self, PermType::Read | PermType::ReadWrite)
+    }
+
+    fn writes(self) -> bool {
+        matches!(self, PermType::Write | PermType::ReadWrite)
+    }
+}
+
+/// A key range a role may read or write: `range_end` empty is the one key, `"\0"` every key
+/// from `key` on (etcd's conventions).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Permission {
+    pub perm_type: PermType,
+    pub key: Vec<u8>,
+    pub range_end: Vec<u8>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    /// The bcrypt hash (`$2a$...`); empty for a user without password.
+    pub password: Vec<u8>,
+    /// Sorted, as etcd keeps them.
+    pub roles: Vec<String>,
+    pub no_password: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Role {
+    pub name: String,
+    /// Sorted by key.
+    pub permissions: Vec<Permission>,
+}
+
+/// The whole persisted auth state: what a snapshot or backup carries, and what etcd keeps in
+/// its `auth`, `authUsers` and `authRoles` buckets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AuthState {
+    pub enabled: bool,
+    pub revision: u64,
+    pub users: Vec<User>,
+    pub roles: Vec<Role>,
+}
+
+/// Who a request comes from: a user and the auth revision their credentials were checked at.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AuthInfo {
+    pub username: String,
+    pub revision: u64,
+}
+
+/// A change of auth state, as it goes through the log. Passwords only ever as hashes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    Enable,
+    Disable,
+    UserAdd {
+        name: String,
+        hash: Vec<u8>,
+        no_password: bool,
+    },
+    UserDelete {
+        name: String,
+    },
+    UserChangePassword {
+        name: String,
+        hash: Vec<u8>,
+    },
+    UserGrantRole {
+        user: String,
+        role: String,
+    },
+    UserRevokeRole {
+        name: String,
+        role: String,
+    },
+    RoleAdd {
+        name: String,
+    },
+    RoleDelete {
+        role: String,
+    },
+    RoleGrantPermission {
+        name: String,
+        perm: Option<Permission>,
+    },
+    RoleRevokePermission {
+        role: String,
+        key: Vec<u8>,
+        range_end: Vec<u8>,
+    },
+    /// Issues a simple token `prefix.N` to a user whose password the proposing member checked.
+    Authenticate {
+        name: String,
+        prefix: String,
+    },
+}
+
+impl Op {
+    /// etcd's `needAdminPermission`: every change but Authenticate needs the root role.
+    fn needs_admin(&self) -> bool {
+        !matches!(self, Op::Authenticate { .. })
+    }
+}
+
+/// Users, roles and permissions, with each user's merged permissions.
+#[derive(Debug, Default)]
+struct State {
+    users: BTreeMap<String, User>,
+    roles: BTreeMap<String, Role>,
+    /// Per user: merged read and write ranges of all their roles (etcd's rangePermCache),
+    /// rebuilt on every change, which is rare, so that a check is one binary search.
+    perms: HashMap<String, (Intervals, Intervals)>,
+}
+
+impl State {
+    fn refresh(&mut self) {
+        let mut perms = HashMap::with_capacity(self.users.len());
+        for u in self.users.values() {
+            let granted: Vec<&Permission> = u
+                .roles
+                .iter()
+                .filter_map(|r| self.roles.get(r))
+                .flat_map(|r| r.permissions.iter())
+                .collect();
+            let pick = |f: fn(PermType) -> bool| {
+                Intervals::build(
+                    granted
+                        .iter()
+                        .filter(|p| f(p.perm_type))
+                        .map(|p| (&p.key[..], &p.range_end[..])),
+                )
+            };
+            perms.insert(u.name.clone(), (pick(PermType::reads), pick(PermType::writes)));
+        }
+        self.perms = perms;
+    }
+}
+
+fn has_root(u: &User) -> bool {
+    u.roles.binary_search_by(|r| r.as_str().cmp(ROOT)).is_ok()
+}
+
+/// etcd's `isValidPermissionRange`.
+fn valid_range(key: &[u8], range_end: &[u8]) -> bool {
+    !key.is_empty() && (range_end.is_empty() || key < range_end || range_end == [0])
+}
+
+/// Simple tokens: random prefix and a sequence number, kept in memory with a TTL renewed on
+/// every use (etcd's `simple_token.go`). Lost on restart, as in etcd.
+#[derive(Debug, Default)]
+struct Tokens {
+    by_token: HashMap<String, (String, Instant)>,
+    /// Tokens issued since start: the number after the prefix (etcd uses the Raft index).
+    issued: u64,
+}
+
+/// The auth store. Shared by every service; see the module comment.
+#[derive(Debug)]
+pub struct AuthStore {
+    /// Whether auth is enabled: read by every request without a lock, so that with auth
+    /// disabled a request pays one atomic load. Written under `state`'s write lock.
+    enabled: AtomicBool,
+    /// The auth revision, bumped by every change but enable (etcd's rule); read lock-free by
+    /// the stale-revision checks. Written under `state`'s write lock.
+    revision: AtomicU64,
+    /// Users and roles: read by permission checks (only while enabled), written by [`Op`]s.
+    state: RwLock<State>,
+    /// Simple tokens: looked up and refreshed by every authenticated request, so a mutex of
+    /// its own rather than `state`'s lock.
+    tokens: Mutex<Tokens>,
+    token_ttl: Duration,
+    bcrypt_cost: u32,
+}
+
+/// etcd's default `--bcrypt-cost` and its bounds (Go's bcrypt.MinCost and MaxCost).
+pub const DEFAULT_BCRYPT_COST: u32 = 10;
+const MIN_BCRYPT_COST: u32 = 4;
+const MAX_BCRYPT_COST: u32 = 31;
+
+impl AuthStore {
+    /// An empty store at revision 1 (etcd's starting revision), auth disabled.
+    pub fn new(bcrypt_cost: u32, token_ttl: Duration) -> Self {
+        let bcrypt_cost = if (MIN_BCRYPT_COST..=MAX_BCRYPT_COST).contains(&bcrypt_cost) {
+            bcrypt_cost
+        } else {
+            tracing::warn!(
+                given = bcrypt_cost,
+                default = DEFAULT_BCRYPT_COST,
+                "auth: invalid --bcrypt-cost; using the default"
+            );
+            DEFAULT_BCRYPT_COST
+        };
+        let token_ttl = if token_ttl.is_zero() { Duration::from_secs(300) } else { token_ttl };
+        Self {
+            enabled: AtomicBool::new(false),
+            revision: AtomicU64::new(1),
+            state: RwLock::new(State::default()),
+            tokens: Mutex::new(Tokens::default()),
+            token_ttl,
+            bcrypt_cost,
+        }
+    }
+
+    /// The hot path's check.
+    #[inline]
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.load(Ordering::Acquire)
+    }
+
+    pub fn revision(&self) -> u64 {
+        self.revision.load(Ordering::Acquire)
+    }
+
+    /// The persisted form of the whole state.
+    pub fn export(&self) -> AuthState {
+        let st = self.state.read();
+        AuthState {
+            enabled: self.is_enabled(),
+            revision: self.revision(),
+            users: st.users.values().cloned().collect(),
+            roles: st.roles.values().cloned().collect(),
+        }
+    }
+
+    /// Replaces the whole state (recovery, a snapshot from the leader, a restored backup).
+    /// Simple tokens go: they were issued against the state replaced.
+    pub fn restore(&self, s: AuthState) {
+        let mut st = self.state.write();
+        st.users = s
+            .users
+            .into_iter()
+            .map(|mut u| {
+                u.roles.sort();
+                (u.name.clone(), u)
+            })
+            .collect();
+        st.roles = s.roles.into_iter().map(|r| (r.name.clone(), r)).collect();
+        st.refresh();
+        self.revision.store(s.revision.max(1), Ordering::Release);
+        self.enabled.store(s.enabled, Ordering::Release);
+        *self.tokens.lock() = Tokens::default();
+    }
+
+    /// A bcrypt hash of `password` at this member's cost (slow on purpose: call off the
+    /// async runtime's threads).
+    pub fn hash_password(&self, password: &str) -> Result<Vec<u8>> {
+        let h = bcrypt::hash_with_result(password, self.bcrypt_cost).map_err(|e| {
+            tracing::error!(error = %e, "auth: bcrypt failed");
+            Error::Internal
+        })?;
+        Ok(h.format_for_version(bcrypt::Version::TwoA).into_bytes())
+    }
+
+    /// etcd's `CheckPassword`: the auth revision the password was checked at. Slow (bcrypt).
+    pub fn check_password(&self, name: &str, password: &str) -> Result<u64> {
+        if !self.is_enabled() {
+            return Err(Error::AuthNotEnabled);
+        }
+        let (hash, revision) = {
+            let st = self.state.read();
+            let u = st.users.get(name).ok_or(Error::AuthFailed)?;
+            if u.no_password {
+                return Err(Error::NoPasswordUser);
+            }
+            (u.password.clone(), self.revision())
+        };
+        let ok = std::str::from_utf8(&hash)
+            .ok()
+            .and_then(|h| bcrypt::verify(password, h).ok())
+            .unwrap_or(false);
+        if !ok {
+            // The user name only: never the password.
+            tracing::info!(user = name, "auth: invalid password");
+            return Err(Error::AuthFailed);
+        }
+        Ok(revision)
+    }
+
+    /// A fresh random token prefix (etcd's: 16 letters).
+    pub fn token_prefix() -> String {
+        const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        let mut raw = [0u8; 16];
+        // Without OS randomness no token could be trusted: nothing sensible to go on with.
+        getrandom::fill(&mut raw).expect("the OS random source");
+        // 256 is not a multiple of 52: a slight bias, as harmless as for any 90-bit secret.
+        raw.iter().map(|b| LETTERS[*b as usize % LETTERS.len()] as char).collect()
+    }
+
+    /// The user a simple token stands for, checked at the current auth revision (etcd's simple
+    /// tokens carry no revision); renews the token's TTL. `None`: unknown or expired.
+    pub fn token_info(&self, token: &str) -> Option<AuthInfo> {
+        let now = Instant::now();
+        let mut t = self.tokens.lock();
+        let (name, deadline) = t.by_token.get_mut(token)?;
+        if *deadline < now {
+            t.by_token.remove(token);
+            return None;
+        }
+        *deadline = now + self.token_ttl;
+        let username = name.clone();
+        drop(t);
+        Some(AuthInfo { username, revision: self.revision() })
+    }
+
+    /// Applies one change, checking that `caller` may make it. Returns the token issued by
+    /// [`Op::Authenticate`], else an empty string.
+    pub fn apply(&self, caller: &AuthInfo, op: Op) -> Result<String> {
+        let mut st = self.state.write();
+        if op.needs_admin() {
+            self.admin_locked(&st, Some(caller))?;
+        }
+        let enabled = self.is_enabled();
+        let mut changed = true;
+        match op {
+            Op::Enable => {
+                if enabled {
+                    return Ok(String::new());
+                }
+                let root = st.users.get(ROOT).ok_or(Error::RootUserNotExist)?;
+                if !has_root(root) {
+                    return Err(Error::RootRoleNotExist);
+                }
+                self.enabled.store(true, Ordering::Release);
+                tracing::info!("auth: enabled authentication");
+                // etcd's enable keeps the revision.
+                changed = false;
+            }
+            Op::Disable => {
+                if !enabled {
+                    return Ok(String::new());
+                }
+                self.enabled.store(false, Ordering::Release);
+                *self.tokens.lock() = Tokens::default();
+                tracing::info!("auth: disabled authentication");
+            }
+            Op::UserAdd { name, hash, no_password } => {
+                if name.is_empty() {
+                    return Err(Error::UserEmpty);
+                }
+                if st.users.contains_key(&name) {
+                    return Err(Error::UserAlreadyExist);
+                }
+                let password = if no_password { Vec::new() } else { hash };
+                tracing::info!(user = %name, "auth: added a user");
+                st.users
+                    .insert(name.clone(), User { name, password, roles: Vec::new(), no_password });
+            }
+            Op::UserDelete { name } => {
+                if enabled && name == ROOT {
+                    return Err(Error::InvalidAuthMgmt);
+                }
+                st.users.remove(&name).ok_or(Error::UserNotFound)?;
+                self.invalidate_user(&name);
+                tracing::info!(user = %name, "auth: deleted a user");
+            }
+            Op::UserChangePassword { name, hash } => {
+                let u = st.users.get_mut(&name).ok_or(Error::UserNotFound)?;
+                if !u.no_password {
+                    u.password = hash;
+                }
+                self.invalidate_user(&name);
+                tracing::info!(user = %name, "auth: changed a user's password");
+            }
+            Op::UserGrantRole { user, role } => {
+                if role != ROOT && !st.roles.contains_key(&role) {
+                    if !st.users.contains_key(&user) {
+                        return Err(Error::UserNotFound);
+                    }
+                    return Err(Error::RoleNotFound);
+                }
+                let u = st.users.get_mut(&user).ok_or(Error::UserNotFound)?;
+                match u.roles.binary_search(&role) {
+                    // etcd ignores a second grant, without a new revision.
+                    Ok(_) => return Ok(String::new()),
+                    Err(i) => u.roles.insert(i, role.clone()),
+                }
+                tracing::info!(user = %user, role = %role, "auth: granted a role to a user");
+            }
+            Op::UserRevokeRole { name, role } => {
+                if enabled && name == ROOT && role == ROOT {
+                    return Err(Error::InvalidAuthMgmt);
+                }
+                let u = st.users.get_mut(&name).ok_or(Error::UserNotFound)?;
+                let before = u.roles.len();
+                u.roles.retain(|r| *r != role);
+                if u.roles.len() == before {
+                    return Err(Error::RoleNotGranted);
+                }
+                tracing::info!(user = %name, role = %role, "auth: revoked a role from a user");
+            }
+            Op::RoleAdd { name } => {
+                if name.is_empty() {
+                    return Err(Error::RoleEmpty);
+                }
+                if st.roles.contains_key(&name) {
+                    return Err(Error::RoleAlreadyExist);
+                }
+                tracing::info!(role = %name, "auth: added a role");
+                st.roles.insert(name.clone(), Role { name, permissions: Vec::new() });
+            }
+            Op::RoleDelete { role } => {
+                if enabled && role == ROOT {
+                    return Err(Error::InvalidAuthMgmt);
+                }
+                st.roles.remove(&role).ok_or(Error::RoleNotFound)?;
+                for u in st.users.values_mut() {
+                    u.roles.retain(|r| *r != role);
+                }
+                tracing::info!(role = %role, "auth: deleted a role");
+            }
+            Op::RoleGrantPermission { name, perm } => {
+                let perm = perm.ok_or(Error::PermissionNotGiven)?;
+                if !valid_range(&perm.key, &perm.range_end) {
+                    return Err(Error::InvalidAuthMgmt);
+                }
+                let r = st.roles.get_mut(&name).ok_or(Error::RoleNotFound)?;
+                let i = r.permissions.partition_point(|p| p.key < perm.key);
+                match r.permissions.get_mut(i) {
+                    Some(p) if p.key == perm.key && p.range_end == perm.range_end => {
+                        p.perm_type = perm.perm_type
+                    }
+                    _ => {
+                        r.permissions.push(perm);
+                        r.permissions.sort_by(|a, b| a.key.cmp(&b.key));
+                    }
+                }
+                tracing::info!(role = %name, "auth: granted a permission to a role");
+            }
+            Op::RoleRevokePermission { role, key, range_end } => {
+                let r = st.roles.get_mut(&role).ok_or(Error::RoleNotFound)?;
+                let before = r.permissions.len();
+                r.permissions.retain(|p| p.key != key || p.range_end != range_end);
+                if r.permissions.len() == before {
+                    return Err(Error::PermissionNotGranted);
+                }
+                tracing::info!(role = %role, "auth: revoked a permission from a role");
+            }
+            Op::Authenticate { name, prefix } => {
+                if !enabled {
+                    return Err(Error::AuthNotEnabled);
+                }
+                match st.users.get(&name) {
+                    Some(u) if !u.no_password => {}
+                    _ => return Err(Error::AuthFailed),
+                }
+                let mut t = self.tokens.lock();
+                t.issued += 1;
+                let token = format!("{prefix}.{}", t.issued);
+                let deadline = Instant::now() + self.token_ttl;
+                t.by_token.insert(token.clone(), (name, deadline));
+                // Expired tokens go here, on the rare path, rather than on a timer.
+                let now = Instant::now();
+                t.by_token.retain(|_, (_, d)| *d >= now);
+                return Ok(token);
+            }
+        }
+        if changed {
+            st.refresh();
+            self.revision.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(String::new())
+    }
+
+    fn invalidate_user(&self, name: &str) {
+        self.tokens.lock().by_token.retain(|_, (n, _)| n != name);
+    }
+
+    fn admin_locked(&self, st: &State, who: Option<&AuthInfo>) -> Result<()> {
+        if !self.is_enabled() {
+            return Ok(());
+        }
+        let who = who.filter(|w| !w.username.is_empty()).ok_or(Error::UserEmpty)?;
+        let u = st.users.get(&who.username).ok_or(Error::UserNotFound)?;
+        if !has_root(u) {
+            return Err(Error::PermissionDenied);
+        }
+        Ok(())
+    }
+
+    /// etcd's `IsAdminPermitted`: whether `who` has the root role (anyone, while disabled).
+    pub fn check_admin(&self, who: Option<&AuthInfo>) -> Result<()> {
+        if !self.is_enabled() {
+            return Ok(());
+        }
+        self.admin_locked(&self.state.read(), who)
+    }
+
+    /// etcd's `isOpPermitted`: may `who` read (or write) the keys in `[key, range_end)`.
+    pub fn check_range(
+        &self,
+        who: Option<&AuthInfo>,
+        key: &[u8],
+        range_end: &[u8],
+        write: bool,
+    ) -> Result<()> {
+        if !self.is_enabled() {
+            return Ok(());
+        }
+        let who = who.filter(|w| w.revision != 0).ok_or(Error::UserEmpty)?;
+        if who.revision < self.revision() {
+            return Err(Error::AuthOldRevision);
+        }
+        let st = self.state.read();
+        let u = st.users.get(&who.username).ok_or(Error::PermissionDenied)?;
+        if has_root(u) {
+            return Ok(());
+        }
+        let ok = st.perms.get(&who.username).is_some_and(|(read, written)| {
+            if write { written.covers(key, range_end) } else { read.covers(key, range_end) }
+        });
+        if ok { Ok(()) } else { Err(Error::PermissionDenied) }
+    }
+
+    /// UserGet: the user's roles; root, or the user asking about themselves.
+    pub fn user_get(&self, who: Option<&AuthInfo>, name: &str) -> Result<Vec<String>> {
+        let st = self.state.read();
+        if let Err(e) = self.admin_locked(&st, who)
+            && who.is_none_or(|w| w.username != name)
+        {
+            return Err(e);
+        }
+        Ok(st.users.get(name).ok_or(Error::UserNotFound)?.roles.clone())
+    }
+
+    /// RoleGet: the role's permissions (root's: everything); root, or a user with the role.
+    pub fn role_get(&self, who: Option<&AuthInfo>, role: &str) -> Result<Vec<Permission>> {
+        let st = self.state.read();
+        if let Err(e) = self.admin_locked(&st, who) {
+            let has = who
+                .and_then(|w| st.users.get(&w.username))
+                .is_some_and(|u| u.roles.iter().any(|r| r == role));
+            if !has {
+                return Err(e);
+            }
+        }
+        let r = st.roles.get(role).ok_or(Error::RoleNotFound)?;
+        if r.name == ROOT {
+            return Ok(vec![Permission {
+                perm_type: PermType::ReadWrite,
+                key: Vec::new(),
+                range_end: vec![0],
+            }]);
+        }
+        Ok(r.permissions.clone())
+    }
+
+    pub fn user_list(&self, who: Option<&AuthInfo>) -> Result<Vec<String>> {
+        let st = self.state.read();
+        self.admin_locked(&st, who)?;
+        Ok(st.users.keys().cloned().collect())
+    }
+
+    pub fn role_list(&self, who: Option<&AuthInfo>) -> Result<Vec<String>> {
+        let st = self.state.read();
+        self.admin_locked(&st, who)?;
+        Ok(st.roles.keys().cloned().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root() -> AuthInfo {
+        AuthInfo { username: ROOT.into(), revision: u64::MAX }
+    }
+
+    #[test]
+    fn enable_needs_root_then_checks_ranges() {
+        let s = AuthStore::new(4, Duration::from_secs(300));
+        let anyone = AuthInfo::default();
+        assert_eq!(s.apply(&anyone, Op::Enable), Err(Error::RootUserNotExist));
+        let add = |n: &str| Op::UserAdd { name: n.into(), hash: Vec::new(), no_password: true };
+        s.apply(&anyone, add(ROOT)).unwrap();
+        assert_eq!(s.apply(&anyone, Op::Enable), Err(Error::RootRoleNotExist));
+        s.apply(&anyone, Op::UserGrantRole { user: ROOT.into(), role: ROOT.into() }).unwrap();
+        s.apply(&anyone, add("u")).unwrap();
+        s.apply(&anyone, Op::RoleAdd { name: "r".into() }).unwrap();
+        let perm =
+            Permission { perm_type: PermType::Read, key: b"a".to_vec(), range_end: b"b".to_vec() };
+        s.apply(&anyone, Op::RoleGrantPermission { name: "r".into(), perm: Some(perm) }).unwrap();
+        s.apply(&anyone, Op::UserGrantRole { user: "u".into(), role: "r".into() }).unwrap();
+        let rev = s.revision();
+        s.apply(&anyone, Op::Enable).unwrap();
+        assert_eq!(s.revision(), rev, "enable keeps the revision");
+        assert_eq!(s.apply(&anyone, Op::RoleAdd { name: "x".into() }), Err(Error::UserEmpty));
+        let u = AuthInfo { username: "u".into(), revision: s.revision() };
+        assert_eq!(s.check_range(Some(&u), b"a1", b"", false), Ok(()));
+        assert_eq!(s.check_range(Some(&u), b"a1", b"", true), Err(Error::PermissionDenied));
+        assert_eq!(s.check_range(None, b"a1", b"", false), Err(Error::UserEmpty));
+        assert_eq!(s.apply(&u, Op::Disable), Err(Error::PermissionDenied));
+        s.apply(&root(), Op::RoleAdd { name: "x".into() }).unwrap();
+        assert_eq!(s.check_range(Some(&u), b"a1", b"", false), Err(Error::AuthOldRevision));
+        assert_eq!(
+            s.apply(&root(), Op::UserDelete { name: ROOT.into() }),
+            Err(Error::InvalidAuthMgmt)
+        );
+        let exported = s.export();
+        let t = AuthStore::new(4, Duration::from_secs(300));
+        t.restore(exported.clone());
+        assert_eq!(t.export(), exported);
+        assert!(t.is_enabled());
+    }
+}
