@@ -43,6 +43,9 @@
 //!   commit (buffered: acknowledged once written to the OS; fsync: once fdatasync'd), snapshots
 //!   that bound restart time and disk use, and recovery that rebuilds the store at exactly one
 //!   revision.
+//! - [`backend`]: etcd's own storage format (a bbolt database with etcd's buckets), read from
+//!   an etcd snapshot.db by `mem_etcd snapshot restore` and written by `mem_etcd snapshot
+//!   export`, so data moves between etcd and mem_etcd with its revisions; never used to serve.
 //!
 //! ## The write path
 //! validate → lock partitions → evaluate compares → allocate revision → apply → encode WAL
