@@ -189,20 +189,23 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
                 )
             })
         }
-        Command::Status { file } => if is_etcd(&file) {
-            schema::read(&file, false).map(|(_, s)| s)
-        } else {
-            backup::read(&file, false, &mut |_| Ok(()))
+        Command::Status { file } => {
+            let etcd = is_etcd(&file);
+            let read = if etcd {
+                schema::read(&file, false).map(|(_, s)| s)
+            } else {
+                backup::read(&file, false, &mut |_| Ok(()))
+            };
+            read.map(|s| {
+                println!("format: {}", if etcd { "etcd (bbolt)" } else { "mem_etcd" });
+                println!("revision: {}", s.rev);
+                println!("compact revision: {}", s.compacted);
+                println!("keys: {} ({} versions)", s.keys, s.versions);
+                println!("leases: {}", s.leases.len());
+                println!("size: {} bytes", s.size);
+                println!("sha256: {}", s.sha256);
+            })
         }
-        .map(|s| {
-            println!("format: {}", if is_etcd(&file) { "etcd (bbolt)" } else { "mem_etcd" });
-            println!("revision: {}", s.rev);
-            println!("compact revision: {}", s.compacted);
-            println!("keys: {} ({} versions)", s.keys, s.versions);
-            println!("leases: {}", s.leases.len());
-            println!("size: {} bytes", s.size);
-            println!("sha256: {}", s.sha256);
-        }),
         Command::Export { file, output, skip_hash_check } => {
             schema::export(&file, &output, skip_hash_check).map(|s| {
                 println!(

@@ -151,20 +151,16 @@ pub fn read(path: &Path, skip_hash_check: bool) -> Result<(EtcdState, Summary), 
     let compacted = compact[0].max(compact[1]);
 
     let mut max_rev = 0i64;
-    let mut kv_err = None;
     let found = db
         .for_each(b"key", &mut |k, v| {
             let Some((main, sub, tombstone)) = parse_rev(k) else {
-                kv_err = Some(format!("key bucket entry {k:?} is not a revision"));
-                return Err(bbolt::FormatError(String::new()));
+                return Err(bbolt::FormatError(format!(
+                    "key bucket entry {k:?} is not a revision"
+                )));
             };
-            let kv = match KeyValue::decode(v) {
-                Ok(kv) => kv,
-                Err(e) => {
-                    kv_err = Some(format!("revision {main}.{sub} does not decode: {e}"));
-                    return Err(bbolt::FormatError(String::new()));
-                }
-            };
+            let kv = KeyValue::decode(v).map_err(|e| {
+                bbolt::FormatError(format!("revision {main}.{sub} does not decode: {e}"))
+            })?;
             max_rev = max_rev.max(main);
             let version = if tombstone {
                 Version { main, sub, create_rev: 0, version: 0, lease: 0, value: Bytes::new() }
@@ -182,7 +178,7 @@ pub fn read(path: &Path, skip_hash_check: bool) -> Result<(EtcdState, Summary), 
             state.keys.entry(kv.key).or_default().push(version);
             Ok(())
         })
-        .map_err(|e| bad(kv_err.take().unwrap_or(e.0)))?;
+        .map_err(|e| bad(e.0))?;
     if !found {
         return Err(bad("no `key` bucket: not a snapshot of etcd's v3 store".into()));
     }
