@@ -123,8 +123,10 @@ pub struct Config {
     pub client_cert_auth: bool,
 
     /// Tokens Authenticate hands out: `simple` (etcd's default: random, kept in memory by
-    /// every member, valid --auth-token-ttl seconds after their last use). etcd's `jwt,...`
-    /// is not implemented.
+    /// every member, valid --auth-token-ttl seconds after their last use), or
+    /// `jwt,sign-method=M,priv-key=FILE[,pub-key=FILE][,ttl=5m]`: signed tokens carrying the
+    /// user and auth revision, M one of RS256/384/512, PS256/384/512, ES256/384, EdDSA,
+    /// HS256/384/512 (a public key alone: this member checks tokens, issues none).
     #[arg(long, env = "ETCD_AUTH_TOKEN", default_value = "simple")]
     pub auth_token: String,
 

@@ -113,6 +113,8 @@ pub enum Error {
     AuthOldRevision,
     /// Authenticate as a user added with --no-password (not an rpctypes error: etcd answers it with code Unknown).
     NoPasswordUser,
+    /// Authenticate on a member whose JWT key is only a public key (etcd answers it with code Unknown).
+    VerifyOnly,
     /// Something that should not happen (the server log says what).
     Internal,
 }
@@ -244,6 +246,7 @@ impl Error {
             Error::NoPasswordUser => {
                 "auth: authentication failed, password was given for no password user"
             }
+            Error::VerifyOnly => "auth: token signing attempted with verify-only key",
         }
     }
 

@@ -4,6 +4,7 @@
 
 pub mod cert;
 pub mod codec;
+pub mod jwt;
 pub mod perm;
 pub mod store;
 

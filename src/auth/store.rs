@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 
+use super::jwt::{Jwt, TokenKind};
 use super::perm::Intervals;
 use crate::error::{Error, Result};
 
@@ -207,6 +208,9 @@ pub struct AuthStore {
     /// Simple tokens: looked up and refreshed by every authenticated request, so a mutex of
     /// its own rather than `state`'s lock.
     tokens: Mutex<Tokens>,
+    /// With `--auth-token jwt,...`: tokens are signed and checked with its key instead, and
+    /// `tokens` stays empty.
+    jwt: Option<Box<Jwt>>,
     token_ttl: Duration,
     bcrypt_cost: u32,
 }
@@ -235,9 +239,24 @@ impl AuthStore {
             revision: AtomicU64::new(1),
             state: RwLock::new(State::default()),
             tokens: Mutex::new(Tokens::default()),
+            jwt: None,
             token_ttl,
             bcrypt_cost,
         }
+    }
+
+    /// The store handing out tokens of `kind` (simple ones by default).
+    pub fn with_tokens(mut self, kind: TokenKind) -> Self {
+        self.jwt = match kind {
+            TokenKind::Simple => None,
+            TokenKind::Jwt(j) => Some(j),
+        };
+        self
+    }
+
+    /// Whether tokens are JWTs, which every member checks on its own.
+    pub fn uses_jwt(&self) -> bool {
+        self.jwt.is_some()
     }
 
     /// The hot path's check.
@@ -325,9 +344,13 @@ impl AuthStore {
         raw.iter().map(|b| LETTERS[*b as usize % LETTERS.len()] as char).collect()
     }
 
-    /// The user a simple token stands for, checked at the current auth revision (etcd's simple
-    /// tokens carry no revision); renews the token's TTL. `None`: unknown or expired.
+    /// The user a token stands for. A simple token is checked at the current auth revision
+    /// (it carries none) and its TTL renewed; a JWT carries the revision it was issued at, so
+    /// any change of auth state since makes it stale. `None`: unknown, expired or forged.
     pub fn token_info(&self, token: &str) -> Option<AuthInfo> {
+        if let Some(jwt) = &self.jwt {
+            return jwt.check(token);
+        }
         let now = Instant::now();
         let mut t = self.tokens.lock();
         let (name, deadline) = t.by_token.get_mut(token)?;
@@ -481,6 +504,11 @@ impl AuthStore {
                 match st.users.get(&name) {
                     Some(u) if !u.no_password => {}
                     _ => return Err(Error::AuthFailed),
+                }
+                if let Some(jwt) = &self.jwt {
+                    // Signed at apply with the revision of this point in the log, as etcd
+                    // does; every member signs, the proposer's answer is the one used.
+                    return jwt.sign(&name, self.revision());
                 }
                 let mut t = self.tokens.lock();
                 t.issued += 1;

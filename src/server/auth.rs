@@ -84,7 +84,9 @@ pub async fn by_token(s: &Shared, token: &str) -> Result<AuthInfo> {
     }
     // In a cluster the token may have been issued through the log by an entry this member
     // has not applied yet (etcd waits for the index in the token): catch up, look again.
+    // A JWT needs no state: refused is refused.
     if s.raft().is_some()
+        && !s.auth.uses_jwt()
         && apply::linearizable(s).await.is_ok()
         && let Some(info) = s.auth.token_info(token)
     {
@@ -263,11 +265,13 @@ async fn change(s: &Shared, who: &Option<AuthInfo>, r: mpb::AuthRequest) -> Resu
         };
     }
     let op = to_op(r).ok_or(Error::Internal)?;
+    // Tokens are not persisted (they go with a restart, as in etcd): nothing to write.
+    let persists = !matches!(op, Op::Authenticate { .. });
     // One change at a time: the file is written in the order the changes were applied.
     let _g = s.auth_changes.lock().await;
     let caller = who.clone().unwrap_or_default();
     let token = s.auth.apply(&caller, op)?;
-    if let Some(path) = auth_file(s) {
+    if persists && let Some(path) = auth_file(s) {
         let state = s.auth.export();
         let written = tokio::task::block_in_place(|| save(&path, &state));
         if let Err(e) = written {

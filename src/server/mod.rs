@@ -142,17 +142,13 @@ impl Shared {
             let _ = lessor.grant(id, ttl);
         }
         store.attach_recovered_leases();
-        if config.auth_token != "simple" {
-            return Err(format!(
-                "--auth-token {:?}: only simple tokens are implemented (jwt is not)",
-                config.auth_token
-            )
-            .into());
-        }
+        let tokens = crate::auth::jwt::TokenKind::parse(&config.auth_token)
+            .map_err(|e| format!("--auth-token: {e}"))?;
         let auth = crate::auth::AuthStore::new(
             config.bcrypt_cost,
             std::time::Duration::from_secs(config.auth_token_ttl),
-        );
+        )
+        .with_tokens(tokens);
         if let Some(path) = auth_path {
             match auth::load(&path) {
                 Ok(Some(state)) => auth.restore(state),

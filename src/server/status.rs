@@ -58,7 +58,7 @@ pub fn code(e: &Error) -> Code {
         | Error::AuthOldRevision => Code::InvalidArgument,
         Error::PermissionDenied => Code::PermissionDenied,
         Error::InvalidAuthToken => Code::Unauthenticated,
-        Error::NoPasswordUser => Code::Unknown,
+        Error::NoPasswordUser | Error::VerifyOnly => Code::Unknown,
     }
 }
 

@@ -488,3 +488,167 @@ async fn simple_tokens_expire_unless_used() {
         (tonic::Code::Unauthenticated, "etcdserver: invalid auth token")
     );
 }
+
+// ----- JWT tokens (--auth-token jwt,...) -----
+
+/// The `--auth-token` value for `method` with the test keys in tests/fixtures/jwt (an empty
+/// name leaves that key out).
+fn jwt_flag(method: &str, private: &str, public: &str, ttl: &str) -> String {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/jwt");
+    let mut flag = format!("--auth-token=jwt,sign-method={method},ttl={ttl}");
+    if !private.is_empty() {
+        flag += &format!(",priv-key={dir}/{private}");
+    }
+    if !public.is_empty() {
+        flag += &format!(",pub-key={dir}/{public}");
+    }
+    flag
+}
+
+/// The claims of a JWT, as JSON.
+fn claims(token: &str) -> serde_json::Value {
+    use base64::Engine as _;
+    let part = token.split('.').nth(1).expect("a JWT has three parts");
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part).expect("base64url");
+    serde_json::from_slice(&json).expect("JSON claims")
+}
+
+/// With JWT tokens the error battery gives etcd's answers, among them a token gone stale when
+/// the auth state changes after it was issued (simple tokens do not).
+#[tokio::test]
+async fn jwt_errors_same_as_etcd() {
+    let flag = jwt_flag("RS256", "rsa.key", "rsa.pub", "5m");
+    let etcd = server_of!(Kind::Etcd, [flag.as_str()]);
+    let tgt = server_of!(Kind::MemEtcd, [flag.as_str()]);
+    let want = errors_of(&etcd).await;
+    let got = errors_of(&tgt).await;
+    assert_eq!(want, got);
+    let stale = got.iter().find(|(what, _)| *what == "alice after change").unwrap();
+    assert_eq!(stale.1, "InvalidArgument: etcdserver: revision of auth store is old");
+}
+
+/// For every method both implement, a JWT issued by etcd works on mem_etcd holding the same key
+/// and the other way round, with the same claims; a member given only the public key checks
+/// tokens but refuses to issue one, with etcd's error; an expired token is refused.
+#[tokio::test]
+async fn jwt_tokens_move_between_etcd_and_mem_etcd() {
+    let methods = [
+        ("RS256", "rsa.key", "rsa.pub"),
+        ("PS384", "rsa-pkcs8.key", ""),
+        ("ES256", "ec256.key", "ec256.pub"),
+        ("ES384", "ec384.key", "ec384.pub"),
+        ("EdDSA", "ed25519.key", "ed25519.pub"),
+        ("HS256", "hmac.secret", ""),
+    ];
+    for (method, private, public) in methods {
+        let flag = jwt_flag(method, private, public, "5m");
+        let etcd = server_of!(Kind::Etcd, [flag.as_str()]);
+        let tgt = server_of!(Kind::MemEtcd, [flag.as_str()]);
+        let (mut e, mut t) = (etcd.raw_clients().await, tgt.raw_clients().await);
+        set_up(&mut e).await;
+        set_up(&mut t).await;
+        let from_etcd = token(&mut e, "alice", "alicepw").await;
+        let from_tgt = token(&mut t, "alice", "alicepw").await;
+        let (ce, ct) = (claims(&from_etcd), claims(&from_tgt));
+        assert_eq!(ce["username"], ct["username"], "{method}");
+        assert_eq!(ce["revision"], ct["revision"], "{method}");
+        let exp = |c: &serde_json::Value| c["exp"].as_i64().expect("exp");
+        assert!((exp(&ce) - exp(&ct)).abs() < 30, "{method}: {ce} vs {ct}");
+        assert_eq!(from_etcd.split('.').next(), from_tgt.split('.').next(), "{method}: header");
+        t.kv.put(with_token(&from_etcd, put("/app/from-etcd")))
+            .await
+            .unwrap_or_else(|e| panic!("{method}: etcd's token on mem_etcd: {e}"));
+        e.kv.put(with_token(&from_tgt, put("/app/from-mem_etcd")))
+            .await
+            .unwrap_or_else(|e| panic!("{method}: mem_etcd's token on etcd: {e}"));
+        let denied = t.kv.put(with_token(&from_etcd, put("/b"))).await;
+        assert_eq!(outcome(denied), "PermissionDenied: etcdserver: permission denied");
+        if public.is_empty() {
+            continue;
+        }
+        // Verify-only members: the public key alone.
+        let flag = jwt_flag(method, "", public, "5m");
+        let etcd_v = server_of!(Kind::Etcd, [flag.as_str()]);
+        let tgt_v = server_of!(Kind::MemEtcd, [flag.as_str()]);
+        let (mut ev, mut tv) = (etcd_v.raw_clients().await, tgt_v.raw_clients().await);
+        set_up(&mut ev).await;
+        set_up(&mut tv).await;
+        let authn = || pb::AuthenticateRequest { name: "alice".into(), password: "alicepw".into() };
+        let want = outcome(ev.auth.authenticate(authn()).await);
+        assert_eq!(outcome(tv.auth.authenticate(authn()).await), want, "{method}");
+        assert_eq!(want, "Unknown: auth: token signing attempted with verify-only key");
+        tv.kv
+            .put(with_token(&from_etcd, put("/app/checked")))
+            .await
+            .unwrap_or_else(|e| panic!("{method}: verify-only member: {e}"));
+    }
+    // Expiry (golang-jwt checks `exp` to the second).
+    let flag = jwt_flag("HS256", "hmac.secret", "", "1s");
+    let etcd = server_of!(Kind::Etcd, [flag.as_str()]);
+    let tgt = server_of!(Kind::MemEtcd, [flag.as_str()]);
+    let mut answers = Vec::new();
+    for s in [&etcd, &tgt] {
+        let mut r = s.raw_clients().await;
+        set_up(&mut r).await;
+        let t = token(&mut r, "alice", "alicepw").await;
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        answers.push(outcome(r.kv.range(with_token(&t, range("/app/a"))).await));
+    }
+    assert_eq!(answers[0], "Unauthenticated: etcdserver: invalid auth token");
+    assert_eq!(answers[0], answers[1]);
+}
+
+/// Bad JWT options stop mem_etcd at start with etcd's reason, as they stop etcd.
+#[tokio::test]
+async fn jwt_options_are_checked_at_start() {
+    for (flag, reason) in [
+        (jwt_flag("RS256", "", "", "5m"), "auth: missing key data"),
+        (jwt_flag("XS256", "rsa.key", "", "5m"), "auth: invalid auth signature method"),
+        (
+            jwt_flag("RS256", "rsa-pkcs8.key", "rsa.pub", "5m"),
+            "auth: public and private keys don't match",
+        ),
+        ("--auth-token=jwt,sign-method".to_string(), "auth: invalid auth options"),
+        ("--auth-token=bogus".to_string(), "auth: invalid auth options"),
+    ] {
+        let dir = DataDir::new();
+        let exited = dir.start_expecting_failure(&[flag.as_str()]).await;
+        assert!(!exited.status.success(), "{flag}");
+        assert!(!exited.grep(reason).is_empty(), "{flag}: want {reason:?} in\n{}", exited.output());
+    }
+}
+
+/// On a 3-member cluster with JWT tokens: a token issued by one member works on every member,
+/// and goes stale on every member once the auth state changes.
+#[tokio::test]
+async fn jwt_tokens_on_a_cluster() {
+    let flag = jwt_flag("ES256", "ec256.key", "ec256.pub", "5m");
+    let Some(c) = Cluster::start(Kind::MemEtcd, 3, &["--wal-mode=buffered", flag.as_str()]).await
+    else {
+        return;
+    };
+    let mut r0 = c.raw(0).await;
+    set_up(&mut r0).await;
+    let alice = token(&mut r0, "alice", "alicepw").await;
+    let root = token(&mut c.raw(2).await, "root", "rootpw").await;
+    for i in 0..3 {
+        let mut r = c.raw(i).await;
+        r.kv.put(with_token(&alice, put("/app/x")))
+            .await
+            .unwrap_or_else(|e| panic!("member {i}: {e}"));
+    }
+    let add = pb::AuthRoleAddRequest { name: "r2".into() };
+    c.raw(1).await.auth.role_add(with_token(&root, add)).await.unwrap();
+    for i in 0..3 {
+        let mut r = c.raw(i).await;
+        // The change reaches every member; a linearizable read makes sure it is applied.
+        let _ = r.auth.auth_status(with_token(&root, pb::AuthStatusRequest {})).await;
+        let stale = outcome(r.kv.put(with_token(&alice, put("/app/y"))).await);
+        assert_eq!(
+            stale, "InvalidArgument: etcdserver: revision of auth store is old",
+            "member {i}"
+        );
+    }
+    let fresh = token(&mut c.raw(1).await, "alice", "alicepw").await;
+    c.raw(2).await.kv.put(with_token(&fresh, put("/app/z"))).await.unwrap();
+}

@@ -1,0 +1,693 @@
+//! JWT tokens (etcd's `server/auth/jwt.go` and `options.go`): `--auth-token
+//! jwt,sign-method=RS256,priv-key=FILE,pub-key=FILE,ttl=5m`. A token is signed with the
+//! member's key and carries the user name, the auth revision it was issued at and its expiry,
+//! so any member holding the key checks it without shared state, and the revision makes a
+//! token stale as soon as the auth state changes (etcd's rule for JWT). The encoding matches
+//! golang-jwt's byte for byte (header `{"alg":..,"typ":"JWT"}`, claims in sorted key order,
+//! unpadded base64url), so tokens move between etcd and mem_etcd members holding one key.
+//!
+//! Signatures are ring's; keys are read from the file's first PEM block as Go's jwt library
+//! reads them: PKCS#1 or PKCS#8 RSA keys, SEC1 or PKCS#8 EC keys, PKCS#8 Ed25519 keys, public
+//! keys as SubjectPublicKeyInfo or in a certificate (not Go's PKCS#1 `RSA PUBLIC KEY`), the
+//! HMAC secret as the file's raw bytes. RSA keys must have 2048 to 8192 bits (ring's bounds).
+//! ring has no P-521, so ES512 is refused at start.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use ring::rand::SystemRandom;
+use ring::signature::{self as sig, KeyPair as _};
+use ring::{hmac, signature::UnparsedPublicKey};
+use tokio_rustls::rustls::pki_types::pem::{PemObject, SectionKind};
+
+use super::AuthInfo;
+
+/// What is wrong with the `--auth-token` option; the messages are etcd's where it has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OptionsError {
+    /// Not `simple` nor `jwt`, an option without `=`, or one given twice.
+    Invalid,
+    /// sign-method missing or unknown.
+    Method,
+    /// Neither key given.
+    MissingKey,
+    /// Both keys given, and they are not one pair.
+    KeyMismatch,
+    /// A key file that cannot be read or is not a key for the method.
+    Key(String),
+    /// ttl is not a Go duration.
+    Ttl(String),
+    /// A method etcd has and mem_etcd cannot sign or check.
+    Unsupported(&'static str),
+}
+
+impl fmt::Display for OptionsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OptionsError::Invalid => f.write_str("auth: invalid auth options"),
+            OptionsError::Method => f.write_str("auth: invalid auth signature method"),
+            OptionsError::MissingKey => f.write_str("auth: missing key data"),
+            OptionsError::KeyMismatch => f.write_str("auth: public and private keys don't match"),
+            OptionsError::Key(e) => write!(f, "auth: {e}"),
+            OptionsError::Ttl(t) => write!(f, "auth: invalid ttl {t:?}"),
+            OptionsError::Unsupported(m) => write!(f, "auth: sign-method {m} is not supported"),
+        }
+    }
+}
+
+impl std::error::Error for OptionsError {}
+
+/// How tokens are made: `--auth-token`'s first word.
+#[derive(Debug)]
+pub enum TokenKind {
+    Simple,
+    Jwt(Box<Jwt>),
+}
+
+impl TokenKind {
+    /// etcd's `decomposeOpts` and `NewTokenProvider`.
+    pub fn parse(opts: &str) -> Result<TokenKind, OptionsError> {
+        let mut parts = opts.split(',');
+        let kind = parts.next().unwrap_or_default();
+        let mut map: Vec<(&str, &str)> = Vec::new();
+        for p in parts {
+            let mut kv = p.split('=');
+            let (Some(k), Some(v), None) = (kv.next(), kv.next(), kv.next()) else {
+                return Err(OptionsError::Invalid);
+            };
+            if map.iter().any(|(seen, _)| *seen == k) {
+                return Err(OptionsError::Invalid);
+            }
+            map.push((k, v));
+        }
+        let get = |k: &str| map.iter().find(|(n, _)| *n == k).map(|(_, v)| *v).unwrap_or("");
+        match kind {
+            "simple" => Ok(TokenKind::Simple),
+            "jwt" => {
+                let unknown: Vec<&str> = map
+                    .iter()
+                    .map(|(k, _)| *k)
+                    .filter(|k| !["sign-method", "pub-key", "priv-key", "ttl"].contains(k))
+                    .collect();
+                if !unknown.is_empty() {
+                    tracing::warn!(keys = ?unknown, "auth: unknown JWT options");
+                }
+                Jwt::new(get("sign-method"), get("priv-key"), get("pub-key"), get("ttl"))
+                    .map(|j| TokenKind::Jwt(Box::new(j)))
+            }
+            _ => Err(OptionsError::Invalid),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    Rsa,
+    RsaPss,
+    Ecdsa,
+    Ed25519,
+    Hmac,
+}
+
+/// A signing method: golang-jwt's name and ring's algorithms for it.
+#[derive(Debug)]
+struct Method {
+    name: &'static str,
+    family: Family,
+    rsa_sign: Option<&'static dyn sig::RsaEncoding>,
+    verify: Option<&'static dyn sig::VerificationAlgorithm>,
+    ecdsa_sign: Option<&'static sig::EcdsaSigningAlgorithm>,
+    hmac: Option<hmac::Algorithm>,
+    /// The named curve's OID (DER content) for EC keys, to wrap a SEC1 key as PKCS#8.
+    curve_oid: &'static [u8],
+}
+
+const P256_OID: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+const P384_OID: &[u8] = &[0x2b, 0x81, 0x04, 0x00, 0x22];
+
+fn method(name: &str) -> Result<Method, OptionsError> {
+    let m = |name, family| Method {
+        name,
+        family,
+        rsa_sign: None,
+        verify: None,
+        ecdsa_sign: None,
+        hmac: None,
+        curve_oid: &[],
+    };
+    Ok(match name {
+        "RS256" => Method {
+            rsa_sign: Some(&sig::RSA_PKCS1_SHA256),
+            verify: Some(&sig::RSA_PKCS1_2048_8192_SHA256),
+            ..m("RS256", Family::Rsa)
+        },
+        "RS384" => Method {
+            rsa_sign: Some(&sig::RSA_PKCS1_SHA384),
+            verify: Some(&sig::RSA_PKCS1_2048_8192_SHA384),
+            ..m("RS384", Family::Rsa)
+        },
+        "RS512" => Method {
+            rsa_sign: Some(&sig::RSA_PKCS1_SHA512),
+            verify: Some(&sig::RSA_PKCS1_2048_8192_SHA512),
+            ..m("RS512", Family::Rsa)
+        },
+        "PS256" => Method {
+            rsa_sign: Some(&sig::RSA_PSS_SHA256),
+            verify: Some(&sig::RSA_PSS_2048_8192_SHA256),
+            ..m("PS256", Family::RsaPss)
+        },
+        "PS384" => Method {
+            rsa_sign: Some(&sig::RSA_PSS_SHA384),
+            verify: Some(&sig::RSA_PSS_2048_8192_SHA384),
+            ..m("PS384", Family::RsaPss)
+        },
+        "PS512" => Method {
+            rsa_sign: Some(&sig::RSA_PSS_SHA512),
+            verify: Some(&sig::RSA_PSS_2048_8192_SHA512),
+            ..m("PS512", Family::RsaPss)
+        },
+        "ES256" => Method {
+            ecdsa_sign: Some(&sig::ECDSA_P256_SHA256_FIXED_SIGNING),
+            verify: Some(&sig::ECDSA_P256_SHA256_FIXED),
+            curve_oid: P256_OID,
+            ..m("ES256", Family::Ecdsa)
+        },
+        "ES384" => Method {
+            ecdsa_sign: Some(&sig::ECDSA_P384_SHA384_FIXED_SIGNING),
+            verify: Some(&sig::ECDSA_P384_SHA384_FIXED),
+            curve_oid: P384_OID,
+            ..m("ES384", Family::Ecdsa)
+        },
+        "ES512" => return Err(OptionsError::Unsupported("ES512 (P-521)")),
+        "EdDSA" => Method { verify: Some(&sig::ED25519), ..m("EdDSA", Family::Ed25519) },
+        "HS256" => Method { hmac: Some(hmac::HMAC_SHA256), ..m("HS256", Family::Hmac) },
+        "HS384" => Method { hmac: Some(hmac::HMAC_SHA384), ..m("HS384", Family::Hmac) },
+        "HS512" => Method { hmac: Some(hmac::HMAC_SHA512), ..m("HS512", Family::Hmac) },
+        _ => return Err(OptionsError::Method),
+    })
+}
+
+enum Signer {
+    Rsa(sig::RsaKeyPair),
+    Ecdsa(sig::EcdsaKeyPair),
+    Ed25519(sig::Ed25519KeyPair),
+}
+
+/// A JWT token maker and checker. Immutable after start: shared by every request unlocked.
+pub struct Jwt {
+    method: Method,
+    /// None with only a public key: this member checks tokens but cannot issue them.
+    signer: Option<Signer>,
+    /// The public key's bytes as ring takes them (PKCS#1 RSAPublicKey, an EC point, an
+    /// Ed25519 key); empty for HMAC.
+    public: Vec<u8>,
+    hmac: Option<hmac::Key>,
+    ttl: Duration,
+    /// The encoded header, the same for every token.
+    header: String,
+    rng: SystemRandom,
+}
+
+impl fmt::Debug for Jwt {
+    // Never the keys.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Jwt")
+            .field("method", &self.method.name)
+            .field("verify_only", &self.verify_only())
+            .field("ttl", &self.ttl)
+            .finish()
+    }
+}
+
+fn read_key(path: &str) -> Result<Vec<u8>, OptionsError> {
+    if path.is_empty() {
+        return Ok(Vec::new());
+    }
+    std::fs::read(path).map_err(|e| OptionsError::Key(format!("{path}: {e}")))
+}
+
+fn key_err(path: &str, what: &str) -> OptionsError {
+    OptionsError::Key(format!("{path}: {what}"))
+}
+
+impl Jwt {
+    fn new(
+        method_name: &str,
+        priv_path: &str,
+        pub_path: &str,
+        ttl: &str,
+    ) -> Result<Self, OptionsError> {
+        let ttl = if ttl.is_empty() {
+            Duration::from_secs(300)
+        } else {
+            parse_duration(ttl).ok_or_else(|| OptionsError::Ttl(ttl.to_string()))?
+        };
+        let method = method(method_name)?;
+        let (private, public) = (read_key(priv_path)?, read_key(pub_path)?);
+        let header = B64.encode(format!(r#"{{"alg":"{}","typ":"JWT"}}"#, method.name));
+        let mut jwt = Jwt {
+            method,
+            signer: None,
+            public: Vec::new(),
+            hmac: None,
+            ttl,
+            header,
+            rng: SystemRandom::new(),
+        };
+        if jwt.method.family == Family::Hmac {
+            // Go's jwt takes the file's bytes as they are, newline included.
+            if private.is_empty() {
+                return Err(OptionsError::MissingKey);
+            }
+            jwt.hmac = Some(hmac::Key::new(jwt.method.hmac.expect("hmac"), &private));
+            return Ok(jwt);
+        }
+        if !public.is_empty() {
+            jwt.public = jwt
+                .public_key(&public)
+                .ok_or_else(|| key_err(pub_path, "not a public key for the method"))?;
+        }
+        if !private.is_empty() {
+            let signer = jwt
+                .private_key(&private)
+                .ok_or_else(|| key_err(priv_path, "not a private key for the method"))?;
+            let derived = match &signer {
+                Signer::Rsa(k) => k.public_key().as_ref().to_vec(),
+                Signer::Ecdsa(k) => k.public_key().as_ref().to_vec(),
+                Signer::Ed25519(k) => k.public_key().as_ref().to_vec(),
+            };
+            if !jwt.public.is_empty() && jwt.public != derived {
+                return Err(OptionsError::KeyMismatch);
+            }
+            jwt.public = derived;
+            jwt.signer = Some(signer);
+        }
+        if jwt.public.is_empty() {
+            return Err(OptionsError::MissingKey);
+        }
+        Ok(jwt)
+    }
+
+    /// Whether this member only checks tokens (etcd: `ErrVerifyOnly` on Authenticate).
+    pub fn verify_only(&self) -> bool {
+        self.signer.is_none() && self.hmac.is_none()
+    }
+
+    pub fn method_name(&self) -> &'static str {
+        self.method.name
+    }
+
+    fn private_key(&self, pem: &[u8]) -> Option<Signer> {
+        let (kind, der) = first_pem(pem)?;
+        let m = &self.method;
+        match (m.family, kind) {
+            (Family::Rsa | Family::RsaPss, SectionKind::RsaPrivateKey) => {
+                sig::RsaKeyPair::from_der(&der).ok().map(Signer::Rsa)
+            }
+            (Family::Rsa | Family::RsaPss, SectionKind::PrivateKey) => {
+                sig::RsaKeyPair::from_pkcs8(&der).ok().map(Signer::Rsa)
+            }
+            (Family::Ecdsa, SectionKind::EcPrivateKey | SectionKind::PrivateKey) => {
+                let pkcs8 = if kind == SectionKind::EcPrivateKey {
+                    sec1_to_pkcs8(&der, m.curve_oid)
+                } else {
+                    der
+                };
+                sig::EcdsaKeyPair::from_pkcs8(m.ecdsa_sign?, &pkcs8, &self.rng)
+                    .ok()
+                    .map(Signer::Ecdsa)
+            }
+            (Family::Ed25519, SectionKind::PrivateKey) => {
+                sig::Ed25519KeyPair::from_pkcs8_maybe_unchecked(&der).ok().map(Signer::Ed25519)
+            }
+            _ => None,
+        }
+    }
+
+    /// The key ring verifies with, from a SubjectPublicKeyInfo (`PUBLIC KEY`) or a
+    /// certificate.
+    fn public_key(&self, pem: &[u8]) -> Option<Vec<u8>> {
+        let (kind, der) = first_pem(pem)?;
+        let key = match kind {
+            SectionKind::PublicKey => spki_key(&der)?,
+            SectionKind::Certificate => {
+                // Certificate { TBSCertificate { [0] version, serial, sigalg, issuer,
+                // validity, subject, subjectPublicKeyInfo, ... }, ... }
+                let cert = der::content(&der, der::SEQUENCE)?;
+                let tbs = der::content(cert, der::SEQUENCE)?;
+                let mut r = der::Reader(tbs);
+                if r.peek() == Some(0xa0) {
+                    r.next()?;
+                }
+                for _ in 0..5 {
+                    r.next()?;
+                }
+                let (tag, _, whole) = r.next_whole()?;
+                (tag == der::SEQUENCE).then_some(())?;
+                spki_key(whole)?
+            }
+            _ => return None,
+        };
+        // A key of another kind is refused at start rather than failing every token.
+        match self.method.family {
+            Family::Ed25519 => (key.len() == 32).then_some(key),
+            Family::Ecdsa => (key.first() == Some(&4)
+                && key.len() == if self.method.curve_oid == P256_OID { 65 } else { 97 })
+            .then_some(key),
+            _ => (key.first() == Some(&der::SEQUENCE)).then_some(key),
+        }
+    }
+
+    /// etcd's `assign`: a token for `username` at auth revision `revision`.
+    pub fn sign(&self, username: &str, revision: u64) -> Result<String, crate::error::Error> {
+        let exp = SystemTime::now()
+            .checked_add(self.ttl)
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs());
+        // serde_json escapes as Go's encoding/json does for names (both escape '"', '\\' and
+        // control characters; Go also escapes <, >, & which user names rarely hold).
+        let name = serde_json::to_string(username).map_err(|_| crate::error::Error::Internal)?;
+        let claims = format!(r#"{{"exp":{exp},"revision":{revision},"username":{name}}}"#);
+        let mut token = String::with_capacity(self.header.len() + claims.len() * 2 + 400);
+        token.push_str(&self.header);
+        token.push('.');
+        B64.encode_string(claims, &mut token);
+        let signature = match (&self.signer, &self.hmac) {
+            (_, Some(k)) => hmac::sign(k, token.as_bytes()).as_ref().to_vec(),
+            (Some(Signer::Rsa(k)), _) => {
+                let mut out = vec![0; k.public().modulus_len()];
+                k.sign(
+                    self.method.rsa_sign.ok_or(crate::error::Error::Internal)?,
+                    &self.rng,
+                    token.as_bytes(),
+                    &mut out,
+                )
+                .map_err(|_| crate::error::Error::Internal)?;
+                out
+            }
+            (Some(Signer::Ecdsa(k)), _) => k
+                .sign(&self.rng, token.as_bytes())
+                .map_err(|_| crate::error::Error::Internal)?
+                .as_ref()
+                .to_vec(),
+            (Some(Signer::Ed25519(k)), _) => k.sign(token.as_bytes()).as_ref().to_vec(),
+            (None, None) => return Err(crate::error::Error::VerifyOnly),
+        };
+        token.push('.');
+        B64.encode_string(signature, &mut token);
+        Ok(token)
+    }
+
+    /// etcd's `info`: who a well-signed, unexpired token of this method stands for.
+    pub fn check(&self, token: &str) -> Option<AuthInfo> {
+        let (signed, signature) = token.rsplit_once('.')?;
+        let (header, claims) = signed.split_once('.')?;
+        let signature = B64.decode(signature).ok()?;
+        let ok = match &self.hmac {
+            Some(k) => hmac::verify(k, signed.as_bytes(), &signature).is_ok(),
+            None => UnparsedPublicKey::new(self.method.verify?, &self.public)
+                .verify(signed.as_bytes(), &signature)
+                .is_ok(),
+        };
+        if !ok {
+            tracing::warn!("auth: a JWT token with a bad signature");
+            return None;
+        }
+        let header: serde_json::Value = serde_json::from_slice(&B64.decode(header).ok()?).ok()?;
+        if header.get("alg").and_then(|a| a.as_str()) != Some(self.method.name) {
+            tracing::warn!("auth: a JWT token of another signing method");
+            return None;
+        }
+        let claims: serde_json::Value = serde_json::from_slice(&B64.decode(claims).ok()?).ok()?;
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs_f64();
+        // golang-jwt: exp optional, but when present it must be a number in the future.
+        match claims.get("exp") {
+            None => {}
+            Some(e) if e.as_f64().is_some_and(|e| now < e) => {}
+            Some(_) => return None,
+        }
+        let username = claims.get("username")?.as_str()?.to_string();
+        let revision = claims.get("revision")?.as_f64()? as u64;
+        Some(AuthInfo { username, revision })
+    }
+}
+
+/// The first PEM block of `pem`, if it is a key or certificate. Go's jwt reads only the first
+/// block, so a key after another one (the EC PARAMETERS `openssl ecparam -genkey` writes
+/// unless given -noout) is refused, as etcd refuses it: a key file works on both or neither.
+fn first_pem(pem: &[u8]) -> Option<(SectionKind, Vec<u8>)> {
+    let text = std::str::from_utf8(pem).ok()?;
+    let label = text.split("-----BEGIN ").nth(1)?.split("-----").next()?;
+    let (kind, der) = <(SectionKind, Vec<u8>)>::from_pem_slice(pem).ok()?;
+    let expected = match kind {
+        SectionKind::PrivateKey => "PRIVATE KEY",
+        SectionKind::RsaPrivateKey => "RSA PRIVATE KEY",
+        SectionKind::EcPrivateKey => "EC PRIVATE KEY",
+        SectionKind::PublicKey => "PUBLIC KEY",
+        SectionKind::Certificate => "CERTIFICATE",
+        _ => return None,
+    };
+    (label == expected).then_some((kind, der))
+}
+
+/// The subjectPublicKey bits of a SubjectPublicKeyInfo (what ring verifies with).
+fn spki_key(spki: &[u8]) -> Option<Vec<u8>> {
+    let body = der::content(spki, der::SEQUENCE)?;
+    let mut r = der::Reader(body);
+    let (tag, _) = r.next()?;
+    (tag == der::SEQUENCE).then_some(())?;
+    let (tag, bits) = r.next()?;
+    (tag == der::BIT_STRING && bits.first() == Some(&0)).then(|| bits[1..].to_vec())
+}
+
+/// A SEC1 `EC PRIVATE KEY` as the PKCS#8 document ring reads: version 0, the algorithm
+/// id-ecPublicKey with the named curve, the SEC1 bytes as the private key.
+fn sec1_to_pkcs8(sec1: &[u8], curve_oid: &[u8]) -> Vec<u8> {
+    const EC_PUBLIC_KEY: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
+    let alg = [der::tlv(der::OID, EC_PUBLIC_KEY), der::tlv(der::OID, curve_oid)].concat();
+    let body = [
+        der::tlv(der::INTEGER, &[0]),
+        der::tlv(der::SEQUENCE, &alg),
+        der::tlv(der::OCTET_STRING, sec1),
+    ]
+    .concat();
+    der::tlv(der::SEQUENCE, &body)
+}
+
+/// The little DER needed to find keys in their envelopes.
+mod der {
+    pub const INTEGER: u8 = 0x02;
+    pub const BIT_STRING: u8 = 0x03;
+    pub const OCTET_STRING: u8 = 0x04;
+    pub const OID: u8 = 0x06;
+    pub const SEQUENCE: u8 = 0x30;
+
+    pub struct Reader<'a>(pub &'a [u8]);
+
+    impl<'a> Reader<'a> {
+        pub fn peek(&self) -> Option<u8> {
+            self.0.first().copied()
+        }
+
+        /// The next element's tag, content and whole encoding.
+        pub fn next_whole(&mut self) -> Option<(u8, &'a [u8], &'a [u8])> {
+            let b = self.0;
+            let tag = *b.first()?;
+            let first = *b.get(1)? as usize;
+            let (len, start) = if first < 0x80 {
+                (first, 2)
+            } else {
+                let n = first & 0x7f;
+                if n == 0 || n > 4 {
+                    return None;
+                }
+                let mut len = 0usize;
+                for i in 0..n {
+                    len = (len << 8) | *b.get(2 + i)? as usize;
+                }
+                (len, 2 + n)
+            };
+            let end = start.checked_add(len)?;
+            let content = b.get(start..end)?;
+            let whole = &b[..end];
+            self.0 = &b[end..];
+            Some((tag, content, whole))
+        }
+
+        pub fn next(&mut self) -> Option<(u8, &'a [u8])> {
+            self.next_whole().map(|(t, c, _)| (t, c))
+        }
+    }
+
+    /// The content of `b`, which must be one element with tag `tag`.
+    pub fn content(b: &[u8], tag: u8) -> Option<&[u8]> {
+        let (t, c) = Reader(b).next()?;
+        (t == tag).then_some(c)
+    }
+
+    pub fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag];
+        let len = content.len();
+        if len < 0x80 {
+            out.push(len as u8);
+        } else {
+            let bytes = len.to_be_bytes();
+            let skip = bytes.iter().take_while(|b| **b == 0).count();
+            out.push(0x80 | (bytes.len() - skip) as u8);
+            out.extend_from_slice(&bytes[skip..]);
+        }
+        out.extend_from_slice(content);
+        out
+    }
+}
+
+/// Go's `time.ParseDuration` for the values an operator writes: a sequence of decimal
+/// numbers with units ns, us, µs, ms, s, m, h (`5m`, `1h30m`, `1.5h`, `300s`).
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    if s == "0" {
+        return Some(Duration::ZERO);
+    }
+    let mut rest = s;
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let n = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+        let value: f64 = rest[..n].parse().ok()?;
+        rest = &rest[n..];
+        let u = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let scale = match &rest[..u] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        rest = &rest[u..];
+        total += value * scale;
+    }
+    Duration::try_from_secs_f64(total).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_as_go_reads_them() {
+        assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("10"), None);
+        assert_eq!(parse_duration("10x"), None);
+        assert_eq!(parse_duration(""), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn options_are_checked_as_etcd_checks_them() {
+        assert!(matches!(TokenKind::parse("simple"), Ok(TokenKind::Simple)));
+        assert_eq!(TokenKind::parse("bogus").err(), Some(OptionsError::Invalid));
+        assert_eq!(TokenKind::parse("jwt,ttl").err(), Some(OptionsError::Invalid));
+        assert_eq!(TokenKind::parse("jwt,ttl=1m,ttl=2m").err(), Some(OptionsError::Invalid));
+        assert_eq!(TokenKind::parse("jwt,ttl=1m").err(), Some(OptionsError::Method));
+        assert_eq!(TokenKind::parse("jwt,sign-method=XS1").err(), Some(OptionsError::Method));
+        assert_eq!(TokenKind::parse("jwt,sign-method=RS256").err(), Some(OptionsError::MissingKey));
+        assert_eq!(TokenKind::parse("jwt,sign-method=HS256").err(), Some(OptionsError::MissingKey));
+    }
+
+    fn hs256(secret: &[u8], ttl: &str) -> Jwt {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret");
+        std::fs::write(&path, secret).unwrap();
+        Jwt::new("HS256", path.to_str().unwrap(), "", ttl).unwrap()
+    }
+
+    #[test]
+    fn a_token_says_who_and_at_which_revision_and_only_with_the_key() {
+        let jwt = hs256(b"secret", "5m");
+        let token = jwt.sign("alice", 7).unwrap();
+        assert_eq!(jwt.check(&token), Some(AuthInfo { username: "alice".into(), revision: 7 }));
+        assert!(token.starts_with("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9."), "{token}");
+        // Another key, a changed claim, a truncated token: refused.
+        assert_eq!(hs256(b"other", "5m").check(&token), None);
+        let (h, rest) = token.split_once('.').unwrap();
+        let (_, s) = rest.split_once('.').unwrap();
+        let forged = B64.encode(r#"{"exp":9999999999,"revision":7,"username":"root"}"#);
+        assert_eq!(jwt.check(&format!("{h}.{forged}.{s}")), None);
+        assert_eq!(jwt.check(&token[..token.len() - 2]), None);
+        assert_eq!(jwt.check("not a token"), None);
+    }
+
+    #[test]
+    fn an_expired_token_is_refused() {
+        let jwt = hs256(b"secret", "1ns");
+        let token = jwt.sign("alice", 1).unwrap();
+        std::thread::sleep(Duration::from_millis(1100));
+        assert_eq!(jwt.check(&token), None);
+    }
+
+    fn fixture(name: &str) -> String {
+        format!("{}/tests/fixtures/jwt/{name}", env!("CARGO_MANIFEST_DIR"))
+    }
+
+    #[test]
+    fn every_method_signs_and_checks_with_keys_as_openssl_writes_them() {
+        // (method, private key, public key): PKCS#1 and PKCS#8 RSA, SEC1 and PKCS#8 EC,
+        // PKCS#8 Ed25519.
+        let cases = [
+            ("RS256", "rsa.key", "rsa.pub"),
+            ("RS512", "rsa.key", "rsa.pub"),
+            ("PS256", "rsa.key", "rsa.pub"),
+            ("PS384", "rsa.key", "rsa.pub"),
+            ("ES256", "ec256.key", "ec256.pub"),
+            ("ES384", "ec384.key", "ec384.pub"),
+            ("EdDSA", "ed25519.key", "ed25519.pub"),
+        ];
+        for (m, private, public) in cases {
+            let (private, public) = (fixture(private), fixture(public));
+            let signer = Jwt::new(m, &private, &public, "").unwrap_or_else(|e| panic!("{m}: {e}"));
+            let alone = Jwt::new(m, &private, "", "").unwrap_or_else(|e| panic!("{m}: {e}"));
+            let checker = Jwt::new(m, "", &public, "").unwrap_or_else(|e| panic!("{m}: {e}"));
+            assert!(checker.verify_only() && !signer.verify_only(), "{m}");
+            let token = signer.sign("alice", 3).unwrap();
+            let want = Some(AuthInfo { username: "alice".into(), revision: 3 });
+            assert_eq!(checker.check(&token), want, "{m}");
+            assert_eq!(alone.check(&token), want, "{m}");
+            assert_eq!(checker.sign("alice", 3), Err(crate::error::Error::VerifyOnly), "{m}");
+        }
+        let rsa = fixture("rsa-pkcs8.key");
+        let token = Jwt::new("RS256", &rsa, "", "").unwrap().sign("bob", 1).unwrap();
+        // Another key, and another method with the same key: refused.
+        assert_eq!(Jwt::new("RS256", "", &fixture("rsa.pub"), "").unwrap().check(&token), None);
+        let pss = Jwt::new("PS256", &rsa, "", "").unwrap();
+        assert_eq!(pss.check(&token), None);
+        assert_eq!(
+            Jwt::new("RS256", &rsa, &fixture("rsa.pub"), "").err(),
+            Some(OptionsError::KeyMismatch)
+        );
+        assert!(matches!(
+            Jwt::new("ES256", &fixture("ec384.key"), "", ""),
+            Err(OptionsError::Key(_))
+        ));
+        assert!(matches!(
+            Jwt::new("ES256", "", &fixture("rsa.pub"), ""),
+            Err(OptionsError::Key(_))
+        ));
+        assert!(matches!(Jwt::new("ES512", &rsa, "", ""), Err(OptionsError::Unsupported(_))));
+        // A key after EC PARAMETERS: refused, as Go's jwt (first PEM block only) refuses it.
+        let params_first = fixture("ec256-with-params.key");
+        assert!(matches!(Jwt::new("ES256", &params_first, "", ""), Err(OptionsError::Key(_))));
+    }
+
+    #[test]
+    fn der_lengths_round_trip() {
+        for len in [0usize, 1, 127, 128, 255, 256, 70000] {
+            let content = vec![7u8; len];
+            let enc = der::tlv(der::OCTET_STRING, &content);
+            assert_eq!(der::content(&enc, der::OCTET_STRING), Some(&content[..]));
+        }
+    }
+}
