@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 use super::jwt::{Jwt, TokenKind};
 use super::perm::Intervals;
@@ -205,6 +205,12 @@ pub struct AuthStore {
     revision: AtomicU64,
     /// Users and roles: read by permission checks (only while enabled), written by [`Op`]s.
     state: RwLock<State>,
+    /// Orders a member alone's checked writes with changes of auth state: a write holds it
+    /// shared from its permission check until it is applied, a change holds it exclusively,
+    /// so no write checked against the old permissions lands after a change that revokes
+    /// them (a cluster needs none: it checks in log order, at apply). Taken before `state`.
+    /// Only while auth is enabled: the disabled hot path never touches it.
+    gate: RwLock<()>,
     /// Simple tokens: looked up and refreshed by every authenticated request, so a mutex of
     /// its own rather than `state`'s lock.
     tokens: Mutex<Tokens>,
@@ -238,6 +244,7 @@ impl AuthStore {
             enabled: AtomicBool::new(false),
             revision: AtomicU64::new(1),
             state: RwLock::new(State::default()),
+            gate: RwLock::new(()),
             tokens: Mutex::new(Tokens::default()),
             jwt: None,
             token_ttl,
@@ -257,6 +264,15 @@ impl AuthStore {
     /// Whether tokens are JWTs, which every member checks on its own.
     pub fn uses_jwt(&self) -> bool {
         self.jwt.is_some()
+    }
+
+    /// While auth is enabled, a guard to hold from a write's permission check until the write
+    /// is applied (see `gate`); `None` while disabled.
+    pub fn write_gate(&self) -> Option<RwLockReadGuard<'_, ()>> {
+        if !self.is_enabled() {
+            return None;
+        }
+        Some(self.gate.read())
     }
 
     /// The hot path's check.
@@ -367,6 +383,7 @@ impl AuthStore {
     /// Applies one change, checking that `caller` may make it. Returns the token issued by
     /// [`Op::Authenticate`], else an empty string.
     pub fn apply(&self, caller: &AuthInfo, op: Op) -> Result<String> {
+        let _gate = self.gate.write();
         let mut st = self.state.write();
         if op.needs_admin() {
             self.admin_locked(&st, Some(caller))?;
@@ -630,6 +647,30 @@ mod tests {
 
     fn root() -> AuthInfo {
         AuthInfo { username: ROOT.into(), revision: u64::MAX }
+    }
+
+    #[test]
+    fn a_change_waits_for_the_writes_checked_before_it() {
+        let s = std::sync::Arc::new(AuthStore::new(4, Duration::from_secs(300)));
+        let anyone = AuthInfo::default();
+        let add = |n: &str| Op::UserAdd { name: n.into(), hash: Vec::new(), no_password: true };
+        assert!(s.write_gate().is_none(), "disabled: no gate");
+        s.apply(&anyone, add(ROOT)).unwrap();
+        s.apply(&anyone, Op::UserGrantRole { user: ROOT.into(), role: ROOT.into() }).unwrap();
+        s.apply(&root(), Op::Enable).unwrap();
+        let checked = s.write_gate().expect("enabled: a gate");
+        let (s2, (tx, rx)) = (s.clone(), std::sync::mpsc::channel());
+        let change = std::thread::spawn(move || {
+            s2.apply(&root(), Op::RoleAdd { name: "r".into() }).unwrap();
+            tx.send(()).unwrap();
+        });
+        // The write checked under the gate is not yet applied: the change must wait for it.
+        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "the change did not wait");
+        let before = s.revision();
+        drop(checked);
+        rx.recv_timeout(Duration::from_secs(5)).expect("the change went on");
+        change.join().unwrap();
+        assert_eq!(s.revision(), before + 1);
     }
 
     #[test]

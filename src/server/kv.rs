@@ -108,12 +108,15 @@ impl pb::kv_server::Kv for KvService {
             s.fill(&mut r.header);
             return Ok(Response::new(r));
         }
-        if self.shared.auth.is_enabled() {
-            auth::check_put(&self.shared, who.as_ref(), &req)?;
-        }
         self.shared.alarms.check_space(&self.shared.store, alarm::put_cost(&req))?;
         let size = req.encoded_len();
-        let applied = self.shared.store.put(convert::put_request(req), size)?;
+        let applied = {
+            let gate = self.shared.auth.write_gate();
+            if gate.is_some() {
+                auth::check_put(&self.shared, who.as_ref(), &req)?;
+            }
+            self.shared.store.put(convert::put_request(req), size)?
+        };
         self.shared.store.wait_visible(applied.visible_at).await;
         let mut resp = convert::put_response(applied.response);
         self.shared.fill(&mut resp.header);
@@ -137,11 +140,14 @@ impl pb::kv_server::Kv for KvService {
             s.fill(&mut r.header);
             return Ok(Response::new(r));
         }
-        if self.shared.auth.is_enabled() {
-            auth::check_delete(&self.shared, who.as_ref(), &req)?;
-        }
         let size = req.encoded_len();
-        let applied = self.shared.store.delete_range(convert::delete_request(req), size)?;
+        let applied = {
+            let gate = self.shared.auth.write_gate();
+            if gate.is_some() {
+                auth::check_delete(&self.shared, who.as_ref(), &req)?;
+            }
+            self.shared.store.delete_range(convert::delete_request(req), size)?
+        };
         self.shared.store.wait_visible(applied.visible_at).await;
         let mut resp = convert::delete_response(applied.response);
         self.shared.fill(&mut resp.header);
@@ -154,12 +160,15 @@ impl pb::kv_server::Kv for KvService {
         if self.shared.raft().is_some() {
             return self.txn_in_cluster(req, who).await.map(Response::new);
         }
-        if self.shared.auth.is_enabled() {
-            auth::check_txn(&self.shared, who.as_ref(), &req)?;
-        }
         self.shared.alarms.check_space(&self.shared.store, alarm::txn_cost(&req))?;
         let size = req.encoded_len();
-        let applied = self.shared.store.txn(convert::txn_request(req)?, size)?;
+        let applied = {
+            let gate = self.shared.auth.write_gate();
+            if gate.is_some() {
+                auth::check_txn(&self.shared, who.as_ref(), &req)?;
+            }
+            self.shared.store.txn(convert::txn_request(req)?, size)?
+        };
         self.shared.store.wait_visible(applied.visible_at).await;
         let mut resp = convert::txn_response(applied.response);
         self.shared.fill(&mut resp.header);

@@ -344,8 +344,11 @@ impl pb::lease_server::Lease for LeaseService {
             s.fill(&mut r.header);
             return Ok(Response::new(r));
         }
-        auth::check_lease_revoke(&self.shared, who.as_ref(), id)?;
-        let keys = self.shared.lessor.revoke(id)?;
+        let keys = {
+            let _gate = self.shared.auth.write_gate();
+            auth::check_lease_revoke(&self.shared, who.as_ref(), id)?;
+            self.shared.lessor.revoke(id)?
+        };
         let rev = delete_keys(&self.shared, vec![(id, keys)]).await;
         Ok(Response::new(pb::LeaseRevokeResponse { header: self.shared.header(rev) }))
     }
