@@ -299,6 +299,18 @@ impl AuthStore {
     /// Replaces the whole state (recovery, a snapshot from the leader, a restored backup).
     /// Simple tokens go: they were issued against the state replaced.
     pub fn restore(&self, s: AuthState) {
+        self.replace(s);
+        *self.tokens.lock() = Tokens::default();
+    }
+
+    /// Puts back the state from before a change that could not be persisted. Tokens stay:
+    /// none was issued by the change, and those it invalidated stay invalid.
+    pub fn undo(&self, before: AuthState) {
+        let _gate = self.gate.write();
+        self.replace(before);
+    }
+
+    fn replace(&self, s: AuthState) {
         let mut st = self.state.write();
         st.users = s
             .users
@@ -312,7 +324,6 @@ impl AuthStore {
         st.refresh();
         self.revision.store(s.revision.max(1), Ordering::Release);
         self.enabled.store(s.enabled, Ordering::Release);
-        *self.tokens.lock() = Tokens::default();
     }
 
     /// A bcrypt hash of `password` at this member's cost (slow on purpose: call off the

@@ -270,12 +270,17 @@ async fn change(s: &Shared, who: &Option<AuthInfo>, r: mpb::AuthRequest) -> Resu
     // One change at a time: the file is written in the order the changes were applied.
     let _g = s.auth_changes.lock().await;
     let caller = who.clone().unwrap_or_default();
+    let path = auth_file(s).filter(|_| persists);
+    // The state before, to go back to if the change cannot be written: a change answered
+    // with an error must not stay in force (changes are rare; the copy is cheap).
+    let before = path.as_ref().map(|_| s.auth.export());
     let token = s.auth.apply(&caller, op)?;
-    if persists && let Some(path) = auth_file(s) {
+    if let (Some(path), Some(before)) = (path, before) {
         let state = s.auth.export();
         let written = tokio::task::block_in_place(|| save(&path, &state));
         if let Err(e) = written {
-            tracing::error!(error = %e, path = %path.display(), "auth: the auth file could not be written");
+            tracing::error!(error = %e, path = %path.display(), "auth: the auth file could not be written; the change is undone");
+            s.auth.undo(before);
             return Err(Error::WalUnavailable);
         }
     }

@@ -358,6 +358,40 @@ async fn auth_state_survives_restart() {
     assert_eq!(users.into_inner().users, ["alice", "root"]);
 }
 
+/// On a member alone, a change of auth state that cannot be written to the auth file is
+/// answered with an error and undone: the role is not there, and it still is not after a
+/// restart; once the file can be written again, the same change goes through.
+#[tokio::test]
+async fn an_auth_change_that_cannot_be_written_is_undone() {
+    let dir = DataDir::new();
+    let args = ["--wal-mode", "buffered"];
+    let s = dir.start(&args).await;
+    let mut raw = s.raw_clients().await;
+    set_up(&mut raw).await;
+    let root = token(&mut raw, "root", "rootpw").await;
+    // The file is written as auth.tmp, then renamed: a directory in the way fails the write.
+    let blocker = dir.path().join("auth.tmp");
+    std::fs::create_dir(&blocker).unwrap();
+    let add = || pb::AuthRoleAddRequest { name: "r2".into() };
+    let e = raw.auth.role_add(with_token(&root, add())).await.expect_err("unwritable");
+    assert!(e.message().starts_with("etcdserver: WAL write failed"), "{}", e.message());
+    let roles = |r: Result<tonic::Response<pb::AuthRoleListResponse>, tonic::Status>| {
+        r.unwrap().into_inner().roles
+    };
+    let list = || with_token(&root, pb::AuthRoleListRequest {});
+    assert_eq!(roles(raw.auth.role_list(list()).await), ["app", "root"]);
+    drop(raw);
+    s.stop(Duration::from_secs(10)).await;
+    let s = dir.start(&args).await;
+    let mut raw = s.raw_clients().await;
+    let root = token(&mut raw, "root", "rootpw").await;
+    let list = || with_token(&root, pb::AuthRoleListRequest {});
+    assert_eq!(roles(raw.auth.role_list(list()).await), ["app", "root"]);
+    std::fs::remove_dir(&blocker).unwrap();
+    raw.auth.role_add(with_token(&root, add())).await.expect("writable again");
+    assert_eq!(roles(raw.auth.role_list(list()).await), ["app", "r2", "root"]);
+}
+
 /// On a 3-member cluster: users added through one member exist on all, a token from one
 /// member works on the others, and permissions are enforced on every member.
 #[tokio::test]
