@@ -128,6 +128,13 @@ fn restore_member(
     })
 }
 
+/// A mem_etcd backup's auth state (see `wal::backup`).
+fn decode_auth(state: &[u8]) -> std::io::Result<crate::auth::AuthState> {
+    crate::auth::codec::decode(state).ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, "its auth state does not decode")
+    })
+}
+
 /// Runs `mem_etcd snapshot <args>` (`args` starts with "snapshot"); returns the exit code.
 pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
     let cmd = Cmd::parse_from(args);
@@ -157,14 +164,19 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
                     &name,
                     &initial_cluster_token,
                 ),
+                // A member alone keeps its auth state in a file of its own.
                 Ok(None) if etcd => {
-                    // A member alone keeps its auth state in a file of its own.
                     let auth = |dir: &Path, a: &schema::AuthState| {
                         crate::server::auth::save(&dir.join("auth"), &a.to_auth())
                     };
                     schema::restore(&file, &data_dir, skip_hash_check, &auth)
                 }
-                Ok(None) => backup::restore(&file, &data_dir, skip_hash_check),
+                Ok(None) => {
+                    let auth = |dir: &Path, state: &bytes::Bytes| {
+                        crate::server::auth::save(&dir.join("auth"), &decode_auth(state)?)
+                    };
+                    backup::restore(&file, &data_dir, skip_hash_check, &auth)
+                }
             };
             restored.map(|s| {
                 let start = match member_of {

@@ -235,6 +235,8 @@ pub fn read(path: &Path, skip_hash_check: bool) -> Result<(EtcdState, Summary), 
         keys: state.keys.len() as u64,
         versions: state.keys.values().map(|v| v.len() as u64).sum(),
         leases: state.leases.clone(),
+        // In `state.auth`, as etcd's messages.
+        auth: None,
         size: data.len() as u64,
         sha256,
     };
@@ -328,7 +330,9 @@ impl AuthState {
 
 /// `state` as a mem_etcd backup (what Maintenance.Snapshot streams).
 pub fn to_backup(state: &EtcdState) -> Vec<u8> {
-    let mut e = backup::Encoder::new(state.rev, state.compacted);
+    // What this builds goes into a Raft snapshot, whose machine state carries the auth state
+    // (see `snapshot_cmd`).
+    let mut e = backup::Encoder::new(state.rev, state.compacted, None);
     e.partition(&Bytes::new());
     for (key, versions) in &state.keys {
         e.key(key.clone(), versions.clone());
