@@ -99,8 +99,8 @@ fn restore_member(
     let ids: Vec<u64> = members.keys().copied().collect();
     let urls = members.iter().map(|(id, m)| (*id, m.peer_urls.clone())).collect();
     // The machine's bytes: its state besides keys and leases (alarms and member attributes
-    // come with use; auth from an etcd snapshot), then the backup.
-    // etcd's auth state goes with the machine's state, as a Raft snapshot carries it.
+    // come with use), then the backup. The auth state, from either kind of snapshot, goes with
+    // the machine's state, where a Raft snapshot carries it.
     let mut machine_state = crate::proto::memetcdpb::MachineState::default();
     let (backup_bytes, summary) = if is_etcd(file) {
         let (state, summary) = schema::read(file, skip_hash_check)?;
@@ -110,9 +110,12 @@ fn restore_member(
         (schema::to_backup(&state), summary)
     } else {
         let summary = backup::read(file, skip_hash_check, &mut |_| Ok(()))?;
-        let bytes =
-            std::fs::read(file).map_err(|e| BackupError(format!("{}: {e}", file.display())))?;
-        (bytes, summary)
+        let in_file = |e: std::io::Error| BackupError(format!("{}: {e}", file.display()));
+        if let Some(state) = &summary.auth {
+            let auth = decode_auth(state).map_err(in_file)?;
+            machine_state.auth = Some(crate::auth::codec::to_proto(&auth));
+        }
+        (std::fs::read(file).map_err(in_file)?, summary)
     };
     let machine_state = prost::Message::encode_to_vec(&machine_state);
     backup::into_new_dir(dir, &mut |dir| {
@@ -125,6 +128,13 @@ fn restore_member(
         write_member(&raft_dir, me, cluster_id(&ids), &urls, write)
             .map_err(|e| BackupError(format!("{}: {e}", raft_dir.display())))?;
         Ok(summary.clone())
+    })
+}
+
+/// A mem_etcd backup's auth state (see `wal::backup`).
+fn decode_auth(state: &[u8]) -> std::io::Result<crate::auth::AuthState> {
+    crate::auth::codec::decode(state).ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, "its auth state does not decode")
     })
 }
 
@@ -157,14 +167,19 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
                     &name,
                     &initial_cluster_token,
                 ),
+                // A member alone keeps its auth state in a file of its own.
                 Ok(None) if etcd => {
-                    // A member alone keeps its auth state in a file of its own.
                     let auth = |dir: &Path, a: &schema::AuthState| {
                         crate::server::auth::save(&dir.join("auth"), &a.to_auth())
                     };
                     schema::restore(&file, &data_dir, skip_hash_check, &auth)
                 }
-                Ok(None) => backup::restore(&file, &data_dir, skip_hash_check),
+                Ok(None) => {
+                    let auth = |dir: &Path, state: &bytes::Bytes| {
+                        crate::server::auth::save(&dir.join("auth"), &decode_auth(state)?)
+                    };
+                    backup::restore(&file, &data_dir, skip_hash_check, &auth)
+                }
             };
             restored.map(|s| {
                 let start = match member_of {
@@ -192,16 +207,30 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
         Command::Status { file } => {
             let etcd = is_etcd(&file);
             let read = if etcd {
-                schema::read(&file, false).map(|(_, s)| s)
+                schema::read(&file, false).map(|(state, s)| (s, Some(state.auth.to_auth())))
             } else {
-                backup::read(&file, false, &mut |_| Ok(()))
+                backup::read(&file, false, &mut |_| Ok(())).and_then(|s| {
+                    let auth = s.auth.as_deref().map(decode_auth).transpose();
+                    let auth = auth.map_err(|e| BackupError(format!("{}: {e}", file.display())));
+                    Ok((s, auth?))
+                })
             };
-            read.map(|s| {
+            read.map(|(s, auth)| {
                 println!("format: {}", if etcd { "etcd (bbolt)" } else { "mem_etcd" });
                 println!("revision: {}", s.rev);
                 println!("compact revision: {}", s.compacted);
                 println!("keys: {} ({} versions)", s.keys, s.versions);
                 println!("leases: {}", s.leases.len());
+                match auth {
+                    Some(a) => println!(
+                        "auth: {}, revision {}, {} users, {} roles",
+                        if a.enabled { "enabled" } else { "disabled" },
+                        a.revision,
+                        a.users.len(),
+                        a.roles.len()
+                    ),
+                    None => println!("auth: none (saved by a mem_etcd that did not keep it)"),
+                }
                 println!("size: {} bytes", s.size);
                 println!("sha256: {}", s.sha256);
             })

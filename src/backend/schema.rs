@@ -235,6 +235,8 @@ pub fn read(path: &Path, skip_hash_check: bool) -> Result<(EtcdState, Summary), 
         keys: state.keys.len() as u64,
         versions: state.keys.values().map(|v| v.len() as u64).sum(),
         leases: state.leases.clone(),
+        // In `state.auth`, as etcd's messages.
+        auth: None,
         size: data.len() as u64,
         sha256,
     };
@@ -248,7 +250,10 @@ pub fn encode(state: &EtcdState) -> Vec<u8> {
     // bbolt keeps buckets in name order; these are every bucket etcd 3.6 creates.
     w.bucket(b"alarm", std::iter::empty::<(&[u8], &[u8])>());
     let mut auth: Vec<(&[u8], Vec<u8>)> = Vec::new();
-    if !state.auth.is_empty() {
+    // etcd writes the revision when it first starts (1), and the flag at every enable and
+    // disable; a state without either (from a backup without auth state) leaves etcd to start
+    // its auth from scratch, as it would on a new member.
+    if state.auth.enabled || state.auth.revision > 0 {
         auth.push((b"authEnabled", vec![u8::from(state.auth.enabled)]));
         auth.push((b"authRevision", state.auth.revision.to_be_bytes().to_vec()));
     }
@@ -324,11 +329,19 @@ impl AuthState {
             roles: self.roles.clone(),
         })
     }
+
+    /// mem_etcd's auth state as etcd's buckets hold it.
+    pub fn from_auth(a: &crate::auth::AuthState) -> Self {
+        let p = crate::auth::codec::to_proto(a);
+        AuthState { enabled: p.enabled, revision: p.revision, users: p.users, roles: p.roles }
+    }
 }
 
 /// `state` as a mem_etcd backup (what Maintenance.Snapshot streams).
 pub fn to_backup(state: &EtcdState) -> Vec<u8> {
-    let mut e = backup::Encoder::new(state.rev, state.compacted);
+    // What this builds goes into a Raft snapshot, whose machine state carries the auth state
+    // (see `snapshot_cmd`).
+    let mut e = backup::Encoder::new(state.rev, state.compacted, None);
     e.partition(&Bytes::new());
     for (key, versions) in &state.keys {
         e.key(key.clone(), versions.clone());
@@ -361,7 +374,7 @@ pub fn restore(
 }
 
 /// `mem_etcd snapshot export`: the mem_etcd backup `file` written as an etcd snapshot.db at
-/// `out` (which must not exist).
+/// `out` (which must not exist), its auth state (if it has one) in etcd's auth buckets.
 pub fn export(file: &Path, out: &Path, skip_hash_check: bool) -> Result<Summary, BackupError> {
     let mut state = EtcdState::default();
     let summary = backup::read(file, skip_hash_check, &mut |item| {
@@ -373,6 +386,11 @@ pub fn export(file: &Path, out: &Path, skip_hash_check: bool) -> Result<Summary,
     state.rev = summary.rev;
     state.compacted = summary.compacted;
     state.leases = summary.leases.clone();
+    if let Some(b) = &summary.auth {
+        let a = crate::auth::codec::decode(b)
+            .ok_or_else(|| err(format!("{}: its auth state does not decode", file.display())))?;
+        state.auth = AuthState::from_auth(&a);
+    }
     let bytes = encode(&state);
     let io = |e: std::io::Error| err(format!("{}: {e}", out.display()));
     use std::io::Write;
@@ -438,5 +456,101 @@ mod tests {
         let b: Vec<i64> = back.keys[&b"b"[..]].iter().map(|v| v.main).collect();
         assert_eq!(b, vec![5, 8]);
         assert_eq!(back.rev, 8);
+    }
+
+    /// A backup (mem_etcd's format) of one key at revision 5, with the auth state `auth`.
+    fn mem_backup(path: &Path, auth: Option<&crate::auth::AuthState>) {
+        let auth = auth.map(|a| Bytes::from(crate::auth::codec::encode(a)));
+        let mut e = backup::Encoder::new(5, -1, auth);
+        e.partition(&Bytes::new());
+        e.key(Bytes::from_static(b"/app/x"), vec![v(5, 0, 5, 1, b"1")]);
+        e.end();
+        std::fs::write(path, e.take()).unwrap();
+    }
+
+    /// Every entry of bucket `name` of the etcd snapshot.db at `path`; `None` if it has none.
+    fn bucket(path: &Path, name: &[u8]) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+        let data = std::fs::read(path).unwrap();
+        let db = Db::open(&data[..data.len() - backup::SHA_LEN]).unwrap();
+        let mut out = Vec::new();
+        let found = db.for_each(name, &mut |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            Ok(())
+        });
+        found.unwrap().then_some(out)
+    }
+
+    #[test]
+    fn an_export_writes_the_backups_auth_state_as_etcd_lays_it_out() {
+        use crate::auth::{PermType, Permission, Role, User};
+        let user = |name: &str, role: &str| User {
+            name: name.into(),
+            password: format!("$2a$10$hash-of-{name}").into_bytes(),
+            roles: vec![role.into()],
+            no_password: false,
+        };
+        let auth = crate::auth::AuthState {
+            enabled: true,
+            revision: 7,
+            users: vec![user("alice", "app"), user("root", "root")],
+            roles: vec![
+                Role {
+                    name: "app".into(),
+                    permissions: vec![Permission {
+                        perm_type: PermType::ReadWrite,
+                        key: b"/app/".to_vec(),
+                        range_end: b"/app0".to_vec(),
+                    }],
+                },
+                Role { name: "root".into(), permissions: vec![] },
+            ],
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let (mem, out) = (dir.path().join("mem.db"), dir.path().join("etcd.db"));
+        mem_backup(&mem, Some(&auth));
+        export(&mem, &out, false).unwrap();
+        let (back, summary) = read(&out, false).unwrap();
+        assert_eq!(back.auth.to_auth(), auth);
+        assert_eq!((summary.rev, summary.keys), (5, 1));
+
+        // etcd's layout: the flag as one byte, the revision as 8 big-endian bytes, users and
+        // roles by name.
+        let want: Vec<(Vec<u8>, Vec<u8>)> = vec![
+            (b"authEnabled".to_vec(), vec![1]),
+            (b"authRevision".to_vec(), 7u64.to_be_bytes().to_vec()),
+        ];
+        assert_eq!(bucket(&out, b"auth"), Some(want));
+        let users = bucket(&out, b"authUsers").unwrap();
+        let names: Vec<&[u8]> = users.iter().map(|(k, _)| &k[..]).collect();
+        assert_eq!(names, [&b"alice"[..], b"root"]);
+        let alice = authpb::User::decode(&users[0].1[..]).unwrap();
+        assert_eq!(
+            (&alice.name[..], &alice.password[..]),
+            (&b"alice"[..], &b"$2a$10$hash-of-alice"[..])
+        );
+        assert_eq!(alice.roles, ["app"]);
+        let roles = bucket(&out, b"authRoles").unwrap();
+        let app = authpb::Role::decode(&roles[0].1[..]).unwrap();
+        assert_eq!((&roles[0].0[..], app.key_permission.len()), (&b"app"[..], 1));
+        assert_eq!(&app.key_permission[0].range_end[..], b"/app0");
+
+        // Disabled is written too (etcd keeps the flag once auth was ever enabled).
+        let (mem, out) = (dir.path().join("off.db"), dir.path().join("etcd-off.db"));
+        mem_backup(&mem, Some(&crate::auth::AuthState { enabled: false, ..auth }));
+        export(&mem, &out, false).unwrap();
+        assert_eq!(bucket(&out, b"auth").unwrap()[0], (b"authEnabled".to_vec(), vec![0]));
+        assert!(!read(&out, false).unwrap().0.auth.enabled);
+    }
+
+    #[test]
+    fn a_backup_without_auth_state_exports_etcds_auth_buckets_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mem, out) = (dir.path().join("mem.db"), dir.path().join("etcd.db"));
+        mem_backup(&mem, None);
+        export(&mem, &out, false).unwrap();
+        for name in [&b"auth"[..], b"authUsers", b"authRoles"] {
+            assert_eq!(bucket(&out, name), Some(vec![]), "{}", String::from_utf8_lossy(name));
+        }
+        assert!(read(&out, false).unwrap().0.auth.is_empty());
     }
 }

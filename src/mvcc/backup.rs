@@ -1,5 +1,6 @@
 //! Backups of the store (what Maintenance.Snapshot streams): the state at one revision, every
-//! key's history since the compaction and the leases, encoded as `wal::backup` describes.
+//! key's history since the compaction and the leases, encoded as `wal::backup` describes;
+//! and the auth state, if the caller adds it (as bytes: the store knows nothing of auth).
 //!
 //! A backup reads the partitions in chunks, as a WAL snapshot does, so writers wait for one
 //! chunk at a time, never for the whole dump; it reads only versions at or below its revision,
@@ -10,6 +11,8 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
 
 use super::partition::Partition;
 use super::persist::to_version;
@@ -30,6 +33,8 @@ pub struct Backup<'a> {
     rev: i64,
     compacted: i64,
     leases: Vec<(i64, i64)>,
+    /// See [`Backup::with_auth`].
+    auth: Option<Bytes>,
     parts: Vec<Arc<Partition>>,
 }
 
@@ -67,7 +72,7 @@ impl Store {
         let compacted = pin.compacted;
         // A partition created after `rev` holds no version at or below it: an empty group.
         let parts = self.table.read().all.clone();
-        Backup { store: self, pin: Some(pin), rev, compacted, leases, parts }
+        Backup { store: self, pin: Some(pin), rev, compacted, leases, auth: None, parts }
     }
 
     /// Replaces everything the store holds with the backup in `path` (starting `offset` bytes
@@ -98,6 +103,13 @@ impl Store {
 }
 
 impl Backup<'_> {
+    /// Makes the backup carry the auth state `state` (encoded by `auth::codec`). A Raft
+    /// snapshot does without: its machine state carries the auth state already.
+    pub fn with_auth(mut self, state: Bytes) -> Self {
+        self.auth = Some(state);
+        self
+    }
+
     /// The revision whose state the backup holds.
     pub fn revision(&self) -> i64 {
         self.rev
@@ -106,7 +118,7 @@ impl Backup<'_> {
     /// The backup's size without its trailing sha256 (what etcd reports as the snapshot's
     /// size), found by encoding it once without keeping the bytes.
     pub fn size(&self) -> u64 {
-        let mut e = Encoder::new(self.rev, self.compacted);
+        let mut e = self.encoder();
         self.encode(&mut e, &mut |e| {
             e.discard();
             true
@@ -117,8 +129,12 @@ impl Backup<'_> {
     /// Hands the backup's bytes to `out` in pieces of about 256 KiB, the sha256 in the last.
     /// Stops early, returning false, if `out` returns false (the receiver is gone).
     pub fn write(&self, out: &mut dyn FnMut(Vec<u8>) -> bool) -> bool {
-        let mut e = Encoder::new(self.rev, self.compacted);
+        let mut e = self.encoder();
         self.encode(&mut e, &mut |e| out(e.take()))
+    }
+
+    fn encoder(&self) -> Encoder {
+        Encoder::new(self.rev, self.compacted, self.auth.clone())
     }
 
     fn encode(&self, e: &mut Encoder, flush: &mut dyn FnMut(&mut Encoder) -> bool) -> bool {

@@ -607,7 +607,8 @@ fn a_restored_backup_is_the_store_at_the_backups_revision() {
     s.compact(30).unwrap();
     put(&s, "other", "o");
     let before = observe(&s);
-    let backup = s.backup(|| vec![(5, 60), (6, 3600)]);
+    let auth = Bytes::from_static(b"the auth state, opaque to the store");
+    let backup = s.backup(|| vec![(5, 60), (6, 3600)]).with_auth(auth.clone());
     // Writes after the backup's revision is fixed, also to keys not read yet and to a new
     // partition, must not reach it.
     for i in 0..20 {
@@ -628,8 +629,14 @@ fn a_restored_backup_is_the_store_at_the_backups_revision() {
     let file = dir.path().join("backup.db");
     std::fs::write(&file, &bytes).unwrap();
     let data = dir.path().join("data");
-    let summary = crate::wal::backup::restore(&file, &data, false).unwrap();
+    let carried = std::sync::Mutex::new(None);
+    let summary = crate::wal::backup::restore(&file, &data, false, &|_, state| {
+        *carried.lock().unwrap() = Some(state.clone());
+        Ok(())
+    })
+    .unwrap();
     assert_eq!(summary.rev, before.0);
+    assert_eq!(carried.into_inner().unwrap(), Some(auth));
     let (r, rec) = Store::open(StoreConfig::default(), wal_options(&data, u64::MAX)).unwrap();
     assert_eq!(rec.rev, before.0);
     assert_eq!(rec.leases, vec![(5, 60), (6, 3600)]);

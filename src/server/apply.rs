@@ -237,6 +237,9 @@ impl Machine for Applier {
         let alarms: Vec<(u64, i32)> = state.alarms.iter().map(|a| (a.member_id, a.alarm)).collect();
         s.alarms.replace(&alarms);
         *s.members.lock() = state.members.into_iter().map(|m| (m.member_id, m)).collect();
+        // The machine state's auth state is the cluster's. The backup carries one of its own
+        // only in a founding snapshot restored from a mem_etcd backup (`snapshot_cmd`), which
+        // puts the same into the machine state.
         s.auth.restore(state.auth.map(crate::auth::codec::from_proto).unwrap_or_default());
         s.hub.jump(summary.rev);
         tracing::info!(

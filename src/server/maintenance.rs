@@ -241,7 +241,11 @@ fn send_snapshot(shared: &Shared, tx: &tokio::sync::mpsc::Sender<SnapshotItem>) 
     let runtime = tokio::runtime::Handle::current();
     // etcd sends its storage version here, not its binary's.
     let version = shared.config.storage_version();
-    let backup = shared.store.backup(|| shared.lessor.snapshot());
+    // Auth changes make no revision, so the auth state read just after the revision is fixed
+    // is the member's at that revision as far as a client can tell (etcd reads both in one
+    // transaction).
+    let auth = crate::auth::codec::encode(&shared.auth.export());
+    let backup = shared.store.backup(|| shared.lessor.snapshot()).with_auth(auth.into());
     let rev = backup.revision();
     let total = backup.size() as usize;
     tracing::info!(revision = rev, total_bytes = total, "sending database snapshot to client");

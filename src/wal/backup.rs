@@ -10,6 +10,7 @@
 //!            SnapKey { key, versions }...                          its keys, in key order
 //!            ... one such group per partition
 //!            SnapLease { id, ttl }...                              the leases, granted TTLs
+//!            SnapAuth { state }                                    version 2 only (see below)
 //!            SnapEnd { records }                                   records before it
 //! padding  zero bytes up to a multiple of 512
 //! sha256   of everything above                                     32 bytes
@@ -18,6 +19,14 @@
 //! A key's versions are those retained at or below the revision, oldest first, tombstones
 //! included, as in a WAL snapshot; so a restored store has the source's history since its
 //! compaction, not only the latest values.
+//!
+//! Versions 1 and 2 are both read; they differ only by the SnapAuth record, which version 2
+//! always has and version 1 never has: the auth state (users with their password hashes, roles
+//! with their permissions, whether auth is enabled, the auth revision), opaque bytes here that
+//! `auth::codec` encodes. Maintenance.Snapshot writes version 2. A Raft snapshot's backup stays
+//! version 1, since the machine state beside it carries the auth state: members of an older
+//! mem_etcd still install it, and an older mem_etcd refuses a version-2 file by its version
+//! rather than by a record it cannot decode.
 //!
 //! The padding is for etcdctl: it takes a saved file's size modulo 512 being 32 as the sign
 //! that a sha256 follows (etcd's bbolt files are page-aligned) and deletes the file otherwise.
@@ -36,8 +45,10 @@ use super::snapshot::{PartitionWriter, SnapshotWriter};
 /// First bytes of a backup. Not the WAL's magic: a backup is one file holding every partition,
 /// a WAL snapshot file holds one.
 pub const MAGIC: &[u8; 8] = b"MEMETCDB";
-/// The backup format this code writes and reads.
-pub const VERSION: u32 = 1;
+/// The newest backup format, written when the backup carries the auth state.
+pub const VERSION: u32 = 2;
+/// The format without the auth state, still written without it (see the format).
+const VERSION_NO_AUTH: u32 = 1;
 const HEADER_LEN: usize = 16;
 /// The data before the checksum is padded to a multiple of this.
 pub const ALIGN: u64 = 512;
@@ -46,10 +57,10 @@ pub const SHA_LEN: usize = 32;
 /// bbolt's meta page magic, at offset 16 of an etcd snapshot (after the page header).
 pub const BBOLT_MAGIC: [u8; 4] = 0xED0C_DAEDu32.to_le_bytes();
 
-fn file_header() -> [u8; HEADER_LEN] {
+fn file_header(version: u32) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[..8].copy_from_slice(MAGIC);
-    h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    h[8..12].copy_from_slice(&version.to_le_bytes());
     h
 }
 
@@ -61,6 +72,8 @@ fn file_header() -> [u8; HEADER_LEN] {
 pub struct Encoder {
     rev: i64,
     compacted: i64,
+    /// Written by [`end`](Self::end); known from the start, since it decides the version.
+    auth: Option<Bytes>,
     buf: Vec<u8>,
     scratch: Vec<u8>,
     records: u64,
@@ -72,10 +85,14 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    pub fn new(rev: i64, compacted: i64) -> Self {
+    /// A backup of revision `rev`, compacted at `compacted` (-1 if never), carrying the auth
+    /// state `auth` (opaque bytes, see the format) if given.
+    pub fn new(rev: i64, compacted: i64, auth: Option<Bytes>) -> Self {
+        let version = if auth.is_some() { VERSION } else { VERSION_NO_AUTH };
         let mut e = Self {
             rev,
             compacted,
+            auth,
             buf: Vec::new(),
             scratch: Vec::new(),
             records: 0,
@@ -83,7 +100,7 @@ impl Encoder {
             sha: Sha256::new(),
             hashed: 0,
         };
-        e.put_raw(&file_header());
+        e.put_raw(&file_header(version));
         e
     }
 
@@ -119,6 +136,9 @@ impl Encoder {
 
     /// Ends the records, pads, and appends the checksum: the backup is complete.
     pub fn end(&mut self) {
+        if let Some(state) = self.auth.take() {
+            self.put(&Record::SnapAuth { state });
+        }
         let records = self.records;
         self.put(&Record::SnapEnd { records });
         let pad = (ALIGN - self.len % ALIGN) % ALIGN;
@@ -185,6 +205,9 @@ pub struct Summary {
     pub versions: u64,
     /// (id, granted TTL).
     pub leases: Vec<(i64, i64)>,
+    /// The auth state as `auth::codec` encodes it; `None` from a version-1 backup, which has
+    /// none (not an empty one: restoring it leaves the target's auth state as it is).
+    pub auth: Option<Bytes>,
     /// The file's size and its sha256 (hex).
     pub size: u64,
     pub sha256: String,
@@ -238,12 +261,13 @@ pub fn read_at(
         return Err(err(format!("{name} is not a mem_etcd snapshot (no {MAGIC:?} header)")));
     }
     let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
-    if version != VERSION {
+    if !(VERSION_NO_AUTH..=VERSION).contains(&version) {
         return Err(err(format!(
             "{name} is a mem_etcd snapshot of format version {version}; this mem_etcd reads \
-             version {VERSION}"
+             versions {VERSION_NO_AUTH} to {VERSION}"
         )));
     }
+    let with_auth = version >= VERSION;
     let data_len = size.saturating_sub(SHA_LEN as u64);
     let has_sha = size >= (HEADER_LEN + SHA_LEN) as u64 && data_len % ALIGN == 0;
     let mut sha256 = String::new();
@@ -301,13 +325,25 @@ pub fn read_at(
                 (out.rev, out.compacted) = (rev, compacted);
                 visit(Item::Partition { prefix, rev, compacted })?;
             }
-            Record::SnapKey { key, versions } if out.rev >= 0 && out.leases.is_empty() => {
+            Record::SnapKey { key, versions }
+                if out.rev >= 0 && out.leases.is_empty() && out.auth.is_none() =>
+            {
                 out.keys += 1;
                 out.versions += versions.len() as u64;
                 visit(Item::Key(key, versions))?;
             }
-            Record::SnapLease { id, ttl } if out.rev >= 0 => out.leases.push((id, ttl)),
-            Record::SnapEnd { records } if records == count && out.rev >= 0 => return Ok(out),
+            Record::SnapLease { id, ttl } if out.rev >= 0 && out.auth.is_none() => {
+                out.leases.push((id, ttl))
+            }
+            Record::SnapAuth { state } if with_auth && out.rev >= 0 && out.auth.is_none() => {
+                out.auth = Some(state)
+            }
+            Record::SnapEnd { records } if records == count && out.rev >= 0 => {
+                if with_auth && out.auth.is_none() {
+                    return Err(at(offset, "no auth state in a version-2 snapshot".into()));
+                }
+                return Ok(out);
+            }
             other => return Err(at(offset, format!("unexpected record {}", kind(&other)))),
         }
         count += 1;
@@ -320,6 +356,7 @@ fn kind(r: &Record) -> &'static str {
         Record::SnapHeader { .. } => "partition header",
         Record::SnapKey { .. } => "key",
         Record::SnapLease { .. } => "lease",
+        Record::SnapAuth { .. } => "auth state",
         Record::SnapEnd { .. } => "end (with a wrong record count)",
         _ => "of the WAL",
     }
@@ -342,10 +379,22 @@ pub(crate) fn hex(b: &[u8]) -> String {
 
 /// Writes the backup at `file` as a new data directory `dir` (which must not exist or be
 /// empty): a WAL snapshot at the backup's revision, from which `mem_etcd --data-dir dir`
-/// recovers every key, version and lease and continues after the revision. On failure
-/// nothing is left in `dir`.
-pub fn restore(file: &Path, dir: &Path, skip_hash_check: bool) -> Result<Summary, BackupError> {
-    into_new_dir(dir, &mut |dir| restore_into(file, dir, skip_hash_check))
+/// recovers every key, version and lease and continues after the revision. `auth` writes the
+/// backup's auth state, if it has one, into the directory (where it goes is the server's
+/// business). On failure nothing is left in `dir`.
+pub fn restore(
+    file: &Path,
+    dir: &Path,
+    skip_hash_check: bool,
+    auth: &dyn Fn(&Path, &Bytes) -> io::Result<()>,
+) -> Result<Summary, BackupError> {
+    into_new_dir(dir, &mut |dir| {
+        let summary = restore_into(file, dir, skip_hash_check)?;
+        if let Some(state) = &summary.auth {
+            auth(dir, state).map_err(|e| err(format!("{}: {e}", dir.display())))?;
+        }
+        Ok(summary)
+    })
 }
 
 /// Runs `fill` on data directory `dir`, which must not exist or be empty; if it fails, leaves
@@ -454,9 +503,10 @@ mod tests {
         Version { main, sub: 0, create_rev: main, version, lease: 0, value: Bytes::from(value) }
     }
 
-    /// A backup at revision 9 of two partitions and a lease, as one byte string.
-    fn sample() -> Vec<u8> {
-        let mut e = Encoder::new(9, 4);
+    /// A backup at revision 9 of two partitions and a lease, as one byte string; with the
+    /// auth state `auth` if given.
+    fn sample_with(auth: Option<&'static [u8]>) -> Vec<u8> {
+        let mut e = Encoder::new(9, 4, auth.map(Bytes::from_static));
         let mut out = Vec::new();
         e.partition(&Bytes::new());
         e.key(Bytes::from_static(b"a"), vec![v(3, b"x"), v(5, b"")]);
@@ -470,6 +520,13 @@ mod tests {
         assert_eq!(out.len() as u64, len);
         out
     }
+
+    /// [`sample_with`] without auth state: the format before auth state (version 1).
+    fn sample() -> Vec<u8> {
+        sample_with(None)
+    }
+
+    const AUTH: &[u8] = b"\x08\x01\x10\x07 opaque auth state";
 
     fn file(bytes: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
@@ -535,20 +592,78 @@ mod tests {
         let e = read_all(&path, false).unwrap_err().0;
         assert!(e.contains("is a snapshot of etcd (a bbolt database)"), "{e}");
 
-        let mut newer = good.clone();
-        newer[8] = 2;
-        let (_d, path) = file(&newer);
-        let e = read_all(&path, true).unwrap_err().0;
-        assert!(e.contains("format version 2"), "{e}");
+        let e = error_as_version(good, 3);
+        assert!(e.contains("format version 3"), "{e}");
+    }
+
+    /// The error reading `bytes` with their format version replaced by `version` (the hash
+    /// check skipped: the sha256 no longer matches).
+    fn error_as_version(mut bytes: Vec<u8>, version: u8) -> String {
+        bytes[8] = version;
+        let (_d, path) = file(&bytes);
+        read_all(&path, true).unwrap_err().0
+    }
+
+    #[test]
+    fn the_auth_state_makes_a_version_2_backup_and_reads_back_as_written() {
+        let bytes = sample_with(Some(AUTH));
+        assert_eq!(bytes[8..12], 2u32.to_le_bytes());
+        assert_eq!(bytes.len() % 512, 32);
+        let (_d, path) = file(&bytes);
+        let (s, items) = read_all(&path, false).unwrap();
+        assert_eq!(s.auth.as_deref(), Some(AUTH));
+        assert_eq!((s.rev, s.compacted, s.keys, s.versions), (9, 4, 2, 3));
+        assert_eq!(s.leases, vec![(7, 60)]);
+        assert_eq!(items.len(), 4, "{items:?}");
+
+        // Without it: version 1, the format older versions write and read.
+        let old = sample();
+        assert_eq!(old[8..12], 1u32.to_le_bytes());
+        let (_d, path) = file(&old);
+        let (s, _) = read_all(&path, false).unwrap();
+        assert_eq!((s.rev, s.keys, s.auth), (9, 2, None));
+    }
+
+    #[test]
+    fn the_auth_state_is_where_its_version_says_or_the_backup_is_refused() {
+        // Version 2 without the record: a backup that lost its auth state.
+        let e = error_as_version(sample(), 2);
+        assert!(e.contains("no auth state in a version-2 snapshot"), "{e}");
+        let e = error_as_version(sample_with(Some(AUTH)), 1);
+        assert!(e.contains("unexpected record auth state"), "{e}");
+    }
+
+    #[test]
+    fn restore_hands_the_auth_state_to_its_writer_only_if_the_backup_has_one() {
+        let write = |dir: &Path, state: &Bytes| fs::write(dir.join("auth"), state);
+        let (d, path) = file(&sample_with(Some(AUTH)));
+        let target = d.path().join("data");
+        let s = restore(&path, &target, false, &write).unwrap();
+        assert_eq!(s.auth.as_deref(), Some(AUTH));
+        assert_eq!(fs::read(target.join("auth")).unwrap(), AUTH);
+
+        let (d, path) = file(&sample());
+        let target = d.path().join("data");
+        restore(&path, &target, false, &write).unwrap();
+        assert!(!target.join("auth").exists());
+
+        // A writer that fails fails the restore, which leaves nothing.
+        let (d, path) = file(&sample_with(Some(AUTH)));
+        let target = d.path().join("data");
+        let e =
+            restore(&path, &target, false, &|_, _| Err(io::Error::other("no room"))).unwrap_err();
+        assert!(e.0.contains("no room"), "{e}");
+        assert!(!target.exists());
     }
 
     #[test]
     fn restore_wants_an_empty_dir_and_leaves_nothing_when_it_fails() {
         let (d, path) = file(&sample());
         let target = d.path().join("data");
-        let s = restore(&path, &target, false).unwrap();
+        let none = |_: &Path, _: &Bytes| unreachable!("no auth state in this backup");
+        let s = restore(&path, &target, false, &none).unwrap();
         assert_eq!(s.rev, 9);
-        let e = restore(&path, &target, false).unwrap_err().0;
+        let e = restore(&path, &target, false, &none).unwrap_err().0;
         assert!(e.contains("is not empty"), "{e}");
 
         let mut bad = sample();
@@ -556,14 +671,14 @@ mod tests {
         bad[n - 1] ^= 1;
         let (d, path) = file(&bad);
         let target = d.path().join("data");
-        assert!(restore(&path, &target, false).is_err());
+        assert!(restore(&path, &target, false, &none).is_err());
         assert!(!target.exists());
         // A bad record found only while writing (the hash check skipped).
         let mut bad = sample();
         bad[60] ^= 1;
         fs::write(&path, &bad).unwrap();
         fs::create_dir(&target).unwrap();
-        assert!(restore(&path, &target, true).is_err());
+        assert!(restore(&path, &target, true, &none).is_err());
         assert_eq!(fs::read_dir(&target).unwrap().count(), 0);
     }
 }

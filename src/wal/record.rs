@@ -43,6 +43,7 @@ mod tag {
     pub const SNAP_KEY: u8 = 11;
     pub const SNAP_LEASE: u8 = 12;
     pub const SNAP_END: u8 = 13;
+    pub const SNAP_AUTH: u8 = 14;
     pub const OP_PUT: u8 = 1;
     pub const OP_DELETE: u8 = 2;
 }
@@ -110,6 +111,11 @@ pub enum Record {
     /// is detected even if it ends on a record boundary).
     SnapEnd {
         records: u64,
+    },
+    /// A backup's auth state (users, roles, enabled, auth revision). Opaque here: the auth
+    /// module encodes and decodes it, so that storage code needs no auth types.
+    SnapAuth {
+        state: Bytes,
     },
 }
 
@@ -246,6 +252,10 @@ impl Record {
                 out.push(tag::SNAP_END);
                 put_uvarint(out, *records);
             }
+            Record::SnapAuth { state } => {
+                out.push(tag::SNAP_AUTH);
+                put_bytes(out, state);
+            }
         }
     }
 
@@ -304,6 +314,7 @@ impl Record {
             }
             tag::SNAP_LEASE => Record::SnapLease { id: d.ivarint()?, ttl: d.ivarint()? },
             tag::SNAP_END => Record::SnapEnd { records: d.uvarint()? },
+            tag::SNAP_AUTH => Record::SnapAuth { state: d.bytes()? },
             _ => return None,
         };
         (d.pos == body.len()).then_some(r)
@@ -404,6 +415,7 @@ mod tests {
             },
             Record::SnapLease { id: 3, ttl: 60 },
             Record::SnapEnd { records: 4 },
+            Record::SnapAuth { state: Bytes::from_static(b"\x08\x01opaque") },
         ];
         for r in records {
             let mut body = Vec::new();

@@ -414,6 +414,25 @@ async fn write_history(c: &mut etcd_client::Client) -> (i64, i64) {
     (compacted, at)
 }
 
+/// `mem_etcd snapshot export file` to a new etcd snapshot.db `out`; panics unless it succeeds.
+fn export(file: &Path, out: &Path) {
+    let (code, o, err) =
+        snapshot_cmd(&["export", file.to_str().unwrap(), "--output", out.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{o}{err}");
+}
+
+/// `etcdutl snapshot restore file` into `dir`, as the member the harness starts etcd as.
+fn etcdutl_restore(etcdutl: &Path, file: &Path, dir: &DataDir) {
+    let restored = Command::new(etcdutl)
+        .args(["snapshot", "restore", file.to_str().unwrap(), "--data-dir"])
+        .arg(dir.path())
+        .args(["--name", "it", "--initial-cluster", "it=http://127.0.0.1:2380"])
+        .args(["--initial-advertise-peer-urls", "http://127.0.0.1:2380"])
+        .output()
+        .unwrap();
+    assert!(restored.status.success(), "etcdutl: {}", String::from_utf8_lossy(&restored.stderr));
+}
+
 #[tokio::test]
 async fn a_snapshot_of_etcd_restores_with_its_revisions_and_goes_back_through_etcdutl() {
     let Some(ctl) = peer_binary("etcdctl") else { return };
@@ -445,19 +464,9 @@ async fn a_snapshot_of_etcd_restores_with_its_revisions_and_goes_back_through_et
     let mine = dir.path().join("mem.db");
     save(&ctl, &mem, &mine).await;
     let back = dir.path().join("back.db");
-    let (code, out, err) =
-        snapshot_cmd(&["export", mine.to_str().unwrap(), "--output", back.to_str().unwrap()]);
-    assert_eq!(code, Some(0), "{out}{err}");
+    export(&mine, &back);
     let etcd_dir = DataDir::new();
-    let restored = Command::new(&etcdutl)
-        .args(["snapshot", "restore", back.to_str().unwrap(), "--data-dir"])
-        .arg(etcd_dir.path())
-        // The member the harness starts etcd as.
-        .args(["--name", "it", "--initial-cluster", "it=http://127.0.0.1:2380"])
-        .args(["--initial-advertise-peer-urls", "http://127.0.0.1:2380"])
-        .output()
-        .unwrap();
-    assert!(restored.status.success(), "etcdutl: {}", String::from_utf8_lossy(&restored.stderr));
+    etcdutl_restore(&etcdutl, &back, &etcd_dir);
     let etcd2 = etcd_dir.start_kind(Kind::Etcd, &[]).await;
     let mut e2 = etcd2.client().await;
     assert_same_history(&mut m, &mut e2, compacted, next).await;
@@ -539,15 +548,15 @@ async fn a_snapshot_of_etcd_founds_a_three_member_cluster_with_its_revisions() {
     }
 }
 
-#[tokio::test]
-async fn an_etcd_snapshot_with_auth_restores_its_users_and_roles() {
-    let Some(ctl) = peer_binary("etcdctl") else { return };
-    let etcd = server_of!(Kind::Etcd);
-    let run = |ep: &str, args: &[&str]| {
-        let (code, out, err) = etcdctl(&ctl, ep, args, None);
-        (code == Some(0), format!("{out}{err}"))
-    };
-    let ep = etcd.endpoint();
+/// etcdctl `args` against `ep`: (whether it succeeded, its stdout and stderr).
+fn etcdctl_ok(bin: &Path, ep: &str, args: &[&str]) -> (bool, String) {
+    let (code, out, err) = etcdctl(bin, ep, args, None);
+    (code == Some(0), format!("{out}{err}"))
+}
+
+/// On the server at `ep`: root, a role `app` that may read and write `/app/`, a user alice with
+/// it, a key in and one outside her prefix; then auth enabled.
+fn set_up_auth(bin: &Path, ep: &str) {
     for args in [
         &["user", "add", "root:rootpw", "--interactive=false"][..],
         &["role", "add", "app"],
@@ -558,41 +567,115 @@ async fn an_etcd_snapshot_with_auth_restores_its_users_and_roles() {
         &["put", "/other", "2"],
         &["auth", "enable"],
     ] {
-        let (ok, out) = run(&ep, args);
+        let (ok, out) = etcdctl_ok(bin, ep, args);
         assert!(ok, "{args:?}: {out}");
     }
+}
+
+/// `etcdctl snapshot save file` as root (auth is enabled).
+fn save_as_root(bin: &Path, ep: &str, file: &Path) {
+    let (ok, out) =
+        etcdctl_ok(bin, ep, &["--user=root:rootpw", "snapshot", "save", file.to_str().unwrap()]);
+    assert!(ok, "{out}");
+}
+
+/// What the server at `ep` answers after [`set_up_auth`]: alice reads in her prefix and may not
+/// write outside it, a wrong password is refused. Returns `auth status` (enabled, revision)
+/// and `role get app`, for comparison with another server's.
+fn auth_answers(bin: &Path, ep: &str) -> (String, String) {
+    let alice = |args: &[&str]| etcdctl_ok(bin, ep, &[&["--user=alice:alicepw"], args].concat());
+    assert_eq!(alice(&["get", "/app/x"]), (true, "/app/x\n1\n".to_string()), "{ep}");
+    let (ok, out) = alice(&["put", "/other", "3"]);
+    assert!(!ok && out.contains("etcdserver: permission denied"), "{ep}: {out}");
+    let (ok, out) = etcdctl_ok(bin, ep, &["--user=alice:wrong", "get", "/app/x"]);
+    assert!(!ok && out.contains("authentication failed, invalid user ID or password"), "{out}");
+    let (ok, out) = etcdctl_ok(bin, ep, &["--user=root:rootpw", "auth", "status"]);
+    assert!(ok, "{out}");
+    let (ok, roles) = etcdctl_ok(bin, ep, &["--user=root:rootpw", "role", "get", "app"]);
+    assert!(ok, "{roles}");
+    (out, roles)
+}
+
+/// Waits (30 s at most) until a cluster restored with auth enabled serves alice at `ep`: the
+/// harness cannot ask it for its leader without credentials.
+async fn until_alice_reads(bin: &Path, ep: &str) {
+    let start = Instant::now();
+    while !etcdctl_ok(bin, ep, &["--user=alice:alicepw", "get", "/app/x"]).0 {
+        assert!(start.elapsed() < Duration::from_secs(30), "the restored cluster never served");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_etcd_snapshot_with_auth_restores_its_users_and_roles() {
+    let Some(bin) = peer_binary("etcdctl") else { return };
+    let etcd = server_of!(Kind::Etcd);
+    let ep = etcd.endpoint();
+    set_up_auth(&bin, &ep);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("etcd.db");
-    let (ok, out) = run(&ep, &["--user=root:rootpw", "snapshot", "save", file.to_str().unwrap()]);
-    assert!(ok, "{out}");
+    save_as_root(&bin, &ep, &file);
 
     // The same answers from etcd, a restored member alone and a restored cluster.
-    let check = |ep: &str| {
-        let alice = |args: &[&str]| run(ep, &[&["--user=alice:alicepw"], args].concat());
-        assert_eq!(alice(&["get", "/app/x"]), (true, "/app/x\n1\n".to_string()), "{ep}");
-        let (ok, out) = alice(&["put", "/other", "3"]);
-        assert!(!ok && out.contains("etcdserver: permission denied"), "{ep}: {out}");
-        let (ok, out) = run(ep, &["--user=alice:wrong", "get", "/app/x"]);
-        assert!(!ok && out.contains("authentication failed, invalid user ID or password"), "{out}");
-        let (ok, out) = run(ep, &["--user=root:rootpw", "auth", "status"]);
-        assert!(ok, "{out}");
-        let (ok, roles) = run(ep, &["--user=root:rootpw", "role", "get", "app"]);
-        assert!(ok, "{roles}");
-        (out, roles)
-    };
-    let want = check(&ep);
+    let want = auth_answers(&bin, &ep);
     let data = DataDir::new();
     restore(&file, data.path());
     let mem = data.start(&[]).await;
-    assert_eq!(check(&mem.endpoint()), want);
+    assert_eq!(auth_answers(&bin, &mem.endpoint()), want);
     let cluster =
         crate::cluster_harness::Cluster::restored_unchecked(&file, 3, &["--wal-mode=buffered"])
             .await;
     let ep = cluster.endpoint(2);
-    let start = Instant::now();
-    while !run(&ep, &["--user=alice:alicepw", "get", "/app/x"]).0 {
-        assert!(start.elapsed() < Duration::from_secs(30), "the restored cluster never served");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert_eq!(check(&ep), want);
+    until_alice_reads(&bin, &ep).await;
+    assert_eq!(auth_answers(&bin, &ep), want);
+}
+
+/// mem_etcd's own snapshots carry the auth state: saved from a member alone, restored onto a
+/// member alone and onto a cluster of three; saved from that cluster and restored again; and
+/// exported and restored by etcdutl, served by etcd. Every one answers as the source.
+#[tokio::test]
+async fn a_mem_etcd_snapshot_keeps_users_and_roles() {
+    let Some(bin) = peer_binary("etcdctl") else { return };
+    let Some(etcdutl) = peer_binary("etcdutl") else { return };
+    let src = Server::start(Kind::MemEtcd, &[]).await.unwrap();
+    set_up_auth(&bin, &src.endpoint());
+    let want = auth_answers(&bin, &src.endpoint());
+    assert!(want.0.contains("Authentication Status: true"), "{}", want.0);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mem.db");
+    save_as_root(&bin, &src.endpoint(), &file);
+    let (code, out, err) = snapshot_cmd(&["status", file.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("auth: enabled, revision "), "{out}");
+    assert!(out.contains(", 2 users, 2 roles\n"), "{out}");
+
+    // A member alone: its auth file, read again after a restart.
+    let data = DataDir::new();
+    restore(&file, data.path());
+    let mem = data.start(&[]).await;
+    assert_eq!(auth_answers(&bin, &mem.endpoint()), want);
+    mem.stop(Duration::from_secs(10)).await;
+    let mem = data.start(&[]).await;
+    assert_eq!(auth_answers(&bin, &mem.endpoint()), want);
+
+    // A cluster: the founding snapshot's machine state; and a cluster member's snapshot.
+    let cluster =
+        crate::cluster_harness::Cluster::restored_unchecked(&file, 3, &["--wal-mode=buffered"])
+            .await;
+    until_alice_reads(&bin, &cluster.endpoint(2)).await;
+    assert_eq!(auth_answers(&bin, &cluster.endpoint(2)), want);
+    let from_cluster = dir.path().join("cluster.db");
+    save_as_root(&bin, &cluster.endpoint(0), &from_cluster);
+    let again = DataDir::new();
+    restore(&from_cluster, again.path());
+    let mem = again.start(&[]).await;
+    assert_eq!(auth_answers(&bin, &mem.endpoint()), want);
+
+    // etcd: the auth buckets of the export, as etcdutl restores them.
+    let exported = dir.path().join("etcd.db");
+    export(&file, &exported);
+    let etcd_dir = DataDir::new();
+    etcdutl_restore(&etcdutl, &exported, &etcd_dir);
+    let etcd = etcd_dir.start_kind(Kind::Etcd, &[]).await;
+    assert_eq!(auth_answers(&bin, &etcd.endpoint()), want);
 }
