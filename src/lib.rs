@@ -35,7 +35,7 @@
 //!   the others, progress notifications.
 //! - [`lease`]: the lessor, told by the store which keys are attached to which lease (through
 //!   `mvcc::LeaseIndex`); expired leases' keys are deleted through the store's write path.
-//! - [`auth`]: users, roles, key-range permissions, the auth revision and simple tokens (etcd's
+//! - [`auth`]: users, roles, key-range permissions, the auth revision, simple and JWT tokens (etcd's
 //!   `server/auth`); the server checks requests against it only while auth is enabled, and
 //!   changes it through the same apply path as writes (the Raft log in a cluster).
 //! - [`wal`]: the write-ahead log of a member alone under `--data-dir`: one stream of segment
