@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::Parser;
 
+pub use crate::duration::parse_duration;
+
 /// The oldest etcd version kube-apiserver enables consistent reads from cache and WatchList for.
 const MIN_EMULATED_VERSION: (u64, u64, u64) = (3, 5, 13);
 
@@ -507,34 +509,6 @@ impl Config {
     }
 }
 
-/// Parses Go-style durations as etcd's flags take them: `5s`, `100ms`, `1m30s`, `2h`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("{s:?} is not a duration like 5s or 100ms");
-    let mut total = Duration::ZERO;
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let n = rest.find(|c: char| !c.is_ascii_digit() && c != '.').ok_or_else(bad)?;
-        let value: f64 = rest[..n].parse().map_err(|_| bad())?;
-        rest = &rest[n..];
-        let u = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
-        let unit = match &rest[..u] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += Duration::from_secs_f64(value * unit);
-        rest = &rest[u..];
-    }
-    Ok(total)
-}
-
 fn parse_version(s: &str) -> Result<String, String> {
     let parts: Vec<u64> = s
         .split('.')
@@ -559,15 +533,6 @@ mod tests {
         assert!(parse_version("3.5.13").is_ok());
         assert!(parse_version("3.5.12").is_err());
         assert!(parse_version("3.6").is_err());
-    }
-
-    #[test]
-    fn durations_parse_like_go() {
-        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
-        assert_eq!(parse_duration("100ms").unwrap(), Duration::from_millis(100));
-        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
-        assert!(parse_duration("5").is_err());
-        assert!(parse_duration("").is_err());
     }
 
     #[test]

@@ -3,10 +3,11 @@
 //! An in-memory, etcd v3 compatible storage server, built to be kube-apiserver's datastore.
 //!
 //! ## Architecture
-//! Dependencies point one way: `server` → (`raft`, `watch`, `lease`, `auth`) → `mvcc` → `wal`, and
-//! everything → (`revision`, `keyspace`, `error`, `metrics`); `raft` uses only `wal`'s file
-//! framing below it. The storage layers never see gRPC types; `raft` sees requests only as
-//! bytes and reaches the store through the [`raft::Machine`] the server implements.
+//! Dependencies point one way: `server` → (`raft`, `watch`, `lease`, `auth`) → `mvcc` →
+//! `wal`, and everything → (`revision`, `keyspace`, `error`, `metrics`, `duration`); `raft`
+//! uses only `wal`'s file framing below it. The storage layers never see gRPC types; `raft` sees
+//! requests only as bytes and reaches the store through the [`raft::Machine`] the server
+//! implements.
 //!
 //! - [`server`]: the gRPC services (KV, Watch, Lease, Maintenance, Cluster, Auth) over tonic.
 //!   Each handler converts the wire request into the store's types, calls the store (a member
@@ -35,9 +36,9 @@
 //!   the others, progress notifications.
 //! - [`lease`]: the lessor, told by the store which keys are attached to which lease (through
 //!   `mvcc::LeaseIndex`); expired leases' keys are deleted through the store's write path.
-//! - [`auth`]: users, roles, key-range permissions, the auth revision, simple and JWT tokens (etcd's
-//!   `server/auth`); the server checks requests against it only while auth is enabled, and
-//!   changes it through the same apply path as writes (the Raft log in a cluster).
+//! - [`auth`]: users, roles, key-range permissions, the auth revision, simple and JWT tokens
+//!   (etcd's `server/auth`); the server checks requests against it only while auth is enabled,
+//!   and changes it through the same apply path as writes (the Raft log in a cluster).
 //! - [`wal`]: the write-ahead log of a member alone under `--data-dir`: one stream of segment
 //!   files per partition plus `_meta` (leases, compactions), written by one thread with group
 //!   commit (buffered: acknowledged once written to the OS; fsync: once fdatasync'd), snapshots
@@ -89,6 +90,7 @@
 pub mod auth;
 pub mod backend;
 pub mod config;
+pub mod duration;
 pub mod error;
 pub mod keyspace;
 pub mod lease;

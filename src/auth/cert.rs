@@ -2,41 +2,14 @@
 //! name. A small DER walk rather than an X.509 crate: only this one field is ever read, from
 //! certificates the TLS layer has already verified against `--trusted-ca-file`.
 
-/// One DER element: (tag, contents, what follows).
-fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let tag = *b.first()?;
-    let first = *b.get(1)? as usize;
-    let (len, header) = if first < 0x80 {
-        (first, 2)
-    } else {
-        let n = first & 0x7f;
-        if n == 0 || n > 4 {
-            return None;
-        }
-        let mut len = 0usize;
-        for i in 0..n {
-            len = (len << 8) | *b.get(2 + i)? as usize;
-        }
-        (len, 2 + n)
-    };
-    let end = header.checked_add(len)?;
-    Some((tag, b.get(header..end)?, &b[end..]))
-}
+use super::der::{self, tlv};
 
 /// The subject common name of a DER certificate (the last one, as Go reads it), if any.
 pub fn common_name(der: &[u8]) -> Option<String> {
     const CN: [u8; 3] = [0x55, 0x04, 0x03];
-    let (_, cert, _) = tlv(der)?;
-    let (_, tbs, _) = tlv(cert)?;
-    let mut rest = tbs;
-    if tlv(rest)?.0 == 0xa0 {
-        rest = tlv(rest)?.2;
-    }
-    // serial number, signature algorithm, issuer, validity
-    for _ in 0..4 {
-        rest = tlv(rest)?.2;
-    }
-    let (_, mut rdns, _) = tlv(rest)?;
+    // serial number, signature algorithm, issuer, validity, then the subject
+    let subject = der::skip(der::tbs_fields(der)?, 4)?;
+    let (_, mut rdns, _) = tlv(subject)?;
     let mut cn = None;
     while !rdns.is_empty() {
         let (_, mut set, r) = tlv(rdns)?;
@@ -45,7 +18,7 @@ pub fn common_name(der: &[u8]) -> Option<String> {
             let (_, atv, r) = tlv(set)?;
             set = r;
             let (tag, oid, value) = tlv(atv)?;
-            if tag == 0x06 && oid == CN {
+            if tag == der::OID && oid == CN {
                 cn = Some(String::from_utf8_lossy(tlv(value)?.1).into_owned());
             }
         }

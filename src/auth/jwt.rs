@@ -25,6 +25,7 @@ use ring::{hmac, signature::UnparsedPublicKey};
 use tokio_rustls::rustls::pki_types::pem::{PemObject, SectionKind};
 
 use super::AuthInfo;
+use super::der;
 
 /// What is wrong with the `--auth-token` option; the messages are etcd's where it has one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -253,7 +254,7 @@ impl Jwt {
         let ttl = if ttl.is_empty() {
             Duration::from_secs(300)
         } else {
-            parse_duration(ttl).ok_or_else(|| OptionsError::Ttl(ttl.to_string()))?
+            crate::duration::parse_duration(ttl).map_err(|_| OptionsError::Ttl(ttl.to_string()))?
         };
         let method = method(method_name)?;
         let (private, public) = (read_key(priv_path)?, read_key(pub_path)?);
@@ -312,27 +313,27 @@ impl Jwt {
     }
 
     fn private_key(&self, pem: &[u8]) -> Option<Signer> {
-        let (kind, der) = first_pem(pem)?;
+        let (kind, doc) = first_pem(pem)?;
         let m = &self.method;
         match (m.family, kind) {
             (Family::Rsa | Family::RsaPss, SectionKind::RsaPrivateKey) => {
-                sig::RsaKeyPair::from_der(&der).ok().map(Signer::Rsa)
+                sig::RsaKeyPair::from_der(&doc).ok().map(Signer::Rsa)
             }
             (Family::Rsa | Family::RsaPss, SectionKind::PrivateKey) => {
-                sig::RsaKeyPair::from_pkcs8(&der).ok().map(Signer::Rsa)
+                sig::RsaKeyPair::from_pkcs8(&doc).ok().map(Signer::Rsa)
             }
             (Family::Ecdsa, SectionKind::EcPrivateKey | SectionKind::PrivateKey) => {
                 let pkcs8 = if kind == SectionKind::EcPrivateKey {
-                    sec1_to_pkcs8(&der, m.curve_oid)
+                    sec1_to_pkcs8(&doc, m.curve_oid)
                 } else {
-                    der
+                    doc
                 };
                 sig::EcdsaKeyPair::from_pkcs8(m.ecdsa_sign?, &pkcs8, &self.rng)
                     .ok()
                     .map(Signer::Ecdsa)
             }
             (Family::Ed25519, SectionKind::PrivateKey) => {
-                sig::Ed25519KeyPair::from_pkcs8_maybe_unchecked(&der).ok().map(Signer::Ed25519)
+                sig::Ed25519KeyPair::from_pkcs8_maybe_unchecked(&doc).ok().map(Signer::Ed25519)
             }
             _ => None,
         }
@@ -341,25 +342,11 @@ impl Jwt {
     /// The key ring verifies with, from a SubjectPublicKeyInfo (`PUBLIC KEY`) or a
     /// certificate.
     fn public_key(&self, pem: &[u8]) -> Option<Vec<u8>> {
-        let (kind, der) = first_pem(pem)?;
+        let (kind, doc) = first_pem(pem)?;
         let key = match kind {
-            SectionKind::PublicKey => spki_key(&der)?,
-            SectionKind::Certificate => {
-                // Certificate { TBSCertificate { [0] version, serial, sigalg, issuer,
-                // validity, subject, subjectPublicKeyInfo, ... }, ... }
-                let cert = der::content(&der, der::SEQUENCE)?;
-                let tbs = der::content(cert, der::SEQUENCE)?;
-                let mut r = der::Reader(tbs);
-                if r.peek() == Some(0xa0) {
-                    r.next()?;
-                }
-                for _ in 0..5 {
-                    r.next()?;
-                }
-                let (tag, _, whole) = r.next_whole()?;
-                (tag == der::SEQUENCE).then_some(())?;
-                spki_key(whole)?
-            }
+            SectionKind::PublicKey => spki_key(&doc)?,
+            // serial, signature algorithm, issuer, validity, subject, then the key
+            SectionKind::Certificate => spki_key(der::skip(der::tbs_fields(&doc)?, 5)?)?,
             _ => return None,
         };
         // A key of another kind is refused at start rather than failing every token.
@@ -481,136 +468,29 @@ fn first_pem(pem: &[u8]) -> Option<(SectionKind, Vec<u8>)> {
 /// The subjectPublicKey bits of a SubjectPublicKeyInfo (what ring verifies with).
 fn spki_key(spki: &[u8]) -> Option<Vec<u8>> {
     let body = der::content(spki, der::SEQUENCE)?;
-    let mut r = der::Reader(body);
-    let (tag, _) = r.next()?;
+    let (tag, _, rest) = der::tlv(body)?;
     (tag == der::SEQUENCE).then_some(())?;
-    let (tag, bits) = r.next()?;
-    (tag == der::BIT_STRING && bits.first() == Some(&0)).then(|| bits[1..].to_vec())
+    let bits = der::content(rest, der::BIT_STRING)?;
+    (bits.first() == Some(&0)).then(|| bits[1..].to_vec())
 }
 
 /// A SEC1 `EC PRIVATE KEY` as the PKCS#8 document ring reads: version 0, the algorithm
 /// id-ecPublicKey with the named curve, the SEC1 bytes as the private key.
 fn sec1_to_pkcs8(sec1: &[u8], curve_oid: &[u8]) -> Vec<u8> {
     const EC_PUBLIC_KEY: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
-    let alg = [der::tlv(der::OID, EC_PUBLIC_KEY), der::tlv(der::OID, curve_oid)].concat();
+    let alg = [der::encode(der::OID, EC_PUBLIC_KEY), der::encode(der::OID, curve_oid)].concat();
     let body = [
-        der::tlv(der::INTEGER, &[0]),
-        der::tlv(der::SEQUENCE, &alg),
-        der::tlv(der::OCTET_STRING, sec1),
+        der::encode(der::INTEGER, &[0]),
+        der::encode(der::SEQUENCE, &alg),
+        der::encode(der::OCTET_STRING, sec1),
     ]
     .concat();
-    der::tlv(der::SEQUENCE, &body)
-}
-
-/// The little DER needed to find keys in their envelopes.
-mod der {
-    pub const INTEGER: u8 = 0x02;
-    pub const BIT_STRING: u8 = 0x03;
-    pub const OCTET_STRING: u8 = 0x04;
-    pub const OID: u8 = 0x06;
-    pub const SEQUENCE: u8 = 0x30;
-
-    pub struct Reader<'a>(pub &'a [u8]);
-
-    impl<'a> Reader<'a> {
-        pub fn peek(&self) -> Option<u8> {
-            self.0.first().copied()
-        }
-
-        /// The next element's tag, content and whole encoding.
-        pub fn next_whole(&mut self) -> Option<(u8, &'a [u8], &'a [u8])> {
-            let b = self.0;
-            let tag = *b.first()?;
-            let first = *b.get(1)? as usize;
-            let (len, start) = if first < 0x80 {
-                (first, 2)
-            } else {
-                let n = first & 0x7f;
-                if n == 0 || n > 4 {
-                    return None;
-                }
-                let mut len = 0usize;
-                for i in 0..n {
-                    len = (len << 8) | *b.get(2 + i)? as usize;
-                }
-                (len, 2 + n)
-            };
-            let end = start.checked_add(len)?;
-            let content = b.get(start..end)?;
-            let whole = &b[..end];
-            self.0 = &b[end..];
-            Some((tag, content, whole))
-        }
-
-        pub fn next(&mut self) -> Option<(u8, &'a [u8])> {
-            self.next_whole().map(|(t, c, _)| (t, c))
-        }
-    }
-
-    /// The content of `b`, which must be one element with tag `tag`.
-    pub fn content(b: &[u8], tag: u8) -> Option<&[u8]> {
-        let (t, c) = Reader(b).next()?;
-        (t == tag).then_some(c)
-    }
-
-    pub fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
-        let mut out = vec![tag];
-        let len = content.len();
-        if len < 0x80 {
-            out.push(len as u8);
-        } else {
-            let bytes = len.to_be_bytes();
-            let skip = bytes.iter().take_while(|b| **b == 0).count();
-            out.push(0x80 | (bytes.len() - skip) as u8);
-            out.extend_from_slice(&bytes[skip..]);
-        }
-        out.extend_from_slice(content);
-        out
-    }
-}
-
-/// Go's `time.ParseDuration` for the values an operator writes: a sequence of decimal
-/// numbers with units ns, us, µs, ms, s, m, h (`5m`, `1h30m`, `1.5h`, `300s`).
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    if s == "0" {
-        return Some(Duration::ZERO);
-    }
-    let mut rest = s;
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let n = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
-        let value: f64 = rest[..n].parse().ok()?;
-        rest = &rest[n..];
-        let u = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
-        let scale = match &rest[..u] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        rest = &rest[u..];
-        total += value * scale;
-    }
-    Duration::try_from_secs_f64(total).ok()
+    der::encode(der::SEQUENCE, &body)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_as_go_reads_them() {
-        assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_duration("10"), None);
-        assert_eq!(parse_duration("10x"), None);
-        assert_eq!(parse_duration(""), Some(Duration::ZERO));
-    }
 
     #[test]
     fn options_are_checked_as_etcd_checks_them() {
@@ -708,14 +588,5 @@ mod tests {
         // A key after EC PARAMETERS: refused, as Go's jwt (first PEM block only) refuses it.
         let params_first = fixture("ec256-with-params.key");
         assert!(matches!(Jwt::new("ES256", &params_first, "", ""), Err(OptionsError::Key(_))));
-    }
-
-    #[test]
-    fn der_lengths_round_trip() {
-        for len in [0usize, 1, 127, 128, 255, 256, 70000] {
-            let content = vec![7u8; len];
-            let enc = der::tlv(der::OCTET_STRING, &content);
-            assert_eq!(der::content(&enc, der::OCTET_STRING), Some(&content[..]));
-        }
     }
 }

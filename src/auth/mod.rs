@@ -4,6 +4,7 @@
 
 pub mod cert;
 pub mod codec;
+mod der;
 pub mod jwt;
 pub mod perm;
 pub mod store;
