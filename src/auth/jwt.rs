@@ -107,8 +107,8 @@ impl TokenKind {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Family {
+    /// PKCS#1 v1.5 and PSS signatures alike: the same keys.
     Rsa,
-    RsaPss,
     Ecdsa,
     Ed25519,
     Hmac,
@@ -159,17 +159,17 @@ fn method(name: &str) -> Result<Method, OptionsError> {
         "PS256" => Method {
             rsa_sign: Some(&sig::RSA_PSS_SHA256),
             verify: Some(&sig::RSA_PSS_2048_8192_SHA256),
-            ..m("PS256", Family::RsaPss)
+            ..m("PS256", Family::Rsa)
         },
         "PS384" => Method {
             rsa_sign: Some(&sig::RSA_PSS_SHA384),
             verify: Some(&sig::RSA_PSS_2048_8192_SHA384),
-            ..m("PS384", Family::RsaPss)
+            ..m("PS384", Family::Rsa)
         },
         "PS512" => Method {
             rsa_sign: Some(&sig::RSA_PSS_SHA512),
             verify: Some(&sig::RSA_PSS_2048_8192_SHA512),
-            ..m("PS512", Family::RsaPss)
+            ..m("PS512", Family::Rsa)
         },
         "ES256" => Method {
             ecdsa_sign: Some(&sig::ECDSA_P256_SHA256_FIXED_SIGNING),
@@ -198,7 +198,8 @@ enum Signer {
     Ed25519(sig::Ed25519KeyPair),
 }
 
-/// A JWT token maker and checker. Immutable after start: shared by every request unlocked.
+/// A JWT token maker and checker, shared by every request: immutable after start but for the
+/// tokens it remembers (`verified`).
 pub struct Jwt {
     method: Method,
     /// None with only a public key: this member checks tokens but cannot issue them.
@@ -316,10 +317,10 @@ impl Jwt {
         let (kind, doc) = first_pem(pem)?;
         let m = &self.method;
         match (m.family, kind) {
-            (Family::Rsa | Family::RsaPss, SectionKind::RsaPrivateKey) => {
+            (Family::Rsa, SectionKind::RsaPrivateKey) => {
                 sig::RsaKeyPair::from_der(&doc).ok().map(Signer::Rsa)
             }
-            (Family::Rsa | Family::RsaPss, SectionKind::PrivateKey) => {
+            (Family::Rsa, SectionKind::PrivateKey) => {
                 sig::RsaKeyPair::from_pkcs8(&doc).ok().map(Signer::Rsa)
             }
             (Family::Ecdsa, SectionKind::EcPrivateKey | SectionKind::PrivateKey) => {
