@@ -17,6 +17,7 @@ mod history;
 mod hostile;
 mod k8s_e2e;
 mod k8s_shapes;
+mod kubeadm;
 mod kv;
 mod lease;
 mod limits;
