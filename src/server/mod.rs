@@ -62,7 +62,9 @@ pub struct Shared {
     pub grpc_stats: metrics::GrpcStats,
     /// Raised alarms and the space quota every write that adds data checks.
     pub alarms: alarm::Alarms,
-    /// The Raft node, in a cluster (set once, right after start-up; a member alone has none).
+    /// The Raft node, in a cluster (set once: right after start-up, or when a member alone
+    /// grows into a cluster; a member alone has none). Every request reads it to choose its
+    /// path.
     pub raft: std::sync::OnceLock<Arc<crate::raft::RaftNode>>,
     /// Every member's name and client URLs, as each published them through the log (a
     /// cluster's MemberList); written only by the apply of those entries and by snapshots.
