@@ -22,7 +22,8 @@
 //!    at R + 1.
 //! 4. The peer listeners open, and the writes that waited go on through Raft.
 //!
-//! The member's own WAL keeps being written until it restarts (it is no longer read: a start
+//! The member's own WAL keeps being written, and snapshotted as before so that it stays
+//! bounded, until the member restarts (it is no longer read: a start
 //! with the member file resumes from Raft and removes it, [`retire_alone_state`]), so that
 //! nothing has to be detached from the store's write path while it runs. A crash before the
 //! member file exists restarts a member alone from its WAL (the MemberAdd was not answered;

@@ -571,11 +571,9 @@ const SNAPSHOT_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 async fn snapshot_loop(shared: Arc<Shared>) {
     loop {
         tokio::time::sleep(SNAPSHOT_CHECK).await;
+        // A member alone that grew into a cluster still writes its WAL until it restarts:
+        // snapshots keep bounding it (a member that never restarts must not fill its disk).
         let Some(wal) = shared.store.wal() else { return };
-        if shared.raft().is_some() {
-            // Grown into a cluster: the Raft log and its snapshots hold the state now.
-            return;
-        }
         if !wal.snapshot_due(shared.store.size_bytes() as u64) {
             continue;
         }
