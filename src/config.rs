@@ -399,6 +399,23 @@ impl Config {
     /// already holds a cluster member's state (then the `--initial-*` flags are ignored, as
     /// etcd ignores them). An error says which flags disagree.
     pub fn cluster(&self) -> Result<Option<crate::raft::NodeOptions>, String> {
+        self.node_options(false)
+    }
+
+    /// The Raft node of this member alone grown into a cluster of itself (by its first
+    /// `member add`, see `server::grow`): these flags' node, with the ids it answers with.
+    pub fn grown_cluster(&self) -> Result<crate::raft::NodeOptions, String> {
+        let mut o = self.node_options(true)?.ok_or("not a member alone")?;
+        (o.cluster_id, o.member_id) = self.ids();
+        let me = crate::raft::membership::InitialMember {
+            name: self.name.clone(),
+            peer_urls: o.peer_urls.clone(),
+        };
+        o.initial = std::collections::BTreeMap::from([(o.member_id, me)]);
+        Ok(o)
+    }
+
+    fn node_options(&self, grow: bool) -> Result<Option<crate::raft::NodeOptions>, String> {
         use crate::raft::membership::{self, normalize_url};
         let wal = self.wal_options();
         let dir = wal.dir.join("raft");
@@ -420,7 +437,7 @@ impl Config {
             }],
         };
         let join = self.initial_cluster_state == ClusterState::Existing;
-        if initial.len() < 2 && !join && !existing_state {
+        if initial.len() < 2 && !join && !existing_state && !grow {
             return Ok(None);
         }
         let Some(me) = initial.iter().find(|m| m.name == self.name) else {

@@ -22,7 +22,8 @@
 //!   leader-only requests a follower forwards (`server::forward`).
 //! - [`raft`]: replication for a cluster of members (openraft): the Raft log (the WAL of a
 //!   cluster member), snapshots of the store, the peer transport, proposals and read indexes
-//!   forwarded to the leader, membership. A member alone runs without it.
+//!   forwarded to the leader, membership. A member alone runs without it until it grows into a
+//!   cluster (its first MemberAdd).
 //! - [`mvcc`]: the store. The key space is split into partitions, one per Kubernetes resource
 //!   (`/registry/[group/]resource/`, see [`keyspace`]) plus a default one; each partition has a
 //!   hash map for point lookups, an ordered index with live counts for ranges and exact counts,
@@ -70,6 +71,15 @@
 //! sequential, but the apply is a few microseconds of a write's cost; the gRPC and Raft work
 //! around it is what a cluster spends. A member alone keeps the parallel path and pays nothing
 //! for this floor.
+//!
+//! **A member alone grows into a cluster** on its first MemberAdd (`server::grow`): the store
+//! stops applying client writes directly (the one cost to a member alone: a relaxed load of a
+//! flag under the partition locks its writes already hold; a write refused there is handed back
+//! and proposed instead), its other writes wait on a gate, and once the writes under way are in
+//! its WAL its state at that revision becomes the founding Raft snapshot of a one-member cluster
+//! with the same ids; Raft starts on the running server without reloading it, and from then on
+//! the floor above is in place. The member file is written last, so a crash restarts either the
+//! member alone (from its WAL) or the cluster member (from Raft, retiring the WAL).
 //!
 //! ## Invariants
 //! - Revisions start at 1, increase by one per write txn, and are never reused, also across

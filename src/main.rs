@@ -113,10 +113,11 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     )
     .await;
     // Nothing is acknowledged that is not in the log; this writes out the rest and syncs it.
-    match shared.raft() {
-        Some(raft) => raft.shutdown().await,
-        None => shared.close(),
+    // A member alone that grew into a cluster has both.
+    if let Some(raft) = shared.raft() {
+        raft.shutdown().await;
     }
+    shared.close();
     served?;
     Ok(())
 }

@@ -23,7 +23,7 @@ pub mod validate;
 pub use event_log::{CommitObserver, Event, EventKind, EventLog, RevisionEvents};
 pub use request::*;
 pub use store::LeaseIndex;
-pub use store::{Applied, Compacted, HistoryPin, Store, StoreConfig};
+pub use store::{Applied, Compacted, HistoryPin, Refused, Store, StoreConfig};
 
 #[cfg(test)]
 mod tests;

@@ -75,6 +75,29 @@ pub struct Applied<T> {
     pub visible_at: i64,
 }
 
+/// A member alone's write that was not applied: its error, or the request itself, handed back
+/// untouched because the member no longer applies writes directly (it is becoming a cluster
+/// member, see [`Store::close_direct`]); the caller proposes it to Raft instead.
+#[derive(Debug)]
+pub enum Refused<R> {
+    Error(Error),
+    Closed(R),
+}
+
+impl<R> From<Error> for Refused<R> {
+    fn from(e: Error) -> Self {
+        Refused::Error(e)
+    }
+}
+
+/// A write that cannot be handed back (from a cluster's log, or internal): only its error.
+fn logged<T, R>(r: std::result::Result<T, Refused<R>>) -> Result<T> {
+    r.map_err(|r| match r {
+        Refused::Error(e) => e,
+        Refused::Closed(_) => unreachable!("only direct writes are handed back"),
+    })
+}
+
 /// A compaction done (and durable): the header revision to answer with.
 #[derive(Debug)]
 pub struct Compacted {
@@ -216,6 +239,10 @@ pub struct Store {
     max_request_bytes: usize,
     /// What the store was made with (a snapshot installed into it is built with the same).
     pub(super) config: StoreConfig,
+    /// Set once a member alone stops applying client writes directly ([`Store::close_direct`]):
+    /// read by every direct write, relaxed, under its partition locks (which order it with the
+    /// closing sweep); the only cost growth adds to a member alone's write path.
+    direct_closed: std::sync::atomic::AtomicBool,
 }
 
 impl Store {
@@ -241,6 +268,7 @@ impl Store {
             max_txn_ops: config.max_txn_ops,
             max_request_bytes: config.max_request_bytes,
             config,
+            direct_closed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -280,6 +308,27 @@ impl Store {
     /// The compaction revision (0 before the first compaction).
     pub fn compact_revision(&self) -> i64 {
         self.compact_rev.load(Ordering::SeqCst).max(0)
+    }
+
+    /// Stops applying a member alone's client writes directly (they are handed back as
+    /// [`Refused::Closed`] from now on) and returns the newest revision allocated: once the
+    /// watermark reaches it, nothing more changes through the direct path. The flag is set
+    /// first, then every partition's lock is taken once: a writer holding one finishes first
+    /// (its revision is allocated by then), and one taking it later sees the flag. A partition
+    /// created after the table was read is created after the flag was set, so its writers
+    /// see it too.
+    pub fn close_direct(&self) -> i64 {
+        self.direct_closed.store(true, Ordering::SeqCst);
+        let parts = self.table.read().all.clone();
+        for p in parts {
+            drop(p.state.write());
+        }
+        self.commit.clock.allocated()
+    }
+
+    /// Undoes [`Store::close_direct`] (growing failed before anything changed).
+    pub fn reopen_direct(&self) {
+        self.direct_closed.store(false, Ordering::SeqCst);
     }
 
     /// Waits until a write's effects are visible to every reader.
@@ -332,7 +381,8 @@ impl Store {
         keys.dedup();
         let ops = keys.into_iter().map(|key| RequestOp::DeleteLeased { key, lease }).collect();
         let t = TxnRequest { compare: vec![], success: ops, failure: vec![] };
-        let a = self.txn_unchecked(t).expect("an internal delete cannot fail its checks");
+        let a = logged(self.txn_unchecked(t, false))
+            .expect("an internal delete cannot fail its checks");
         Applied { response: a.response.revision, visible_at: a.visible_at }
     }
 
@@ -514,11 +564,15 @@ impl Store {
     }
 
     /// Put, as a one-op txn. `size` is the request's encoded length.
-    pub fn put(&self, req: PutRequest, size: usize) -> Result<Applied<PutResponse>> {
+    pub fn put(
+        &self,
+        req: PutRequest,
+        size: usize,
+    ) -> std::result::Result<Applied<PutResponse>, Refused<PutRequest>> {
         validate::check_put(&req)?;
         self.check_size(size)?;
         self.check_writable()?;
-        self.put_checked(req)
+        self.put_checked(req, true)
     }
 
     /// A Put from a cluster's log: the proposing member checked it against its limits
@@ -526,17 +580,27 @@ impl Store {
     /// members would diverge. Only the request's shape is checked, as everywhere.
     pub fn put_logged(&self, req: PutRequest) -> Result<Applied<PutResponse>> {
         validate::check_put(&req)?;
-        self.put_checked(req)
+        logged(self.put_checked(req, false))
     }
 
-    fn put_checked(&self, req: PutRequest) -> Result<Applied<PutResponse>> {
+    fn put_checked(
+        &self,
+        req: PutRequest,
+        direct: bool,
+    ) -> std::result::Result<Applied<PutResponse>, Refused<PutRequest>> {
         // A plain Put checks its lease before anything else (a Put inside a txn checks
         // `ignore_value` first, as etcd does).
         if req.lease != 0 && !self.lease_exists(req.lease) {
-            return Err(Error::LeaseNotFound);
+            return Err(Error::LeaseNotFound.into());
         }
         let t = TxnRequest { compare: vec![], success: vec![RequestOp::Put(req)], failure: vec![] };
-        let a = self.txn_unchecked(t)?;
+        let a = self.txn_unchecked(t, direct).map_err(|r| match r {
+            Refused::Closed(mut t) => match t.success.pop() {
+                Some(RequestOp::Put(p)) => Refused::Closed(p),
+                _ => unreachable!("the put handed back"),
+            },
+            Refused::Error(e) => Refused::Error(e),
+        })?;
         let Some(ResponseOp::Put(mut r)) = a.response.responses.into_iter().next() else {
             unreachable!("a put txn answers with a put")
         };
@@ -549,11 +613,11 @@ impl Store {
         &self,
         req: DeleteRangeRequest,
         size: usize,
-    ) -> Result<Applied<DeleteRangeResponse>> {
+    ) -> std::result::Result<Applied<DeleteRangeResponse>, Refused<DeleteRangeRequest>> {
         validate::check_range_key(&req.key)?;
         self.check_size(size)?;
         self.check_writable()?;
-        self.delete_range_checked(req)
+        self.delete_range_checked(req, true)
     }
 
     /// [`put_logged`](Self::put_logged) for a DeleteRange.
@@ -562,19 +626,26 @@ impl Store {
         req: DeleteRangeRequest,
     ) -> Result<Applied<DeleteRangeResponse>> {
         validate::check_range_key(&req.key)?;
-        self.delete_range_checked(req)
+        logged(self.delete_range_checked(req, false))
     }
 
     fn delete_range_checked(
         &self,
         req: DeleteRangeRequest,
-    ) -> Result<Applied<DeleteRangeResponse>> {
+        direct: bool,
+    ) -> std::result::Result<Applied<DeleteRangeResponse>, Refused<DeleteRangeRequest>> {
         let t = TxnRequest {
             compare: vec![],
             success: vec![RequestOp::DeleteRange(req)],
             failure: vec![],
         };
-        let a = self.txn_unchecked(t)?;
+        let a = self.txn_unchecked(t, direct).map_err(|r| match r {
+            Refused::Closed(mut t) => match t.success.pop() {
+                Some(RequestOp::DeleteRange(d)) => Refused::Closed(d),
+                _ => unreachable!("the delete handed back"),
+            },
+            Refused::Error(e) => Refused::Error(e),
+        })?;
         let Some(ResponseOp::DeleteRange(mut r)) = a.response.responses.into_iter().next() else {
             unreachable!("a delete txn answers with a delete")
         };
@@ -584,7 +655,11 @@ impl Store {
 
     /// A Txn: the write path described in the module docs. `size` is the request's encoded
     /// length (read-only txns are not size-checked, as in etcd, where they skip the log).
-    pub fn txn(&self, req: TxnRequest, size: usize) -> Result<Applied<TxnResponse>> {
+    pub fn txn(
+        &self,
+        req: TxnRequest,
+        size: usize,
+    ) -> std::result::Result<Applied<TxnResponse>, Refused<TxnRequest>> {
         validate::check_txn(&req, self.max_txn_ops)?;
         if !req.is_read_only() {
             self.check_size(size)?;
@@ -592,16 +667,23 @@ impl Store {
         // A read-only txn waits for every write it could have seen to be durable: refused
         // while the WAL is failing rather than left waiting.
         self.check_writable()?;
-        self.txn_unchecked(req)
+        self.txn_unchecked(req, true)
     }
 
     /// [`put_logged`](Self::put_logged) for a Txn (no `--max-txn-ops`, no size limit).
     pub fn txn_logged(&self, req: TxnRequest) -> Result<Applied<TxnResponse>> {
         validate::check_txn(&req, i64::MAX as usize)?;
-        self.txn_unchecked(req)
+        logged(self.txn_unchecked(req, false))
     }
 
-    fn txn_unchecked(&self, req: TxnRequest) -> Result<Applied<TxnResponse>> {
+    /// The write path. `direct`: a member alone's client write, refused (handed back) once
+    /// [`Store::close_direct`] ran; a write from a cluster's log or the store's own (lease
+    /// revocation, which its caller orders with growth) is not.
+    fn txn_unchecked(
+        &self,
+        req: TxnRequest,
+        direct: bool,
+    ) -> std::result::Result<Applied<TxnResponse>, Refused<TxnRequest>> {
         // Partitions of single keys are created up front (even for reads: a partition that
         // appeared after we locked could hold a write ordered before ours).
         let mut points: Vec<Arc<Partition>> = Vec::new();
@@ -637,6 +719,13 @@ impl Store {
         let current = self.commit.clock.allocated();
         let mut path = Vec::new();
         let writes = ctx.plan(&req, &mut path, current)?;
+        // Under the partition locks: the closing sweep took each of them after setting the
+        // flag, so a write that reaches this point after the sweep sees it.
+        if writes && direct && self.direct_closed.load(Ordering::Relaxed) {
+            drop(ctx);
+            drop(table_guard);
+            return Err(Refused::Closed(req));
+        }
 
         let (rev, base) = if writes {
             let rev = self.commit.clock.allocate();

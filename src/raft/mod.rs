@@ -1,7 +1,8 @@
 //! Replication: a cluster of members on Raft (openraft), etcd's `etcdserver/raft` floor.
 //!
 //! A member started with other members in `--initial-cluster` runs a Raft node; a member alone
-//! does not, and pays nothing for this module. Raft sits above the store's write path:
+//! does not, and pays nothing for this module, until its first MemberAdd starts one on its own
+//! state (`server::grow`). Raft sits above the store's write path:
 //!
 //! ```text
 //! client request ─► (follower: forwarded to the leader) ─► Raft log: appended on a majority

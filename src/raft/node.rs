@@ -136,6 +136,10 @@ fn raft_config(o: &NodeOptions) -> std::result::Result<openraft::Config, String>
     c.validate().map_err(|e| format!("raft config: {e}"))
 }
 
+/// The term a grown member's first vote is for: its election then takes the term a member alone
+/// reports in its headers (`server::RAFT_TERM`, 2).
+const GROWN_VOTE_TERM: u64 = 1;
+
 /// The file holding a member's ids once it has joined a cluster (`none` mode keeps nothing).
 pub(super) fn member_file(dir: &std::path::Path) -> PathBuf {
     dir.join("member")
@@ -149,6 +153,26 @@ impl RaftNode {
         opts: NodeOptions,
         machine: Arc<dyn Machine>,
     ) -> std::result::Result<Arc<Self>, String> {
+        Self::start_with(opts, machine, false).await
+    }
+
+    /// Starts the node of a member alone that has just grown into a cluster of itself: its
+    /// `<data-dir>/raft` holds a founding snapshot of this member's own state (written by
+    /// [`super::restore::write_member`]), which `machine` therefore already holds, and a vote
+    /// for the term before the one a member alone reports, so that the term this member's
+    /// headers carry does not go back (its election takes the next).
+    pub async fn start_grown(
+        opts: NodeOptions,
+        machine: Arc<dyn Machine>,
+    ) -> std::result::Result<Arc<Self>, String> {
+        Self::start_with(opts, machine, true).await
+    }
+
+    async fn start_with(
+        opts: NodeOptions,
+        machine: Arc<dyn Machine>,
+        grown: bool,
+    ) -> std::result::Result<Arc<Self>, String> {
         let durable = opts.mode != Mode::None;
         std::fs::create_dir_all(&opts.dir).map_err(|e| format!("{}: {e}", opts.dir.display()))?;
         let restarted = durable && member_file(&opts.dir).exists();
@@ -159,8 +183,14 @@ impl RaftNode {
             flush_interval: opts.flush_interval,
         })
         .map_err(|e| format!("raft log: {e}"))?;
+        if grown && log.is_pristine() {
+            use openraft::storage::RaftLogStorage;
+            let vote = super::Vote::new(GROWN_VOTE_TERM, opts.member_id);
+            log.clone().save_vote(&vote).await.map_err(|e| format!("raft log: {e}"))?;
+        }
         let (applied_tx, applied) = watch::channel(0);
-        let sm = StateMachine::open(machine, opts.dir.join("snap"), durable, Arc::new(applied_tx))
+        let snap = opts.dir.join("snap");
+        let sm = StateMachine::open(machine, snap, durable, Arc::new(applied_tx), grown)
             .map_err(|e| format!("raft snapshot: {e}"))?;
         let peers = Peers::new(opts.cluster_id, opts.member_id, opts.tls.clone(), opts.election);
         let config = Arc::new(raft_config(&opts)?);

@@ -80,12 +80,15 @@ pub struct StateMachine {
 
 impl StateMachine {
     /// Opens the snapshot directory: installs the newest snapshot into the machine (unless
-    /// `durable` is off, when old files are removed instead).
+    /// `durable` is off, when old files are removed instead). `holds_newest`: the machine
+    /// already holds the newest snapshot's state (a member alone that just grew into a
+    /// cluster wrote it from its own state), so only its position is taken.
     pub fn open(
         machine: Arc<dyn Machine>,
         dir: PathBuf,
         durable: bool,
         progress: Arc<tokio::sync::watch::Sender<u64>>,
+        holds_newest: bool,
     ) -> io::Result<Self> {
         if !durable && dir.exists() {
             fs::remove_dir_all(&dir)?;
@@ -101,7 +104,9 @@ impl StateMachine {
         };
         if let Some(path) = newest(&sm.dir)? {
             let (meta, offset) = open_snapshot(&path)?;
-            sm.machine.install(&path, offset)?;
+            if !holds_newest {
+                sm.machine.install(&path, offset)?;
+            }
             tracing::info!(snapshot = %path.display(), index = meta.last_log_id.map(|l| l.index), "raft: state loaded from snapshot");
             sm.set_applied(meta.last_log_id, meta.last_membership);
         }

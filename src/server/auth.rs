@@ -258,6 +258,8 @@ pub fn save(path: &Path, state: &auth::AuthState) -> std::io::Result<()> {
 /// Makes a change of auth state as `who`: through the log in a cluster; on a member alone
 /// applied and written to the auth file before answering. Returns Authenticate's token.
 async fn change(s: &Shared, who: &Option<AuthInfo>, r: mpb::AuthRequest) -> Result<String> {
+    // A member alone stays one until the change is written (see `Shared::alone`).
+    let _alone = s.alone_writes().await;
     if s.raft().is_some() {
         return match apply::propose_as(s, Req::Auth(r), header(who)).await? {
             Resp::Auth(token) => Ok(token),

@@ -1,5 +1,5 @@
-//! The Cluster service: membership. A member alone lists itself and refuses changes ("not
-//! capable"); a cluster member answers from the Raft membership plus the names and client URLs
+//! The Cluster service: membership. A member alone lists itself, grows into a cluster on its
+//! first MemberAdd (`server::grow`) and refuses other changes ("not capable"); a cluster member answers from the Raft membership plus the names and client URLs
 //! members published, and carries out changes on the leader (a follower forwards them), with
 //! etcd's checks and errors.
 
@@ -233,6 +233,11 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         req: Request<pb::MemberAddRequest>,
     ) -> Result<Response<pb::MemberAddResponse>, Status> {
+        // A member alone's first MemberAdd makes it a cluster of one, which then adds the
+        // member as any cluster does.
+        if self.shared.raft().is_none() {
+            super::grow::grow(&self.shared).await?;
+        }
         on_leader!(self, req, member_add, member_add)
     }
 

@@ -33,7 +33,7 @@ const SAMPLES: u32 = 10;
 pub type CompactFn<'a> = &'a (dyn Fn(i64) -> BoxFuture<'a> + Send + Sync);
 type BoxFuture<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
 
-/// Compacts `store` by `policy`, forever.
+/// Compacts `store` by `policy`, forever (a member alone).
 pub async fn run(store: &Store, policy: AutoCompaction) {
     run_with(store, policy, &|rev| Box::pin(compact(store, rev))).await
 }
@@ -97,7 +97,7 @@ async fn by_revision(store: &Store, retention: i64, every: Duration, compact: Co
 
 /// Compacts at `rev`, waiting until the log has it; a compaction that someone else already did
 /// (at `rev` or later) counts as done.
-async fn compact(store: &Store, rev: i64) -> Result<(), Error> {
+pub async fn compact(store: &Store, rev: i64) -> Result<(), Error> {
     // A compaction waits for a snapshot being streamed: hand this worker's other tasks to
     // another thread meanwhile (the runtime may have only one or two). A single-threaded
     // runtime (the paused-time tests) has no other thread to hand them to; it must not have a

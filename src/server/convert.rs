@@ -109,6 +109,94 @@ pub fn txn_request(t: pb::TxnRequest) -> Result<mvcc::TxnRequest> {
     })
 }
 
+// Back to the wire: a member alone's write handed back by the store while the member grows
+// into a cluster (`mvcc::Refused::Closed`) is proposed to Raft as the client sent it.
+
+pub fn put_back(p: mvcc::PutRequest) -> pb::PutRequest {
+    pb::PutRequest {
+        key: p.key,
+        value: p.value,
+        lease: p.lease,
+        prev_kv: p.prev_kv,
+        ignore_value: p.ignore_value,
+        ignore_lease: p.ignore_lease,
+    }
+}
+
+pub fn delete_back(d: mvcc::DeleteRangeRequest) -> pb::DeleteRangeRequest {
+    pb::DeleteRangeRequest { key: d.key, range_end: d.range_end, prev_kv: d.prev_kv }
+}
+
+fn range_back(r: mvcc::RangeRequest) -> pb::RangeRequest {
+    use pb::range_request::{SortOrder as O, SortTarget as T};
+    pb::RangeRequest {
+        key: r.key,
+        range_end: r.range_end,
+        limit: r.limit,
+        revision: r.revision,
+        sort_order: match r.sort_order {
+            mvcc::SortOrder::None => O::None,
+            mvcc::SortOrder::Ascend => O::Ascend,
+            mvcc::SortOrder::Descend => O::Descend,
+        } as i32,
+        sort_target: match r.sort_target {
+            mvcc::SortTarget::Key => T::Key,
+            mvcc::SortTarget::Version => T::Version,
+            mvcc::SortTarget::Create => T::Create,
+            mvcc::SortTarget::Mod => T::Mod,
+            mvcc::SortTarget::Value => T::Value,
+        } as i32,
+        serializable: r.serializable,
+        keys_only: r.keys_only,
+        count_only: r.count_only,
+        min_mod_revision: r.min_mod_revision,
+        max_mod_revision: r.max_mod_revision,
+        min_create_revision: r.min_create_revision,
+        max_create_revision: r.max_create_revision,
+    }
+}
+
+fn compare_back(c: mvcc::Compare) -> pb::Compare {
+    use pb::compare::{CompareResult as R, CompareTarget as T, TargetUnion as U};
+    // A target or result outside the enum converts back to one outside it again.
+    let (target, union) = match c.target {
+        mvcc::CompareTarget::Version(v) => (T::Version as i32, Some(U::Version(v))),
+        mvcc::CompareTarget::Create(v) => (T::Create as i32, Some(U::CreateRevision(v))),
+        mvcc::CompareTarget::Mod(v) => (T::Mod as i32, Some(U::ModRevision(v))),
+        mvcc::CompareTarget::Value(v) => (T::Value as i32, Some(U::Value(v))),
+        mvcc::CompareTarget::Lease(v) => (T::Lease as i32, Some(U::Lease(v))),
+        mvcc::CompareTarget::Unknown => (-1, None),
+    };
+    let result = match c.result {
+        mvcc::CompareResult::Equal => R::Equal as i32,
+        mvcc::CompareResult::Greater => R::Greater as i32,
+        mvcc::CompareResult::Less => R::Less as i32,
+        mvcc::CompareResult::NotEqual => R::NotEqual as i32,
+        mvcc::CompareResult::Unknown => -1,
+    };
+    pb::Compare { key: c.key, range_end: c.range_end, target, result, target_union: union }
+}
+
+fn request_op_back(op: mvcc::RequestOp) -> pb::RequestOp {
+    use pb::request_op::Request as R;
+    let request = match op {
+        mvcc::RequestOp::Range(r) => Some(R::RequestRange(range_back(r))),
+        mvcc::RequestOp::Put(p) => Some(R::RequestPut(put_back(p))),
+        mvcc::RequestOp::DeleteRange(d) => Some(R::RequestDeleteRange(delete_back(d))),
+        mvcc::RequestOp::Txn(t) => Some(R::RequestTxn(txn_back(t))),
+        mvcc::RequestOp::Empty | mvcc::RequestOp::DeleteLeased { .. } => None,
+    };
+    pb::RequestOp { request }
+}
+
+pub fn txn_back(t: mvcc::TxnRequest) -> pb::TxnRequest {
+    pb::TxnRequest {
+        compare: t.compare.into_iter().map(compare_back).collect(),
+        success: t.success.into_iter().map(request_op_back).collect(),
+        failure: t.failure.into_iter().map(request_op_back).collect(),
+    }
+}
+
 pub fn kv(kv: mvcc::KeyValue) -> mvccpb::KeyValue {
     mvccpb::KeyValue {
         key: kv.key,

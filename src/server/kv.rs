@@ -9,6 +9,7 @@ use super::apply::{self, propose};
 use super::{Shared, alarm, auth, convert};
 use crate::auth::AuthInfo;
 use crate::error::Error;
+use crate::mvcc::Refused;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::memetcdpb::request::Request as Req;
 use crate::proto::memetcdpb::response::Response as Resp;
@@ -44,7 +45,11 @@ impl KvService {
             if s.auth.is_enabled() {
                 auth::check_txn(s, who.as_ref(), &req)?;
             }
-            let applied = s.store.txn(t, size)?;
+            // Read-only: never handed back (only writes are).
+            let applied = s.store.txn(t, size).map_err(|r| match r {
+                Refused::Error(e) => e,
+                Refused::Closed(_) => Error::Internal,
+            })?;
             s.store.wait_visible(applied.visible_at).await;
             let mut resp = convert::txn_response(applied.response);
             s.fill(&mut resp.header);
@@ -96,31 +101,43 @@ impl pb::kv_server::Kv for KvService {
 
     async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
         let who = who(&self.shared, &req).await?;
-        let req = req.into_inner();
-        if self.shared.raft().is_some() {
-            let s = &self.shared;
-            s.store.check_put(&convert::put_request(req.clone()), req.encoded_len())?;
-            apply::quota(s, alarm::put_cost(&req)).await?;
-            let Resp::Put(mut r) = apply::propose_as(s, Req::Put(req), auth::header(&who)).await?
-            else {
-                return Err(Error::Internal.into());
-            };
-            s.fill(&mut r.header);
-            return Ok(Response::new(r));
-        }
-        self.shared.alarms.check_space(&self.shared.store, alarm::put_cost(&req))?;
-        let size = req.encoded_len();
-        let applied = {
-            let gate = self.shared.auth.write_gate();
-            if gate.is_some() {
-                auth::check_put(&self.shared, who.as_ref(), &req)?;
+        let mut req = req.into_inner();
+        loop {
+            if self.shared.raft().is_some() {
+                let s = &self.shared;
+                s.store.check_put(&convert::put_request(req.clone()), req.encoded_len())?;
+                apply::quota(s, alarm::put_cost(&req)).await?;
+                let h = auth::header(&who);
+                let Resp::Put(mut r) = apply::propose_as(s, Req::Put(req), h).await? else {
+                    return Err(Error::Internal.into());
+                };
+                s.fill(&mut r.header);
+                return Ok(Response::new(r));
             }
-            self.shared.store.put(convert::put_request(req), size)?
-        };
-        self.shared.store.wait_visible(applied.visible_at).await;
-        let mut resp = convert::put_response(applied.response);
-        self.shared.fill(&mut resp.header);
-        Ok(Response::new(resp))
+            self.shared.alarms.check_space(&self.shared.store, alarm::put_cost(&req))?;
+            let size = req.encoded_len();
+            let applied = {
+                let gate = self.shared.auth.write_gate();
+                if gate.is_some() {
+                    auth::check_put(&self.shared, who.as_ref(), &req)?;
+                }
+                self.shared.store.put(convert::put_request(req), size)
+            };
+            let applied = match applied {
+                Ok(a) => a,
+                Err(Refused::Error(e)) => return Err(e.into()),
+                // The member is growing into a cluster: once it has, through Raft.
+                Err(Refused::Closed(r)) => {
+                    req = convert::put_back(r);
+                    self.shared.growth_settled().await;
+                    continue;
+                }
+            };
+            self.shared.store.wait_visible(applied.visible_at).await;
+            let mut resp = convert::put_response(applied.response);
+            self.shared.fill(&mut resp.header);
+            return Ok(Response::new(resp));
+        }
     }
 
     async fn delete_range(
@@ -128,51 +145,75 @@ impl pb::kv_server::Kv for KvService {
         req: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
         let who = who(&self.shared, &req).await?;
-        let req = req.into_inner();
-        if self.shared.raft().is_some() {
-            let s = &self.shared;
-            s.store.check_delete_range(&convert::delete_request(req.clone()), req.encoded_len())?;
-            let h = auth::header(&who);
-            let Resp::DeleteRange(mut r) = apply::propose_as(s, Req::DeleteRange(req), h).await?
-            else {
-                return Err(Error::Internal.into());
-            };
-            s.fill(&mut r.header);
-            return Ok(Response::new(r));
-        }
-        let size = req.encoded_len();
-        let applied = {
-            let gate = self.shared.auth.write_gate();
-            if gate.is_some() {
-                auth::check_delete(&self.shared, who.as_ref(), &req)?;
+        let mut req = req.into_inner();
+        loop {
+            if self.shared.raft().is_some() {
+                let s = &self.shared;
+                let d = convert::delete_request(req.clone());
+                s.store.check_delete_range(&d, req.encoded_len())?;
+                let h = auth::header(&who);
+                let Resp::DeleteRange(mut r) =
+                    apply::propose_as(s, Req::DeleteRange(req), h).await?
+                else {
+                    return Err(Error::Internal.into());
+                };
+                s.fill(&mut r.header);
+                return Ok(Response::new(r));
             }
-            self.shared.store.delete_range(convert::delete_request(req), size)?
-        };
-        self.shared.store.wait_visible(applied.visible_at).await;
-        let mut resp = convert::delete_response(applied.response);
-        self.shared.fill(&mut resp.header);
-        Ok(Response::new(resp))
+            let size = req.encoded_len();
+            let applied = {
+                let gate = self.shared.auth.write_gate();
+                if gate.is_some() {
+                    auth::check_delete(&self.shared, who.as_ref(), &req)?;
+                }
+                self.shared.store.delete_range(convert::delete_request(req), size)
+            };
+            let applied = match applied {
+                Ok(a) => a,
+                Err(Refused::Error(e)) => return Err(e.into()),
+                Err(Refused::Closed(r)) => {
+                    req = convert::delete_back(r);
+                    self.shared.growth_settled().await;
+                    continue;
+                }
+            };
+            self.shared.store.wait_visible(applied.visible_at).await;
+            let mut resp = convert::delete_response(applied.response);
+            self.shared.fill(&mut resp.header);
+            return Ok(Response::new(resp));
+        }
     }
 
     async fn txn(&self, req: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
         let who = who(&self.shared, &req).await?;
-        let req = req.into_inner();
-        if self.shared.raft().is_some() {
-            return self.txn_in_cluster(req, who).await.map(Response::new);
-        }
-        self.shared.alarms.check_space(&self.shared.store, alarm::txn_cost(&req))?;
-        let size = req.encoded_len();
-        let applied = {
-            let gate = self.shared.auth.write_gate();
-            if gate.is_some() {
-                auth::check_txn(&self.shared, who.as_ref(), &req)?;
+        let mut req = req.into_inner();
+        loop {
+            if self.shared.raft().is_some() {
+                return self.txn_in_cluster(req, who).await.map(Response::new);
             }
-            self.shared.store.txn(convert::txn_request(req)?, size)?
-        };
-        self.shared.store.wait_visible(applied.visible_at).await;
-        let mut resp = convert::txn_response(applied.response);
-        self.shared.fill(&mut resp.header);
-        Ok(Response::new(resp))
+            self.shared.alarms.check_space(&self.shared.store, alarm::txn_cost(&req))?;
+            let size = req.encoded_len();
+            let applied = {
+                let gate = self.shared.auth.write_gate();
+                if gate.is_some() {
+                    auth::check_txn(&self.shared, who.as_ref(), &req)?;
+                }
+                self.shared.store.txn(convert::txn_request(req)?, size)
+            };
+            let applied = match applied {
+                Ok(a) => a,
+                Err(Refused::Error(e)) => return Err(e.into()),
+                Err(Refused::Closed(t)) => {
+                    req = convert::txn_back(t);
+                    self.shared.growth_settled().await;
+                    continue;
+                }
+            };
+            self.shared.store.wait_visible(applied.visible_at).await;
+            let mut resp = convert::txn_response(applied.response);
+            self.shared.fill(&mut resp.header);
+            return Ok(Response::new(resp));
+        }
     }
 
     async fn compact(
@@ -182,6 +223,7 @@ impl pb::kv_server::Kv for KvService {
         // Anyone may compact (etcd checks no permission), but a bad token is refused.
         who(&self.shared, &req).await?;
         let req = req.into_inner();
+        let _alone = self.shared.alone_writes().await;
         if self.shared.raft().is_some() {
             let Resp::Compaction(mut r) = propose(&self.shared, Req::Compaction(req)).await? else {
                 return Err(Error::Internal.into());

@@ -131,14 +131,16 @@ async fn renew_anywhere(shared: &Shared, id: i64) -> Result<i64, Status> {
 /// proposing their revocation; it first gives every lease its full TTL (etcd's `Promote`), so
 /// that no lease expires because of an election.
 pub async fn expiry_loop(shared: Arc<Shared>) {
-    if let Some(raft) = shared.raft().cloned() {
-        return cluster_expiry_loop(shared, raft).await;
-    }
     loop {
+        // A member alone that grew into a cluster expires leases as a cluster member.
+        if let Some(raft) = shared.raft().cloned() {
+            return cluster_expiry_loop(shared, raft).await;
+        }
         let now = Instant::now();
         let wake =
             shared.lessor.next_deadline().map_or(now + EXPIRY_TICK, |d| d.min(now + EXPIRY_TICK));
         tokio::time::sleep_until(wake.max(now + Duration::from_millis(1))).await;
+        let Some(_alone) = shared.alone_writes().await else { continue };
         loop {
             let expired = shared.lessor.expire(Instant::now(), EXPIRY_BATCH);
             let n = expired.len();
@@ -297,6 +299,8 @@ impl pb::lease_server::Lease for LeaseService {
         // etcd checks no permission to grant, but a bad token is refused.
         let who = who(&self.shared, &req).await?;
         let r = req.into_inner();
+        // A member alone stays one until the grant is logged (see `Shared::alone`).
+        let _alone = self.shared.alone_writes().await;
         if self.shared.raft().is_some() {
             let s = &self.shared;
             if r.ttl > crate::lease::MAX_TTL {
@@ -333,6 +337,7 @@ impl pb::lease_server::Lease for LeaseService {
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
         let who = who(&self.shared, &req).await?;
         let id = req.into_inner().id;
+        let _alone = self.shared.alone_writes().await;
         if self.shared.raft().is_some() {
             let s = &self.shared;
             let r = pb::LeaseRevokeRequest { id };

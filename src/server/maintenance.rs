@@ -59,6 +59,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
             admin(&self.shared, &req).await?;
         }
         let r = req.into_inner();
+        let _alone = self.shared.alone_writes().await;
         if self.shared.raft().is_some() {
             // Alarms are the cluster's: raised, cleared and listed through the log, as etcd
             // does it, so that every member answers the same.

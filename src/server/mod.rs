@@ -12,6 +12,7 @@ pub mod compactor;
 pub mod convert;
 pub mod forward;
 pub mod gateway;
+pub mod grow;
 pub mod http;
 pub mod kv;
 pub mod lease;
@@ -61,7 +62,9 @@ pub struct Shared {
     pub grpc_stats: metrics::GrpcStats,
     /// Raised alarms and the space quota every write that adds data checks.
     pub alarms: alarm::Alarms,
-    /// The Raft node, in a cluster (set once, right after start-up; a member alone has none).
+    /// The Raft node, in a cluster (set once: right after start-up, or when a member alone
+    /// grows into a cluster; a member alone has none). Every request reads it to choose its
+    /// path.
     pub raft: std::sync::OnceLock<Arc<crate::raft::RaftNode>>,
     /// Every member's name and client URLs, as each published them through the log (a
     /// cluster's MemberList); written only by the apply of those entries and by snapshots.
@@ -76,6 +79,15 @@ pub struct Shared {
     /// Serializes a member alone's auth changes, so that its auth file is written in the
     /// order they were applied (async: held across the file write).
     pub auth_changes: tokio::sync::Mutex<()>,
+    /// A member alone's writes other than KV's (leases, their expiry, compaction, auth,
+    /// alarms) hold it shared across their change ([`Shared::alone_writes`]); growing into a
+    /// cluster holds it exclusively ([`grow`]), so that none of them straddles the moment the
+    /// member's state is handed to Raft, and KV writes the store handed back wait on it. Never
+    /// taken by KV's writes nor in a cluster.
+    pub alone: tokio::sync::RwLock<()>,
+    /// Raised when the server starts shutting down: what stops the peer listeners a member
+    /// that grew into a cluster opened after start-up.
+    pub stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl Shared {
@@ -96,6 +108,9 @@ impl Shared {
         let (cluster_id, member_id) = cluster.unwrap_or_else(|| config.ids());
         let mut wal_options = config.wal_options();
         if cluster.is_some() {
+            if wal_options.mode != crate::wal::Mode::None {
+                grow::retire_alone_state(&wal_options.dir)?;
+            }
             if wal_options.dir.join("wal").exists() {
                 return Err(format!(
                     "{} holds the data of a member alone (a WAL); a cluster member keeps its \
@@ -172,7 +187,26 @@ impl Shared {
             lease_term: Default::default(),
             auth,
             auth_changes: Default::default(),
+            alone: Default::default(),
+            stopping: tokio::sync::watch::channel(false).0,
         })
+    }
+
+    /// For a member alone's write other than KV's: a guard that keeps it a member alone
+    /// until the write is done (see [`Shared::alone`]); `None` in a cluster, including once
+    /// the member has grown into one while the caller waited.
+    pub async fn alone_writes(&self) -> Option<tokio::sync::RwLockReadGuard<'_, ()>> {
+        if self.raft().is_some() {
+            return None;
+        }
+        let guard = self.alone.read().await;
+        self.raft().is_none().then_some(guard)
+    }
+
+    /// Waits while a member alone grows into a cluster (a KV write the store handed back
+    /// goes on once it is over: through Raft, or directly again if growing failed).
+    pub async fn growth_settled(&self) {
+        drop(self.alone.read().await);
     }
 
     /// The Raft node, in a cluster.
@@ -191,7 +225,8 @@ impl Shared {
         self.raft.set(node).map_err(|_| "the Raft node is started once".to_string())
     }
 
-    /// Writes out the WAL and stops its writer (after the listeners stopped).
+    /// Writes out the WAL (a member alone's, or the one a member that grew into a cluster
+    /// kept writing until it restarts) and stops its writer (after the listeners stopped).
     pub fn close(&self) {
         if let Some(w) = self.store.wal() {
             w.close();
@@ -354,11 +389,13 @@ pub async fn serve(
     let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
     {
         let tx = tx.clone();
+        let shared_stop = shared.clone();
         tokio::spawn(async move {
             shutdown.await;
             info!("shutting down");
             let _ = tx.send(());
             let _ = stopping_tx.send(true);
+            shared_stop.stopping.send_replace(true);
         });
     }
     let mut tasks = tokio::task::JoinSet::new();
@@ -410,12 +447,13 @@ pub async fn serve(
     let compactor = shared.config.auto_compaction().ok().flatten().map(|policy| {
         let shared = shared.clone();
         tokio::spawn(async move {
-            if shared.raft().is_none() {
-                return compactor::run(&shared.store, policy).await;
-            }
             let s = &shared;
             compactor::run_with(&shared.store, policy, &|rev| {
                 Box::pin(async move {
+                    // A member alone compacts its store (it may grow into a cluster later).
+                    if let Some(_alone) = s.alone_writes().await {
+                        return compactor::compact(&s.store, rev).await;
+                    }
                     // Only the leader compacts, through the log (etcd's compactor pauses on
                     // followers).
                     if !s.raft().is_some_and(|r| r.is_leader()) {
@@ -431,13 +469,7 @@ pub async fn serve(
             .await
         })
     });
-    let cluster_tasks = shared.raft().cloned().map(|raft| {
-        let size = {
-            let s = shared.clone();
-            move || s.store.size_bytes() as u64
-        };
-        tokio::spawn(raft.snapshot_loop(size))
-    });
+    let cluster_tasks = shared.raft().cloned().map(|raft| raft_snapshots(&shared, raft));
     // Listeners stop accepting at once and let requests in flight finish; watch and keep-alive
     // streams never finish on their own, so connections still open after the grace period
     // are closed (etcd does the same).
@@ -468,6 +500,18 @@ pub async fn serve(
         c.abort();
     }
     Ok(())
+}
+
+/// Takes Raft snapshots as the log grows (a cluster member).
+fn raft_snapshots(
+    shared: &Arc<Shared>,
+    raft: Arc<crate::raft::RaftNode>,
+) -> tokio::task::JoinHandle<()> {
+    let size = {
+        let s = shared.clone();
+        move || s.store.size_bytes() as u64
+    };
+    tokio::spawn(raft.snapshot_loop(size))
 }
 
 /// A peer listener's service: Raft's messages and the leader-only client requests.
@@ -527,6 +571,8 @@ const SNAPSHOT_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 async fn snapshot_loop(shared: Arc<Shared>) {
     loop {
         tokio::time::sleep(SNAPSHOT_CHECK).await;
+        // A member alone that grew into a cluster still writes its WAL until it restarts:
+        // snapshots keep bounding it (a member that never restarts must not fill its disk).
         let Some(wal) = shared.store.wal() else { return };
         if !wal.snapshot_due(shared.store.size_bytes() as u64) {
             continue;

@@ -13,6 +13,7 @@ mod durability;
 mod etcdctl;
 mod faults;
 mod gateway;
+mod grow;
 mod history;
 mod hostile;
 mod k8s_e2e;
