@@ -708,6 +708,11 @@ mod tests {
         assert_eq!(s.check_range(Some(&u), b"a1", b"", false), Ok(()));
         assert_eq!(s.check_range(Some(&u), b"a1", b"", true), Err(Error::PermissionDenied));
         assert_eq!(s.check_range(None, b"a1", b"", false), Err(Error::UserEmpty));
+        // No credentials are the empty name: refused for others, but "themselves" (etcd's
+        // UserGet), a user that does not exist.
+        assert_eq!(s.user_get(None, "u"), Err(Error::UserEmpty));
+        assert_eq!(s.user_get(None, ""), Err(Error::UserNotFound));
+        assert_eq!(s.user_get(Some(&u), "u"), Ok(vec!["r".to_string()]));
         assert_eq!(s.apply(&u, Op::Disable), Err(Error::PermissionDenied));
         s.apply(&root(), Op::RoleAdd { name: "x".into() }).unwrap();
         assert_eq!(s.check_range(Some(&u), b"a1", b"", false), Err(Error::AuthOldRevision));
