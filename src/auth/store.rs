@@ -609,8 +609,9 @@ impl AuthStore {
     /// UserGet: the user's roles; root, or the user asking about themselves.
     pub fn user_get(&self, who: Option<&AuthInfo>, name: &str) -> Result<Vec<String>> {
         let st = self.state.read();
+        // No credentials are the empty user name, as in etcd (which then looks the name up).
         if let Err(e) = self.admin_locked(&st, who)
-            && who.is_none_or(|w| w.username != name)
+            && who.map_or("", |w| w.username.as_str()) != name
         {
             return Err(e);
         }
@@ -707,6 +708,11 @@ mod tests {
         assert_eq!(s.check_range(Some(&u), b"a1", b"", false), Ok(()));
         assert_eq!(s.check_range(Some(&u), b"a1", b"", true), Err(Error::PermissionDenied));
         assert_eq!(s.check_range(None, b"a1", b"", false), Err(Error::UserEmpty));
+        // No credentials are the empty name: refused for others, but "themselves" (etcd's
+        // UserGet), a user that does not exist.
+        assert_eq!(s.user_get(None, "u"), Err(Error::UserEmpty));
+        assert_eq!(s.user_get(None, ""), Err(Error::UserNotFound));
+        assert_eq!(s.user_get(Some(&u), "u"), Ok(vec!["r".to_string()]));
         assert_eq!(s.apply(&u, Op::Disable), Err(Error::PermissionDenied));
         s.apply(&root(), Op::RoleAdd { name: "x".into() }).unwrap();
         assert_eq!(s.check_range(Some(&u), b"a1", b"", false), Err(Error::AuthOldRevision));

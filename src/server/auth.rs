@@ -103,6 +103,25 @@ pub fn require(s: &Shared, who: &Option<AuthInfo>) -> Result<()> {
     Ok(())
 }
 
+/// The caller of `req`, who must be someone while auth is enabled ([`require`]): the check of
+/// the calls any authenticated user may make (lease grant and revoke, Status, alarm list,
+/// member list).
+pub async fn authenticated<T>(s: &Shared, req: &Request<T>) -> Result<Option<AuthInfo>> {
+    let who = caller(s, req).await?;
+    require(s, &who)?;
+    Ok(who)
+}
+
+/// The caller of `req`, who must have the root role while auth is enabled (etcd's
+/// `AuthAdmin.isPermitted` and `checkMembershipOperationPermission`): the check of the calls
+/// only root may make outside the auth store (compaction, membership changes, the
+/// maintenance calls that read or change the whole store).
+pub async fn admin<T>(s: &Shared, req: &Request<T>) -> Result<Option<AuthInfo>> {
+    let who = caller(s, req).await?;
+    s.auth.check_admin(who.as_ref())?;
+    Ok(who)
+}
+
 /// The proposal header for `who` (absent while auth is disabled or for no credentials).
 pub fn header(who: &Option<AuthInfo>) -> Option<mpb::AuthHeader> {
     who.as_ref().map(|w| mpb::AuthHeader { username: w.username.clone(), revision: w.revision })
@@ -365,7 +384,9 @@ impl pb::auth_server::Auth for AuthService {
         &self,
         req: Request<pb::AuthStatusRequest>,
     ) -> Result<Response<pb::AuthStatusResponse>, Status> {
-        let _ = self.read_as(&req).await?;
+        // Only root may read it (etcd's needAdminPermission), checked in log order.
+        let who = self.read_as(&req).await?;
+        self.shared.auth.check_admin(who.as_ref())?;
         Ok(Response::new(pb::AuthStatusResponse {
             header: self.shared.header(0),
             enabled: self.shared.auth.is_enabled(),

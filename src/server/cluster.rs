@@ -211,10 +211,13 @@ pub fn forwarded_error(s: Status) -> Status {
 macro_rules! on_leader {
     ($self:ident, $req:ident, $local:ident, $rpc:ident) => {{
         let s = &$self.shared;
-        let Some(raft) = s.raft() else { return Err(Error::MemberChangeUnsupported.into()) };
-        if raft.role().borrow().is_learner {
+        if s.raft().is_some_and(|r| r.role().borrow().is_learner) {
             return Err(Error::LearnerRpc.into());
         }
+        // Only root, checked by the member the client called, before anything else (etcd's
+        // checkMembershipOperationPermission): the leader trusts a forwarded change.
+        super::auth::admin(s, &$req).await?;
+        let Some(raft) = s.raft() else { return Err(Error::MemberChangeUnsupported.into()) };
         let r = $req.into_inner();
         let mut resp = if raft.is_leader() {
             $local(s, r).await?
@@ -262,10 +265,12 @@ impl pb::cluster_server::Cluster for ClusterService {
         let s = &self.shared;
         // etcd answers MemberList from the membership store, without a revision.
         let header = s.header_exact(0);
+        // Caught up first, then anyone authenticated (etcd's order).
+        if s.raft().is_some() && req.get_ref().linearizable {
+            super::apply::linearizable(s).await?;
+        }
+        super::auth::authenticated(s, &req).await?;
         if let Some(raft) = s.raft() {
-            if req.into_inner().linearizable {
-                super::apply::linearizable(s).await?;
-            }
             return Ok(Response::new(pb::MemberListResponse { header, members: members(s, raft) }));
         }
         let me = pb::Member {

@@ -249,14 +249,6 @@ pub fn time_to_live(shared: &Shared, r: pb::LeaseTimeToLiveRequest) -> pb::Lease
 type KeepAliveStream =
     Pin<Box<dyn Stream<Item = Result<pb::LeaseKeepAliveResponse, Status>> + Send>>;
 
-/// Who sent a request: read only while auth is enabled.
-async fn who<T>(s: &Shared, req: &Request<T>) -> Result<Option<AuthInfo>, Status> {
-    if !s.auth.is_enabled() {
-        return Ok(None);
-    }
-    Ok(auth::caller(s, req).await?)
-}
-
 /// Every key of these leases may be read by `who` (root may read all): etcd's checks of
 /// TimeToLive with keys and of Leases.
 fn check_reads(s: &Shared, who: &Option<AuthInfo>, leases: &[i64]) -> Result<(), Error> {
@@ -296,8 +288,8 @@ impl pb::lease_server::Lease for LeaseService {
         &self,
         req: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
-        // etcd checks no permission to grant, but a bad token is refused.
-        let who = who(&self.shared, &req).await?;
+        // Any authenticated user may grant (etcd's requireAuthInfo), before the proposal.
+        let who = auth::authenticated(&self.shared, &req).await?;
         let r = req.into_inner();
         // A member alone stays one until the grant is logged (see `Shared::alone`).
         let _alone = self.shared.alone_writes().await;
@@ -335,7 +327,8 @@ impl pb::lease_server::Lease for LeaseService {
         &self,
         req: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
-        let who = who(&self.shared, &req).await?;
+        // Someone, checked here; whether they may write the lease's keys, at apply.
+        let who = auth::authenticated(&self.shared, &req).await?;
         let id = req.into_inner().id;
         let _alone = self.shared.alone_writes().await;
         if self.shared.raft().is_some() {
@@ -412,13 +405,10 @@ impl pb::lease_server::Lease for LeaseService {
         &self,
         req: Request<pb::LeaseTimeToLiveRequest>,
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
-        let who = who(&self.shared, &req).await?;
+        let who = auth::authenticated(&self.shared, &req).await?;
         let r = req.into_inner();
-        if self.shared.auth.is_enabled() {
-            auth::require(&self.shared, &who)?;
-            if r.keys {
-                check_reads(&self.shared, &who, &[r.id])?;
-            }
+        if r.keys {
+            check_reads(&self.shared, &who, &[r.id])?;
         }
         if let Some(raft) = self.shared.raft()
             && !raft.is_leader()
@@ -438,7 +428,7 @@ impl pb::lease_server::Lease for LeaseService {
         &self,
         req: Request<pb::LeaseLeasesRequest>,
     ) -> Result<Response<pb::LeaseLeasesResponse>, Status> {
-        let who = who(&self.shared, &req).await?;
+        let who = auth::caller(&self.shared, &req).await?;
         let ids = self.shared.lessor.leases();
         check_reads(&self.shared, &who, &ids)?;
         let leases = ids.into_iter().map(|id| pb::LeaseStatus { id }).collect();

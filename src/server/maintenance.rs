@@ -10,7 +10,7 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use super::apply::{self, propose};
-use super::{RAFT_TERM, Shared};
+use super::{RAFT_TERM, Shared, auth};
 use crate::error::Error;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::memetcdpb::request::Request as Req;
@@ -29,24 +29,6 @@ impl MaintenanceService {
 
 type SnapshotStream = Pin<Box<dyn Stream<Item = Result<pb::SnapshotResponse, Status>> + Send>>;
 
-/// etcd's `AuthAdmin.isPermitted`: while auth is enabled, only root.
-async fn admin<T>(s: &Shared, req: &Request<T>) -> Result<(), Status> {
-    if !s.auth.is_enabled() {
-        return Ok(());
-    }
-    let who = super::auth::caller(s, req).await?;
-    Ok(s.auth.check_admin(who.as_ref())?)
-}
-
-/// etcd's `requireAuthInfo`: while auth is enabled, anyone authenticated.
-async fn anyone<T>(s: &Shared, req: &Request<T>) -> Result<(), Status> {
-    if !s.auth.is_enabled() {
-        return Ok(());
-    }
-    let who = super::auth::caller(s, req).await?;
-    Ok(super::auth::require(s, &who)?)
-}
-
 #[tonic::async_trait]
 impl pb::maintenance_server::Maintenance for MaintenanceService {
     async fn alarm(
@@ -54,9 +36,9 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         req: Request<pb::AlarmRequest>,
     ) -> Result<Response<pb::AlarmResponse>, Status> {
         if req.get_ref().action == pb::alarm_request::AlarmAction::Get as i32 {
-            anyone(&self.shared, &req).await?;
+            auth::authenticated(&self.shared, &req).await?;
         } else {
-            admin(&self.shared, &req).await?;
+            auth::admin(&self.shared, &req).await?;
         }
         let r = req.into_inner();
         let _alone = self.shared.alone_writes().await;
@@ -76,7 +58,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         &self,
         req: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
-        anyone(&self.shared, &req).await?;
+        auth::authenticated(&self.shared, &req).await?;
         let s = &self.shared;
         let rev = s.store.current_revision();
         let size = s.store.size_bytes() as i64;
@@ -113,7 +95,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         &self,
         req: Request<pb::DefragmentRequest>,
     ) -> Result<Response<pb::DefragmentResponse>, Status> {
-        admin(&self.shared, &req).await?;
+        auth::admin(&self.shared, &req).await?;
         // Memory is returned as compaction frees it; there is nothing to defragment.
         // etcd's Defragment response carries no header.
         Ok(Response::new(pb::DefragmentResponse { header: None }))
@@ -123,7 +105,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         &self,
         req: Request<pb::HashRequest>,
     ) -> Result<Response<pb::HashResponse>, Status> {
-        admin(&self.shared, &req).await?;
+        auth::admin(&self.shared, &req).await?;
         let (hash, rev, _) = self.shared.store.hash_kv(0)?;
         Ok(Response::new(pb::HashResponse { header: self.shared.header(rev), hash }))
     }
@@ -132,7 +114,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         &self,
         req: Request<pb::HashKvRequest>,
     ) -> Result<Response<pb::HashKvResponse>, Status> {
-        admin(&self.shared, &req).await?;
+        auth::admin(&self.shared, &req).await?;
         let (hash, hash_revision, compact_revision) =
             self.shared.store.hash_kv(req.into_inner().revision)?;
         Ok(Response::new(pb::HashKvResponse {
@@ -149,7 +131,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         &self,
         req: Request<pb::SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
-        admin(&self.shared, &req).await?;
+        auth::admin(&self.shared, &req).await?;
         let (tx, rx) = tokio::sync::mpsc::channel(SNAPSHOT_QUEUE);
         let complete = Arc::new(AtomicBool::new(false));
         let (shared, done) = (self.shared.clone(), complete.clone());
@@ -165,7 +147,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         &self,
         req: Request<pb::MoveLeaderRequest>,
     ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
-        admin(&self.shared, &req).await?;
+        auth::admin(&self.shared, &req).await?;
         let target = req.into_inner().target_id;
         let Some(raft) = self.shared.raft() else {
             // A member alone leads and has nobody to hand over to.
@@ -190,7 +172,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         &self,
         req: Request<pb::DowngradeRequest>,
     ) -> Result<Response<pb::DowngradeResponse>, Status> {
-        admin(&self.shared, &req).await?;
+        auth::admin(&self.shared, &req).await?;
         Err(Status::unimplemented("downgrade is not supported"))
     }
 }

@@ -338,7 +338,9 @@ async fn auth_state_survives_restart() {
     let s = dir.start(&args).await;
     let mut raw = s.raw_clients().await;
     set_up(&mut raw).await;
-    let before = raw.auth.auth_status(pb::AuthStatusRequest {}).await;
+    // Only root may read the auth status while auth is enabled (etcd's rule).
+    let root = token(&mut raw, "root", "rootpw").await;
+    let before = raw.auth.auth_status(with_token(&root, pb::AuthStatusRequest {})).await;
     let alice = token(&mut raw, "alice", "alicepw").await;
     drop(raw);
     s.stop(Duration::from_secs(10)).await;

@@ -19,8 +19,8 @@ use crate::support::*;
 
 /// An HTTP answer: status, headers (lower-case names) and body.
 #[derive(Debug)]
-struct Reply {
-    status: u16,
+pub struct Reply {
+    pub status: u16,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
 }
@@ -30,7 +30,7 @@ impl Reply {
         self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
 
-    fn json(&self) -> Value {
+    pub fn json(&self) -> Value {
         if self.body.is_empty() {
             return Value::Null;
         }
@@ -77,7 +77,7 @@ async fn read_head(r: &mut BufReader<OwnedReadHalf>) -> (u16, Vec<(String, Strin
 }
 
 /// One HTTP/1.1 request on a connection of its own.
-async fn request(
+pub async fn request(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -344,7 +344,7 @@ impl Gw {
     }
 }
 
-fn b64(s: &str) -> String {
+pub fn b64(s: &str) -> String {
     const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let b = s.as_bytes();
     let mut out = String::new();

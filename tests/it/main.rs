@@ -4,6 +4,7 @@
 mod support;
 
 mod auth;
+mod auth_matrix;
 mod cluster;
 mod cluster_harness;
 mod consistency;
