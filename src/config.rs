@@ -929,8 +929,9 @@ where
     let mut matches = cmd.clone().try_get_matches_from(&args).map_err(LoadError::Usage)?;
     let mut unknown_keys = Vec::new();
     let file = matches.get_one::<PathBuf>("config_file").cloned();
-    if let Some(path) = file.filter(|_| !matches.get_flag("version")) {
-        let (file_args, unknown) = file_args(&path, &cmd)?;
+    let file = file.filter(|_| !matches.get_flag("version"));
+    if let Some(path) = &file {
+        let (file_args, unknown) = file_args(path, &cmd)?;
         unknown_keys = unknown;
         let quiet = cmd.mut_args(|a| a.env(None::<&str>));
         let argv = std::iter::once("mem_etcd".to_string()).chain(file_args);
@@ -938,7 +939,10 @@ where
             LoadError::Invalid(format!("{}: {}", path.display(), e.kind()).replace('\n', " "))
         })?;
     }
-    let config = Config::from_arg_matches(&matches).map_err(LoadError::Usage)?;
+    let mut config = Config::from_arg_matches(&matches).map_err(LoadError::Usage)?;
+    if file.is_some() {
+        config.config_file = file;
+    }
     let no_effect = NO_EFFECT
         .iter()
         .filter(|(name, _)| {

@@ -12,6 +12,7 @@ mod differential;
 mod durability;
 mod etcdctl;
 mod faults;
+mod flags;
 mod gateway;
 mod history;
 mod hostile;
