@@ -1243,4 +1243,80 @@ mod tests {
         let (cluster, member) = c.ids();
         assert!(cluster != 0 && member != 0 && cluster != member);
     }
+
+    #[test]
+    fn go_flag_syntax_and_the_last_of_a_repeat_wins() {
+        let c = load([
+            "mem_etcd",
+            "-name",
+            "a",
+            "--name=b",
+            "--snapshot-count=1",
+            "--snapshot-count",
+            "2",
+        ])
+        .expect("parses");
+        assert_eq!(c.config.name, "b");
+        assert_eq!(c.no_effect, ["snapshot-count"]);
+        let c = load([
+            "mem_etcd",
+            "--listen-client-urls=http://127.0.0.1:1,http://127.0.0.1:2",
+            "--listen-client-urls=http://127.0.0.1:3",
+            "--client-cert-auth=true",
+            "--client-cert-auth=false",
+            "-auto-tls",
+        ])
+        .expect("parses");
+        assert_eq!(c.config.listen_client_urls, ["http://127.0.0.1:3"]);
+        assert!(!c.config.client_cert_auth && c.config.auto_tls);
+    }
+
+    #[test]
+    fn feature_gates_as_etcd_reads_them() {
+        let gates = |args: &[&str]| {
+            let c = Config::parse_from(std::iter::once("mem_etcd").chain(args.iter().copied()));
+            c.feature_gates_state()
+        };
+        let g = gates(&["--feature-gates=InitialCorruptCheck=true"]).unwrap();
+        assert_eq!(g["InitialCorruptCheck"], true);
+        assert_eq!(g["TxnModeWriteWithSharedBuffer"], true);
+        let g = gates(&["--experimental-initial-corrupt-check"]).unwrap();
+        assert_eq!(g["InitialCorruptCheck"], true);
+        assert_eq!(
+            gates(&["--feature-gates=Foo=true"]).unwrap_err(),
+            "invalid value \"Foo=true\" for flag -feature-gates: unrecognized feature gate: Foo"
+        );
+        assert!(
+            gates(&[
+                "--feature-gates=InitialCorruptCheck=true",
+                "--experimental-initial-corrupt-check"
+            ])
+            .unwrap_err()
+            .starts_with("cannot specify both flags")
+        );
+    }
+
+    #[test]
+    fn config_file_ignores_the_command_line() {
+        let dir = std::env::temp_dir().join(format!("mem_etcd-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("etcd.yaml");
+        std::fs::write(
+            &file,
+            "name: yaml\nlisten-client-urls: http://127.0.0.1:1,http://127.0.0.1:2\n\
+             client-transport-security:\n  cert-file: /c\n  key-file: /k\n  client-cert-auth: true\n\
+             peer-transport-security:\n  allowed-cn: m\nbogus: 1\n",
+        )
+        .unwrap();
+        let arg = format!("--config-file={}", file.display());
+        let c = load(["mem_etcd", &arg, "--name=cmdline", "--max-txn-ops=5"]).expect("parses");
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(c.config.name, "yaml");
+        assert_eq!(c.config.max_txn_ops, 128);
+        assert_eq!(c.config.listen_client_urls.len(), 2);
+        assert_eq!(c.config.cert_file, Some(PathBuf::from("/c")));
+        assert!(c.config.client_cert_auth);
+        assert_eq!(c.config.peer_cert_allowed_cn, ["m"]);
+        assert_eq!(c.unknown_keys, ["bogus"]);
+    }
 }
