@@ -1278,10 +1278,10 @@ mod tests {
             c.feature_gates_state()
         };
         let g = gates(&["--feature-gates=InitialCorruptCheck=true"]).unwrap();
-        assert_eq!(g["InitialCorruptCheck"], true);
-        assert_eq!(g["TxnModeWriteWithSharedBuffer"], true);
+        assert!(g["InitialCorruptCheck"]);
+        assert!(g["TxnModeWriteWithSharedBuffer"]);
         let g = gates(&["--experimental-initial-corrupt-check"]).unwrap();
-        assert_eq!(g["InitialCorruptCheck"], true);
+        assert!(g["InitialCorruptCheck"]);
         assert_eq!(
             gates(&["--feature-gates=Foo=true"]).unwrap_err(),
             "invalid value \"Foo=true\" for flag -feature-gates: unrecognized feature gate: Foo"
