@@ -8,13 +8,19 @@ use clap::Parser;
 
 pub use crate::duration::parse_duration;
 
+/// The background sync interval with --unsafe-no-fsync: in effect never.
+const NO_FSYNC_INTERVAL: Duration = Duration::from_secs(24 * 3600);
+
 /// The oldest etcd version kube-apiserver enables consistent reads from cache and WatchList for.
 const MIN_EMULATED_VERSION: (u64, u64, u64) = (3, 5, 13);
 
 #[derive(Parser, Clone, Debug)]
 #[command(
     name = "mem_etcd",
-    version,
+    // etcd's flags are Go flags: the last of a flag given twice wins (see `load`).
+    args_override_self = true,
+    disable_version_flag = true,
+    allow_negative_numbers = true,
     about = "An in-memory, etcd v3 compatible server for Kubernetes",
     after_help = "Backups (taken with `etcdctl snapshot save`):\n  \
                   mem_etcd snapshot restore FILE --data-dir DIR [--skip-hash-check]\n  \
@@ -26,6 +32,23 @@ const MIN_EMULATED_VERSION: (u64, u64, u64) = (3, 5, 13);
                   mem_etcd snapshot export FILE --output etcd-snapshot.db   (for `etcdutl snapshot restore`)"
 )]
 pub struct Config {
+    /// Print etcd's version lines (with the emulated version) and mem_etcd's, and exit.
+    #[arg(long)]
+    pub version: bool,
+
+    /// An etcd YAML configuration file (keys are the flag names; `client-transport-security`
+    /// and `peer-transport-security` hold the TLS ones). When given, the other flags and the
+    /// environment variables are ignored, as etcd ignores them.
+    #[arg(long, env = "ETCD_CONFIG_FILE")]
+    pub config_file: Option<PathBuf>,
+
+    /// etcd's server feature gates, `Name=true|false,...` (StopGRPCServiceOnDefrag,
+    /// InitialCorruptCheck, CompactHashCheck, TxnModeWriteWithSharedBuffer, LeaseCheckpoint,
+    /// LeaseCheckpointPersist, SetMemberLocalAddr, AllAlpha, AllBeta); unknown names are
+    /// refused as etcd refuses them. Given twice, both apply (etcd merges them too).
+    #[arg(long, env = "ETCD_FEATURE_GATES", action = clap::ArgAction::Append)]
+    pub feature_gates: Vec<String>,
+
     /// Human-readable name for this member.
     #[arg(long, env = "ETCD_NAME", default_value = "default")]
     pub name: String,
@@ -85,7 +108,8 @@ pub struct Config {
         long,
         env = "ETCD_LISTEN_CLIENT_URLS",
         default_value = "http://127.0.0.1:2379",
-        value_delimiter = ','
+        value_delimiter = ',',
+        action = clap::ArgAction::Set
     )]
     pub listen_client_urls: Vec<String>,
 
@@ -142,11 +166,13 @@ pub struct Config {
 
     /// Extra URLs serving only /metrics and the health probes (http:// or https://host:port),
     /// comma-separated; the client URLs serve them too.
-    #[arg(long, env = "ETCD_LISTEN_METRICS_URLS", value_delimiter = ',')]
+    #[arg(long, env = "ETCD_LISTEN_METRICS_URLS", value_delimiter = ',',
+        action = clap::ArgAction::Set)]
     pub listen_metrics_urls: Vec<String>,
 
     /// Client URLs advertised to clients (MemberList); defaults to the listen URLs.
-    #[arg(long, env = "ETCD_ADVERTISE_CLIENT_URLS", value_delimiter = ',')]
+    #[arg(long, env = "ETCD_ADVERTISE_CLIENT_URLS", value_delimiter = ',',
+        action = clap::ArgAction::Set)]
     pub advertise_client_urls: Vec<String>,
 
     /// This member's peer URLs, as the other members reach it (comma-separated).
@@ -154,7 +180,8 @@ pub struct Config {
         long,
         env = "ETCD_INITIAL_ADVERTISE_PEER_URLS",
         default_value = "http://localhost:2380",
-        value_delimiter = ','
+        value_delimiter = ',',
+        action = clap::ArgAction::Set
     )]
     pub initial_advertise_peer_urls: Vec<String>,
 
@@ -164,7 +191,8 @@ pub struct Config {
         long,
         env = "ETCD_LISTEN_PEER_URLS",
         default_value = "http://localhost:2380",
-        value_delimiter = ','
+        value_delimiter = ',',
+        action = clap::ArgAction::Set
     )]
     pub listen_peer_urls: Vec<String>,
 
@@ -215,11 +243,6 @@ pub struct Config {
     /// Raft election timeout, in milliseconds.
     #[arg(long, env = "ETCD_ELECTION_TIMEOUT", default_value_t = 1000)]
     pub election_timeout: u64,
-
-    /// Accepted for etcd's command lines. A cluster member snapshots its state by bytes
-    /// logged, as --wal-snapshot-bytes says, not by entry count.
-    #[arg(long, env = "ETCD_SNAPSHOT_COUNT", hide = true)]
-    pub snapshot_count: Option<u64>,
 
     /// Largest request a client may send, as encoded for the log.
     #[arg(long, env = "ETCD_MAX_REQUEST_BYTES", default_value_t = 1_572_864)]
@@ -287,6 +310,201 @@ pub struct Config {
     /// How often revision-mode auto-compaction runs (etcd: a fixed 5 minutes); for tests.
     #[arg(long, hide = true, default_value = "5m", value_parser = parse_duration)]
     pub auto_compaction_revision_interval: Duration,
+
+    /// URLs serving only HTTP (the JSON gateway, /health and the probes, /version, /metrics;
+    /// no gRPC), comma-separated. When given, the --listen-client-urls serve gRPC only, as
+    /// etcd's do.
+    #[arg(
+        long,
+        env = "ETCD_LISTEN_CLIENT_HTTP_URLS",
+        value_delimiter = ',',
+        action = clap::ArgAction::Set
+    )]
+    pub listen_client_http_urls: Vec<String>,
+
+    /// The most HTTP/2 streams (concurrent gRPC calls) a client connection may open (default:
+    /// no limit, as etcd's).
+    #[arg(long, env = "ETCD_MAX_CONCURRENT_STREAMS", default_value_t = u32::MAX)]
+    pub max_concurrent_streams: u32,
+
+    /// The oldest TLS version https listeners accept: TLS1.2 or TLS1.3.
+    #[arg(long, env = "ETCD_TLS_MIN_VERSION", default_value = "TLS1.2")]
+    pub tls_min_version: String,
+
+    /// The newest TLS version https listeners accept: TLS1.2, TLS1.3, or empty (the newest).
+    #[arg(long, env = "ETCD_TLS_MAX_VERSION", default_value = "")]
+    pub tls_max_version: String,
+
+    /// The TLS 1.2 cipher suites https listeners accept, in Go's names, comma-separated
+    /// (empty: rustls' defaults). TLS 1.3 suites are always all enabled, as in Go. Suites
+    /// rustls does not implement (RSA key exchange, CBC, 3DES, RC4) are refused.
+    #[arg(long, env = "ETCD_CIPHER_SUITES", value_delimiter = ',', action = clap::ArgAction::Set)]
+    pub cipher_suites: Vec<String>,
+
+    /// Certificate revocation lists (PEM or DER): a client certificate they revoke is refused
+    /// (with --client-cert-auth).
+    #[arg(long, env = "ETCD_CLIENT_CRL_FILE")]
+    pub client_crl_file: Option<PathBuf>,
+
+    /// As --client-crl-file, for the other members' certificates on the peer URLs.
+    #[arg(long, env = "ETCD_PEER_CRL_FILE")]
+    pub peer_crl_file: Option<PathBuf>,
+
+    /// A client certificate must name one of these hostnames (DNS or IP SAN), comma-separated.
+    #[arg(
+        long,
+        env = "ETCD_CLIENT_CERT_ALLOWED_HOSTNAME",
+        value_delimiter = ',',
+        action = clap::ArgAction::Set
+    )]
+    pub client_cert_allowed_hostname: Vec<String>,
+
+    /// A member's certificate (on the peer URLs) must have one of these common names.
+    #[arg(
+        long,
+        env = "ETCD_PEER_CERT_ALLOWED_CN",
+        value_delimiter = ',',
+        action = clap::ArgAction::Set
+    )]
+    pub peer_cert_allowed_cn: Vec<String>,
+
+    /// A member's certificate (on the peer URLs) must name one of these hostnames.
+    #[arg(
+        long,
+        env = "ETCD_PEER_CERT_ALLOWED_HOSTNAME",
+        value_delimiter = ',',
+        action = clap::ArgAction::Set
+    )]
+    pub peer_cert_allowed_hostname: Vec<String>,
+
+    /// The certificate this member presents when it calls the others (default:
+    /// --peer-cert-file).
+    #[arg(long, env = "ETCD_PEER_CLIENT_CERT_FILE")]
+    pub peer_client_cert_file: Option<PathBuf>,
+
+    /// The private key of --peer-client-cert-file.
+    #[arg(long, env = "ETCD_PEER_CLIENT_KEY_FILE")]
+    pub peer_client_key_file: Option<PathBuf>,
+
+    /// https client URLs with a self-signed certificate made at start (in
+    /// <data-dir>/fixtures/client), when no --cert-file is given.
+    #[arg(
+        long,
+        env = "ETCD_AUTO_TLS",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        default_value = "false",
+        action = clap::ArgAction::Set
+    )]
+    pub auto_tls: bool,
+
+    /// https peer URLs with a self-signed certificate made at start (in
+    /// <data-dir>/fixtures/peer), when no --peer-cert-file is given.
+    #[arg(
+        long,
+        env = "ETCD_PEER_AUTO_TLS",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        default_value = "false",
+        action = clap::ArgAction::Set
+    )]
+    pub peer_auto_tls: bool,
+
+    /// Years the --auto-tls and --peer-auto-tls certificates are valid.
+    #[arg(long, env = "ETCD_SELF_SIGNED_CERT_VALIDITY", default_value_t = 1)]
+    pub self_signed_cert_validity: u32,
+
+    /// etcd's logger: only `zap` (etcd's only one) is accepted; logs are mem_etcd's own.
+    #[arg(long, env = "ETCD_LOGGER", default_value = "zap")]
+    pub logger: String,
+
+    /// Where logs go: stderr, stdout, default (stderr) or file paths, comma-separated
+    /// (systemd/journal: stderr).
+    #[arg(
+        long,
+        env = "ETCD_LOG_OUTPUTS",
+        default_value = "default",
+        value_delimiter = ',',
+        action = clap::ArgAction::Set
+    )]
+    pub log_outputs: Vec<String>,
+
+    /// json (one JSON object a line, etcd's default) or console (text). Default: console,
+    /// mem_etcd's historical format.
+    #[arg(long, env = "ETCD_LOG_FORMAT", default_value = "console")]
+    pub log_format: String,
+
+    /// Never fsync: the log is written to the OS and synced only at shutdown (a crash of the
+    /// machine loses what the OS had not written). Overrides --wal-mode fsync.
+    #[arg(
+        long,
+        env = "ETCD_UNSAFE_NO_FSYNC",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        default_value = "false",
+        action = clap::ArgAction::Set
+    )]
+    pub unsafe_no_fsync: bool,
+
+    /// Deprecated alias of `--feature-gates=InitialCorruptCheck=...`.
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub experimental_initial_corrupt_check: Option<bool>,
+
+    /// Deprecated alias of `--feature-gates=StopGRPCServiceOnDefrag=...`.
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_STOP_GRPC_SERVICE_ON_DEFRAG",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub experimental_stop_grpc_service_on_defrag: Option<bool>,
+
+    /// Deprecated alias of `--feature-gates=CompactHashCheck=...`.
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub experimental_compact_hash_check_enabled: Option<bool>,
+
+    /// Deprecated alias of `--feature-gates=TxnModeWriteWithSharedBuffer=...`.
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_TXN_MODE_WRITE_WITH_SHARED_BUFFER",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub experimental_txn_mode_write_with_shared_buffer: Option<bool>,
+
+    /// Deprecated alias of `--feature-gates=LeaseCheckpoint=...`.
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_ENABLE_LEASE_CHECKPOINT",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub experimental_enable_lease_checkpoint: Option<bool>,
+
+    /// Deprecated alias of `--feature-gates=LeaseCheckpointPersist=...`.
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_ENABLE_LEASE_CHECKPOINT_PERSIST",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub experimental_enable_lease_checkpoint_persist: Option<bool>,
 
     /// kube-apiserver's --etcd-prefix: keys below it are partitioned per resource.
     #[arg(long, env = "MEM_ETCD_REGISTRY_PREFIX", default_value = "/registry")]
@@ -372,6 +590,13 @@ impl Config {
             (_, WalMode::Buffered) => crate::wal::Mode::Buffered,
             (_, WalMode::None) => crate::wal::Mode::None,
         };
+        // --unsafe-no-fsync: written to the OS at once, as in buffered mode, but the background
+        // sync waits a day: only shutdown (and snapshots) sync.
+        let (mode, flush_interval) = match mode {
+            crate::wal::Mode::None => (mode, self.wal_flush_interval),
+            _ if self.unsafe_no_fsync => (crate::wal::Mode::Buffered, NO_FSYNC_INTERVAL),
+            _ => (mode, self.wal_flush_interval),
+        };
         let dir = self
             .data_dir
             .clone()
@@ -385,7 +610,7 @@ impl Config {
                 .filter(|p| !p.is_empty())
                 .map(|p| bytes::Bytes::copy_from_slice(p.as_bytes()))
                 .collect(),
-            flush_interval: self.wal_flush_interval.max(Duration::from_millis(1)),
+            flush_interval: flush_interval.max(Duration::from_millis(1)),
             segment_bytes: self.wal_segment_bytes.max(4096),
             snapshot_bytes: self.wal_snapshot_bytes,
             repair: self.wal_repair,
@@ -461,6 +686,16 @@ impl Config {
         let ids: Vec<u64> = members.keys().copied().collect();
         let tls = match (&self.peer_cert_file, &self.peer_key_file) {
             (Some(c), Some(k)) => {
+                // The certificate presented when calling the others, if it differs.
+                let (c, k) = match (&self.peer_client_cert_file, &self.peer_client_key_file) {
+                    (Some(cc), Some(ck)) => (cc, ck),
+                    (None, None) => (c, k),
+                    _ => {
+                        return Err(
+                            "--peer-client-cert-file and --peer-client-key-file go together".into(),
+                        );
+                    }
+                };
                 Some(crate::raft::tls::PeerTls::new(c, k, self.peer_trusted_ca_file.as_deref())?)
             }
             (None, None) => None,
@@ -526,6 +761,445 @@ impl Config {
     }
 }
 
+/// How a flag that mem_etcd accepts without acting on it takes its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Takes {
+    /// A Go bool flag: `--flag`, `--flag=false`.
+    Bool,
+    /// `--flag=v` or `--flag v`.
+    Value,
+}
+
+/// etcd 3.6's flags that tune an etcd internal mem_etcd does not have, or a service it does
+/// not offer: accepted (with their `ETCD_*` variables), and listed once at start as having no
+/// effect. The README's flag table says why for each.
+const NO_EFFECT: &[(&str, Takes)] = {
+    use Takes::*;
+    &[
+        // bbolt, etcd's WAL files and its snapshots: mem_etcd has its own log (--wal-*).
+        ("wal-dir", Value),
+        ("max-snapshots", Value),
+        ("max-wals", Value),
+        ("snapshot-count", Value),
+        ("snapshot-catchup-entries", Value),
+        ("experimental-snapshot-catchup-entries", Value),
+        ("backend-bbolt-freelist-type", Value),
+        ("backend-batch-interval", Value),
+        ("backend-batch-limit", Value),
+        ("compaction-batch-limit", Value),
+        ("experimental-compaction-batch-limit", Value),
+        ("compaction-sleep-interval", Value),
+        ("experimental-compaction-sleep-interval", Value),
+        ("bootstrap-defrag-threshold-megabytes", Value),
+        ("experimental-bootstrap-defrag-threshold-megabytes", Value),
+        ("memory-mlock", Bool),
+        ("experimental-memory-mlock", Bool),
+        // Raft: openraft's own transport, Pre-Vote always on, no tick advance.
+        ("initial-election-tick-advance", Bool),
+        ("pre-vote", Bool),
+        ("raft-read-timeout", Value),
+        ("raft-write-timeout", Value),
+        ("max-learners", Value),
+        // gRPC and sockets.
+        ("grpc-keepalive-min-time", Value),
+        ("grpc-keepalive-interval", Value),
+        ("grpc-keepalive-timeout", Value),
+        ("socket-reuse-port", Bool),
+        ("socket-reuse-address", Bool),
+        // Discovery: mem_etcd's members are listed with --initial-cluster.
+        ("discovery", Value),
+        ("discovery-fallback", Value),
+        ("discovery-proxy", Value),
+        ("discovery-srv", Value),
+        ("discovery-srv-name", Value),
+        ("discovery-endpoints", Value),
+        ("discovery-token", Value),
+        ("discovery-dial-timeout", Value),
+        ("discovery-request-timeout", Value),
+        ("discovery-keepalive-time", Value),
+        ("discovery-keepalive-timeout", Value),
+        ("discovery-insecure-transport", Bool),
+        ("discovery-insecure-skip-tls-verify", Bool),
+        ("discovery-cert", Value),
+        ("discovery-key", Value),
+        ("discovery-cacert", Value),
+        ("discovery-user", Value),
+        ("discovery-password", Value),
+        // etcd's gRPC gateway dials its own gRPC port with these; mem_etcd's calls in process.
+        ("client-cert-file", Value),
+        ("client-key-file", Value),
+        ("peer-skip-client-san-verification", Bool),
+        ("experimental-peer-skip-client-san-verification", Bool),
+        // v2 and HTTP extras.
+        ("v2-deprecation", Value),
+        ("cors", Value),
+        ("host-whitelist", Value),
+        ("enable-pprof", Bool),
+        ("metrics", Value),
+        // Logging extras.
+        ("enable-log-rotation", Bool),
+        ("log-rotation-config-json", Value),
+        // Tracing.
+        ("enable-distributed-tracing", Bool),
+        ("experimental-enable-distributed-tracing", Bool),
+        ("distributed-tracing-address", Value),
+        ("experimental-distributed-tracing-address", Value),
+        ("distributed-tracing-service-name", Value),
+        ("experimental-distributed-tracing-service-name", Value),
+        ("distributed-tracing-instance-id", Value),
+        ("experimental-distributed-tracing-instance-id", Value),
+        ("distributed-tracing-sampling-rate", Value),
+        ("experimental-distributed-tracing-sampling-rate", Value),
+        // Periodic checks and warnings of etcd's apply loop and hash checks.
+        ("corrupt-check-time", Value),
+        ("experimental-corrupt-check-time", Value),
+        ("compact-hash-check-time", Value),
+        ("experimental-compact-hash-check-time", Value),
+        ("downgrade-check-time", Value),
+        ("experimental-downgrade-check-time", Value),
+        ("warning-apply-duration", Value),
+        ("experimental-warning-apply-duration", Value),
+        ("warning-unary-request-duration", Value),
+        ("experimental-warning-unary-request-duration", Value),
+        // Flags etcd itself ignores (its `ignored` list, from etcd 2).
+        ("cluster-active-size", Bool),
+        ("cluster-remove-delay", Bool),
+        ("cluster-sync-interval", Bool),
+        ("config", Bool),
+        ("force", Bool),
+        ("max-result-buffer", Bool),
+        ("max-retry-attempts", Bool),
+        ("peer-heartbeat-interval", Bool),
+        ("peer-election-timeout", Bool),
+        ("retry-interval", Bool),
+        ("snapshot", Bool),
+        ("v", Bool),
+        ("vv", Bool),
+    ]
+};
+
+/// etcd 3.6's server feature gates and their defaults (etcd's `server/features`), and the
+/// deprecated flags that set them.
+const FEATURE_GATES: &[(&str, bool, Option<&str>)] = &[
+    ("CompactHashCheck", false, Some("experimental-compact-hash-check-enabled")),
+    ("InitialCorruptCheck", false, Some("experimental-initial-corrupt-check")),
+    ("LeaseCheckpoint", false, Some("experimental-enable-lease-checkpoint")),
+    ("LeaseCheckpointPersist", false, Some("experimental-enable-lease-checkpoint-persist")),
+    ("SetMemberLocalAddr", false, None),
+    ("StopGRPCServiceOnDefrag", false, Some("experimental-stop-grpc-service-on-defrag")),
+    ("TxnModeWriteWithSharedBuffer", true, Some("experimental-txn-mode-write-with-shared-buffer")),
+];
+
+/// A feature gate's default (false for names etcd does not have).
+pub fn feature_gate_default(gate: &str) -> bool {
+    FEATURE_GATES.iter().any(|(g, default, _)| *g == gate && *default)
+}
+
+/// The flags, as parsed (see [`load`]).
+#[derive(Debug)]
+pub struct Loaded {
+    pub config: Config,
+    /// Flags given that have no effect in mem_etcd (for one line at start).
+    pub no_effect: Vec<String>,
+    /// Keys of the configuration file that are no flag (etcd ignores them too).
+    pub unknown_keys: Vec<String>,
+}
+
+/// Why the flags were refused.
+#[derive(Debug)]
+pub enum LoadError {
+    /// clap's own (unknown flag, bad value, --help): it prints and exits itself.
+    Usage(clap::Error),
+    /// A value etcd refuses while parsing its flags (feature gates): exit status 2.
+    Flag(String),
+    /// A configuration etcd refuses after parsing (TLS versions, a logger, the file).
+    Invalid(String),
+}
+
+/// The command line parser: [`Config`]'s flags and the no-effect ones.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let mut cmd = Config::command();
+    for (name, takes) in NO_EFFECT {
+        let env = format!("ETCD_{}", name.to_uppercase().replace('-', "_"));
+        let arg = clap::Arg::new(*name).long(*name).env(env).hide(true);
+        cmd = cmd.arg(match takes {
+            Takes::Bool => arg.num_args(0..=1).default_missing_value("true").require_equals(true),
+            Takes::Value => arg.num_args(1).allow_hyphen_values(true),
+        });
+    }
+    cmd
+}
+
+/// Parses etcd's command line (and `ETCD_*` variables) as etcd parses it: Go's flag syntax
+/// (`-flag` and `--flag`, `=v` or a separate value), the last of a repeated flag wins, and with
+/// `--config-file` (or `ETCD_CONFIG_FILE`) the file alone counts. The first argument is the
+/// program's name.
+pub fn load<I, T>(args: I) -> Result<Loaded, LoadError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString>,
+{
+    use clap::FromArgMatches;
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(|a| go_style(a.into())).collect();
+    let cmd = command();
+    let mut matches = cmd.clone().try_get_matches_from(&args).map_err(LoadError::Usage)?;
+    let mut unknown_keys = Vec::new();
+    let file = matches.get_one::<PathBuf>("config_file").cloned();
+    let file = file.filter(|_| !matches.get_flag("version"));
+    if let Some(path) = &file {
+        let (file_args, unknown) = file_args(path, &cmd)?;
+        unknown_keys = unknown;
+        let quiet = cmd.mut_args(|a| a.env(None::<&str>));
+        let argv = std::iter::once("mem_etcd".to_string()).chain(file_args);
+        matches = quiet.try_get_matches_from(argv).map_err(|e| {
+            LoadError::Invalid(format!("{}: {}", path.display(), e.kind()).replace('\n', " "))
+        })?;
+    }
+    let mut config = Config::from_arg_matches(&matches).map_err(LoadError::Usage)?;
+    if file.is_some() {
+        config.config_file = file;
+    }
+    let no_effect = NO_EFFECT
+        .iter()
+        .filter(|(name, _)| {
+            matches!(
+                matches.value_source(name),
+                Some(
+                    clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable
+                )
+            )
+        })
+        .map(|(name, _)| name.to_string())
+        .collect();
+    if !config.version {
+        config.feature_gates_state().map_err(LoadError::Flag)?;
+        config.validate().map_err(LoadError::Invalid)?;
+    }
+    Ok(Loaded { config, no_effect, unknown_keys })
+}
+
+/// Go's flag package takes `-flag` as `--flag`; clap knows only the latter.
+fn go_style(a: std::ffi::OsString) -> std::ffi::OsString {
+    match a.to_str() {
+        Some(s)
+            if s.starts_with('-')
+                && !s.starts_with("--")
+                && s[1..].starts_with(|c: char| c.is_ascii_alphabetic())
+                && s != "-h" =>
+        {
+            format!("-{s}").into()
+        }
+        _ => a,
+    }
+}
+
+/// The flags an etcd YAML configuration file (`--config-file`) sets, as `--key=value`, and
+/// its keys that are no flag. The keys are the flag names, but for the TLS settings, which are
+/// under `client-transport-security` and `peer-transport-security`.
+fn file_args(
+    path: &std::path::Path,
+    cmd: &clap::Command,
+) -> Result<(Vec<String>, Vec<String>), LoadError> {
+    use yaml_rust2::Yaml;
+    let fail = |e: String| LoadError::Invalid(format!("--config-file {}: {e}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let docs = yaml_rust2::YamlLoader::load_from_str(&text).map_err(|e| fail(e.to_string()))?;
+    let known = |k: &str| cmd.get_arguments().any(|a| a.get_long() == Some(k));
+    fn scalar(v: &Yaml) -> Option<String> {
+        match v {
+            Yaml::String(s) | Yaml::Real(s) => Some(s.clone()),
+            Yaml::Integer(i) => Some(i.to_string()),
+            Yaml::Boolean(b) => Some(b.to_string()),
+            Yaml::Array(a) => Some(a.iter().filter_map(scalar).collect::<Vec<_>>().join(",")),
+            _ => None,
+        }
+    }
+    let (mut args, mut unknown) = (Vec::new(), Vec::new());
+    let Some(doc) = docs.into_iter().next() else { return Ok((args, unknown)) };
+    let Yaml::Hash(map) = doc else {
+        return Err(fail("not a map of flag names to values".into()));
+    };
+    for (k, v) in &map {
+        let Some(key) = k.as_str() else { continue };
+        let tls = match key {
+            "client-transport-security" => Some(""),
+            "peer-transport-security" => Some("peer-"),
+            _ => None,
+        };
+        if let Some(prefix) = tls {
+            let Yaml::Hash(inner) = v else {
+                if v.is_null() {
+                    continue;
+                }
+                return Err(fail(format!("invalid {key}")));
+            };
+            for (k, v) in inner {
+                let Some(k) = k.as_str() else { continue };
+                let flag = match (prefix, k) {
+                    ("", "allowed-hostname") => "client-cert-allowed-hostname".to_string(),
+                    ("peer-", "allowed-cn" | "allowed-hostname") => {
+                        format!("peer-cert-{k}")
+                    }
+                    (p, k) => format!("{p}{k}"),
+                };
+                match scalar(v) {
+                    Some(v) if known(&flag) => args.push(format!("--{flag}={v}")),
+                    _ => unknown.push(format!("{key}.{k}")),
+                }
+            }
+            continue;
+        }
+        let flag = match key {
+            // etcd reads this misspelling too.
+            "experimental-snapshot-catch-up-entries" => "experimental-snapshot-catchup-entries",
+            k => k,
+        };
+        match scalar(v) {
+            Some(v) if known(flag) && flag != "config-file" => args.push(format!("--{flag}={v}")),
+            None if v.is_null() => {}
+            _ => unknown.push(key.to_string()),
+        }
+    }
+    Ok((args, unknown))
+}
+
+/// The TLS protocol versions `--tls-min-version` and `--tls-max-version` allow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TlsVersion {
+    Tls12,
+    Tls13,
+}
+
+/// etcd's names of TLS versions (empty: the newest).
+fn tls_version(v: &str) -> Result<Option<TlsVersion>, String> {
+    match v {
+        "" => Ok(None),
+        "TLS1.2" => Ok(Some(TlsVersion::Tls12)),
+        "TLS1.3" => Ok(Some(TlsVersion::Tls13)),
+        _ => Err(format!("unexpected TLS version {v:?} (must be one of: TLS1.2, TLS1.3)")),
+    }
+}
+
+impl Config {
+    /// The TLS versions https listeners accept, oldest first.
+    pub fn tls_versions(&self) -> Result<Vec<TlsVersion>, String> {
+        let min = tls_version(&self.tls_min_version)?.unwrap_or(TlsVersion::Tls12);
+        let max = tls_version(&self.tls_max_version)?.unwrap_or(TlsVersion::Tls13);
+        if min > max {
+            return Err(format!(
+                "min version ({}) is greater than max version ({})",
+                self.tls_min_version, self.tls_max_version
+            ));
+        }
+        Ok([TlsVersion::Tls12, TlsVersion::Tls13]
+            .into_iter()
+            .filter(|v| min <= *v && *v <= max)
+            .collect())
+    }
+
+    /// Every feature gate's state: the defaults, then the deprecated flags, then
+    /// `--feature-gates`, as etcd sets them; an error in etcd's words.
+    pub fn feature_gates_state(
+        &self,
+    ) -> Result<std::collections::BTreeMap<&'static str, bool>, String> {
+        let mut set: std::collections::BTreeMap<&'static str, bool> = Default::default();
+        for value in &self.feature_gates {
+            let refuse =
+                |why: String| format!("invalid value {value:?} for flag -feature-gates: {why}");
+            for item in value.split(',').filter(|s| !s.is_empty()) {
+                let (k, v) = match item.split_once('=') {
+                    Some((k, v)) => (k.trim(), v.trim()),
+                    None => return Err(refuse(format!("missing bool value for {}", item.trim()))),
+                };
+                let b = go_bool(v).ok_or_else(|| {
+                    refuse(format!(
+                        "invalid value of {k}={v}, err: strconv.ParseBool: parsing {v:?}: invalid syntax"
+                    ))
+                })?;
+                let name = ["AllAlpha", "AllBeta"]
+                    .into_iter()
+                    .chain(FEATURE_GATES.iter().map(|g| g.0))
+                    .find(|n| *n == k)
+                    .ok_or_else(|| refuse(format!("unrecognized feature gate: {k}")))?;
+                set.insert(name, b);
+            }
+        }
+        let all_gates = self.feature_gates.join(",");
+        let mut state = std::collections::BTreeMap::new();
+        for (gate, default, flag) in FEATURE_GATES {
+            // AllBeta covers the one beta gate; AllAlpha the others.
+            let all = if *gate == "TxnModeWriteWithSharedBuffer" { "AllBeta" } else { "AllAlpha" };
+            let mut on = set.get(all).copied().unwrap_or(*default);
+            if let Some(flag) = flag
+                && let Some(v) = self.experimental_gate_flag(flag)
+            {
+                if all_gates.contains(gate) {
+                    let g = set.get(gate).copied().unwrap_or(*default);
+                    return Err(format!(
+                        "cannot specify both flags: --{flag}={v} and --feature-gates={gate}={g} at \
+                         the same time, please just use --feature-gates={gate}={g}"
+                    ));
+                }
+                on = v;
+            }
+            state.insert(*gate, set.get(gate).copied().unwrap_or(on));
+        }
+        Ok(state)
+    }
+
+    fn experimental_gate_flag(&self, flag: &str) -> Option<bool> {
+        match flag {
+            "experimental-compact-hash-check-enabled" => {
+                self.experimental_compact_hash_check_enabled
+            }
+            "experimental-initial-corrupt-check" => self.experimental_initial_corrupt_check,
+            "experimental-enable-lease-checkpoint" => self.experimental_enable_lease_checkpoint,
+            "experimental-enable-lease-checkpoint-persist" => {
+                self.experimental_enable_lease_checkpoint_persist
+            }
+            "experimental-stop-grpc-service-on-defrag" => {
+                self.experimental_stop_grpc_service_on_defrag
+            }
+            "experimental-txn-mode-write-with-shared-buffer" => {
+                self.experimental_txn_mode_write_with_shared_buffer
+            }
+            _ => None,
+        }
+    }
+
+    /// What etcd checks once its flags are parsed, in its words.
+    pub fn validate(&self) -> Result<(), String> {
+        let versions = self.tls_versions()?;
+        if versions == [TlsVersion::Tls13] && !self.cipher_suites.is_empty() {
+            return Err("cipher suites cannot be configured when only TLS1.3 is enabled".into());
+        }
+        crate::server::tls::cipher_suites(&self.cipher_suites)?;
+        match self.logger.as_str() {
+            "zap" => {}
+            "capnslog" => return Err("--logger=capnslog is removed in v3.5".into()),
+            l => return Err(format!("unknown logger option {l:?}")),
+        }
+        if self.log_outputs.len() > 1 && self.log_outputs.iter().any(|o| o == "default") {
+            return Err("multi logoutput for \"default\" is not supported yet".into());
+        }
+        match self.log_format.as_str() {
+            "json" | "console" | "" => {}
+            f => return Err(format!("unknown log format: {f}, supported values json, console")),
+        }
+        Ok(())
+    }
+}
+
+/// Go's `strconv.ParseBool`.
+fn go_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
 fn parse_version(s: &str) -> Result<String, String> {
     let parts: Vec<u64> = s
         .split('.')
@@ -585,5 +1259,81 @@ mod tests {
         assert_eq!(c.max_request_bytes, 1_572_864);
         let (cluster, member) = c.ids();
         assert!(cluster != 0 && member != 0 && cluster != member);
+    }
+
+    #[test]
+    fn go_flag_syntax_and_the_last_of_a_repeat_wins() {
+        let c = load([
+            "mem_etcd",
+            "-name",
+            "a",
+            "--name=b",
+            "--snapshot-count=1",
+            "--snapshot-count",
+            "2",
+        ])
+        .expect("parses");
+        assert_eq!(c.config.name, "b");
+        assert_eq!(c.no_effect, ["snapshot-count"]);
+        let c = load([
+            "mem_etcd",
+            "--listen-client-urls=http://127.0.0.1:1,http://127.0.0.1:2",
+            "--listen-client-urls=http://127.0.0.1:3",
+            "--client-cert-auth=true",
+            "--client-cert-auth=false",
+            "-auto-tls",
+        ])
+        .expect("parses");
+        assert_eq!(c.config.listen_client_urls, ["http://127.0.0.1:3"]);
+        assert!(!c.config.client_cert_auth && c.config.auto_tls);
+    }
+
+    #[test]
+    fn feature_gates_as_etcd_reads_them() {
+        let gates = |args: &[&str]| {
+            let c = Config::parse_from(std::iter::once("mem_etcd").chain(args.iter().copied()));
+            c.feature_gates_state()
+        };
+        let g = gates(&["--feature-gates=InitialCorruptCheck=true"]).unwrap();
+        assert!(g["InitialCorruptCheck"]);
+        assert!(g["TxnModeWriteWithSharedBuffer"]);
+        let g = gates(&["--experimental-initial-corrupt-check"]).unwrap();
+        assert!(g["InitialCorruptCheck"]);
+        assert_eq!(
+            gates(&["--feature-gates=Foo=true"]).unwrap_err(),
+            "invalid value \"Foo=true\" for flag -feature-gates: unrecognized feature gate: Foo"
+        );
+        assert!(
+            gates(&[
+                "--feature-gates=InitialCorruptCheck=true",
+                "--experimental-initial-corrupt-check"
+            ])
+            .unwrap_err()
+            .starts_with("cannot specify both flags")
+        );
+    }
+
+    #[test]
+    fn config_file_ignores_the_command_line() {
+        let dir = std::env::temp_dir().join(format!("mem_etcd-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("etcd.yaml");
+        std::fs::write(
+            &file,
+            "name: yaml\nlisten-client-urls: http://127.0.0.1:1,http://127.0.0.1:2\n\
+             client-transport-security:\n  cert-file: /c\n  key-file: /k\n  client-cert-auth: true\n\
+             peer-transport-security:\n  allowed-cn: m\nbogus: 1\n",
+        )
+        .unwrap();
+        let arg = format!("--config-file={}", file.display());
+        let c = load(["mem_etcd", &arg, "--name=cmdline", "--max-txn-ops=5"]).expect("parses");
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(c.config.name, "yaml");
+        assert_eq!(c.config.max_txn_ops, 128);
+        assert_eq!(c.config.listen_client_urls.len(), 2);
+        assert_eq!(c.config.cert_file, Some(PathBuf::from("/c")));
+        assert!(c.config.client_cert_auth);
+        assert_eq!(c.config.peer_cert_allowed_cn, ["m"]);
+        assert_eq!(c.unknown_keys, ["bogus"]);
     }
 }

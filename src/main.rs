@@ -3,10 +3,11 @@
 use std::io::IsTerminal;
 use std::sync::Arc;
 
-use clap::Parser;
-use mem_etcd::config::Config;
+use mem_etcd::config::{self, Config, LoadError};
 use mem_etcd::server::{self, Listener, Shared};
 use tracing_subscriber::EnvFilter;
+
+mod log_outputs;
 
 // Every gRPC request allocates and frees a few buffers (tonic's 8 KiB encode buffer, the decode
 // buffer, the reply) on one worker thread and often frees them on another. glibc's malloc grows
@@ -20,12 +21,51 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::args_os().nth(1).is_some_and(|a| a == "snapshot") {
         std::process::exit(mem_etcd::snapshot_cmd::run(std::env::args_os().skip(1)));
     }
-    let config = Config::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_new(log_filter(&config.log_level))?)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    let loaded = match config::load(std::env::args_os()) {
+        Ok(l) => l,
+        Err(LoadError::Usage(e)) => e.exit(),
+        // As Go's flag package: the message, and exit status 2.
+        Err(LoadError::Flag(e)) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+        Err(LoadError::Invalid(e)) => {
+            eprintln!("mem_etcd: cannot start: {e}");
+            std::process::exit(1);
+        }
+    };
+    let config = loaded.config;
+    if config.version {
+        print!("{}", version_lines(&config.emulated_version));
+        return Ok(());
+    }
+    let outputs = log_outputs::LogOutputs::open(&config.log_outputs)?;
+    let ansi = outputs.is_stderr_only() && std::io::stderr().is_terminal();
+    let filter = EnvFilter::try_new(log_filter(&config.log_level))?;
+    if config.log_format == "json" {
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .with_writer(outputs)
+            .with_current_span(false)
+            .init();
+    } else {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(outputs)
+            .with_ansi(ansi)
+            .init();
+    }
+    if let Some(path) = &config.config_file {
+        tracing::info!(
+            path = %path.display(),
+            "loaded server configuration, other configuration command line flags and environment variables will be ignored if provided"
+        );
+    }
+    if !loaded.unknown_keys.is_empty() {
+        tracing::warn!(keys = ?loaded.unknown_keys, "configuration file keys that are no flag: ignored");
+    }
+    log_no_effect(&config, &loaded.no_effect);
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if config.worker_threads > 0 {
         builder.worker_threads(config.worker_threads);
@@ -42,18 +82,71 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     runtime.block_on(run(config))
 }
 
-async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
-    let tls = match server::tls::server_config(&config) {
-        Ok(tls) => tls,
-        Err(e) => {
-            eprintln!("mem_etcd: cannot start: {e}");
-            std::process::exit(1);
-        }
+/// `--version`: etcd's four lines, with the emulated version (tools parse the first), then
+/// mem_etcd's own.
+fn version_lines(emulated: &str) -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        a => a,
     };
+    format!(
+        "etcd Version: {emulated}\nGit SHA: {}\nGo Version: none (mem_etcd is written in Rust)\n\
+         Go OS/Arch: {}/{arch}\nmem_etcd Version: {}\n",
+        option_env!("MEM_ETCD_GIT_SHA").unwrap_or("Not provided"),
+        std::env::consts::OS,
+        env!("CARGO_PKG_VERSION"),
+    )
+}
+
+/// One line for the flags given that change nothing here, and what the feature gates do.
+fn log_no_effect(config: &Config, no_effect: &[String]) {
+    let mut ignored: Vec<String> = no_effect.iter().map(|f| format!("--{f}")).collect();
+    let gates = config.feature_gates_state().unwrap_or_default();
+    for (gate, on) in &gates {
+        let default = config::feature_gate_default(gate);
+        if *on != default && *gate != "InitialCorruptCheck" {
+            ignored.push(format!("feature gate {gate}={on}"));
+        }
+    }
+    if !ignored.is_empty() {
+        tracing::warn!(
+            "accepted for etcd's command lines, no effect in mem_etcd (see the README's flag \
+             table): {}",
+            ignored.join(" ")
+        );
+    }
+    if gates.get("InitialCorruptCheck") == Some(&true) {
+        tracing::info!(
+            "initial corruption check: the store was rebuilt from its log, whose records are \
+             checksummed (crc32c) as they are read; no member's hash is compared"
+        );
+    }
+    if config.unsafe_no_fsync {
+        tracing::warn!(
+            "--unsafe-no-fsync: the log is never fsync'd while running; a machine crash may lose acknowledged writes"
+        );
+    }
+}
+
+async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    let fail = |what: String| -> ! {
+        tracing::error!("cannot start: {what}");
+        eprintln!("mem_etcd: cannot start: {what}");
+        std::process::exit(1);
+    };
+    auto_tls(&mut config).unwrap_or_else(|e| fail(e));
+    let tls = server::tls::server_config(&config).unwrap_or_else(|e| fail(e));
     let mut listeners = Vec::new();
     for url in &config.listen_client_urls {
         let l = Listener::bind(url, tls.as_ref()).await;
         listeners.push(l.map_err(|e| format!("listen on {url}: {e}"))?);
+    }
+    let mut http_listeners = Vec::new();
+    for url in &config.listen_client_http_urls {
+        let l = Listener::bind(url, tls.as_ref()).await;
+        http_listeners.push(l.map_err(|e| format!("listen on {url}: {e}"))?);
     }
     tracing::info!(
         name = %config.name,
@@ -67,11 +160,6 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             Listener::bind(url, tls.as_ref()).await.map_err(|e| format!("listen on {url}: {e}"))?;
         metrics_listeners.push(l);
     }
-    let fail = |what: String| -> ! {
-        tracing::error!("cannot start: {what}");
-        eprintln!("mem_etcd: cannot start: {what}");
-        std::process::exit(1);
-    };
     // A cluster member first settles its ids (a joining one asks its cluster), then opens
     // its store, then starts Raft, which fills the store from its snapshot and log.
     let mut cluster = config.cluster().unwrap_or_else(|e| fail(e));
@@ -107,6 +195,7 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let served = server::serve(
         shared.clone(),
         listeners,
+        http_listeners,
         metrics_listeners,
         peer_listeners,
         shutdown_signal(),
@@ -122,10 +211,44 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// `--log-level` as a tracing filter. openraft reports every election and vote at info; its
-/// warnings and errors are what an operator needs (mem_etcd logs leader changes itself), unless
-/// the filter names openraft.
+/// `--auto-tls` and `--peer-auto-tls`: without certificate flags, a self-signed certificate in
+/// `<data-dir>/fixtures/{client,peer}` (as etcd) stands for them. Given certificates win, as in
+/// etcd.
+fn auto_tls(config: &mut Config) -> Result<(), String> {
+    let fixtures = config.wal_options().dir.join("fixtures");
+    let years = config.self_signed_cert_validity;
+    if config.auto_tls {
+        if config.cert_file.is_some() || config.key_file.is_some() {
+            tracing::warn!("ignoring client auto TLS since certs given");
+        } else {
+            let mut urls = config.listen_client_urls.clone();
+            urls.extend(config.listen_client_http_urls.iter().cloned());
+            let (c, k) = server::tls::self_signed(&fixtures.join("client"), &urls, years)?;
+            tracing::info!(cert = %c.display(), "client TLS: a self-signed certificate (--auto-tls)");
+            (config.cert_file, config.key_file) = (Some(c), Some(k));
+        }
+    }
+    if config.peer_auto_tls {
+        if config.peer_cert_file.is_some() || config.peer_key_file.is_some() {
+            tracing::warn!("ignoring peer auto TLS since certs given");
+        } else {
+            let dir = fixtures.join("peer");
+            let (c, k) = server::tls::self_signed(&dir, &config.listen_peer_urls, years)?;
+            tracing::info!(cert = %c.display(), "peer TLS: a self-signed certificate (--peer-auto-tls)");
+            (config.peer_cert_file, config.peer_key_file) = (Some(c), Some(k));
+        }
+    }
+    Ok(())
+}
+
+/// `--log-level` as a tracing filter. etcd's levels panic and fatal are error here. openraft
+/// reports every election and vote at info; its warnings and errors are what an operator needs
+/// (mem_etcd logs leader changes itself), unless the filter names openraft.
 fn log_filter(level: &str) -> String {
+    let level = match level {
+        "panic" | "fatal" | "dpanic" => "error",
+        l => l,
+    };
     if level.contains("openraft") { level.to_string() } else { format!("{level},openraft=warn") }
 }
 

@@ -1,7 +1,8 @@
 //! HTTP beside gRPC, as etcd serves it on its client port: `/health`, `/livez`, `/readyz`,
 //! `/version`, `/metrics`, and the JSON gateway under `/v3/` (`server::gateway`). Listeners of
 //! `--listen-metrics-urls` serve only the probes and `/metrics` (no gRPC, no `/version`, as
-//! etcd's).
+//! etcd's). With `--listen-client-http-urls`, as in etcd, those serve the HTTP endpoints and no
+//! gRPC, and the client URLs gRPC alone.
 //!
 //! It is a layer in front of the gRPC routes: a request whose path is a known gRPC method goes
 //! on to the routes and is counted (`grpc_server_started_total`, `grpc_server_handled_total`);
@@ -22,22 +23,43 @@ use tonic::service::Routes;
 use super::Shared;
 use super::metrics::{self, GrpcKind};
 
+/// What a listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Serves {
+    /// A client URL: gRPC, the gateway, probes, /version, /metrics.
+    Client,
+    /// A client URL when --listen-client-http-urls is given: gRPC only.
+    GrpcOnly,
+    /// A --listen-client-http-urls URL: the gateway, probes, /version, /metrics; no gRPC.
+    HttpOnly,
+    /// A --listen-metrics-urls URL: probes and /metrics.
+    Metrics,
+}
+
+impl Serves {
+    fn grpc(self) -> bool {
+        matches!(self, Serves::Client | Serves::GrpcOnly)
+    }
+
+    fn http(self) -> bool {
+        matches!(self, Serves::Client | Serves::HttpOnly)
+    }
+}
+
 /// Puts the HTTP endpoints in front of a listener's gRPC routes.
 #[derive(Clone, Debug)]
 pub struct HttpLayer {
     shared: Arc<Shared>,
-    /// Client listener (gRPC, probes, /version, /metrics) or metrics listener (probes and
-    /// /metrics only).
-    grpc: bool,
+    serves: Serves,
 }
 
 impl HttpLayer {
-    pub fn client(shared: Arc<Shared>) -> Self {
-        Self { shared, grpc: true }
+    pub fn new(shared: Arc<Shared>, serves: Serves) -> Self {
+        Self { shared, serves }
     }
 
     pub fn metrics_only(shared: Arc<Shared>) -> Self {
-        Self { shared, grpc: false }
+        Self { shared, serves: Serves::Metrics }
     }
 }
 
@@ -45,7 +67,7 @@ impl tower_layer::Layer<Routes> for HttpLayer {
     type Service = Http;
 
     fn layer(&self, routes: Routes) -> Http {
-        Http { routes, shared: self.shared.clone(), grpc: self.grpc }
+        Http { routes, shared: self.shared.clone(), serves: self.serves }
     }
 }
 
@@ -53,7 +75,7 @@ impl tower_layer::Layer<Routes> for HttpLayer {
 pub struct Http {
     routes: Routes,
     shared: Arc<Shared>,
-    grpc: bool,
+    serves: Serves,
 }
 
 impl tower_service::Service<Request<Body>> for Http {
@@ -66,7 +88,7 @@ impl tower_service::Service<Request<Body>> for Http {
     }
 
     fn call(&mut self, req: Request<Body>) -> HttpFuture {
-        if self.grpc {
+        if self.serves.grpc() {
             let method = self.shared.grpc_stats.method(req.uri().path());
             let grpc = req
                 .headers()
@@ -93,18 +115,24 @@ impl tower_service::Service<Request<Body>> for Http {
                     method,
                 };
             }
-            if self.shared.config.enable_grpc_gateway && super::gateway::handles(req.uri().path()) {
-                // Its gRPC calls come back through this same stack.
-                let limit = 4 * (self.shared.config.max_request_bytes as usize)
-                    + super::GRPC_OVERHEAD_BYTES;
-                return HttpFuture::Gateway(Box::pin(super::gateway::serve(
-                    self.clone(),
-                    req,
-                    limit,
-                )));
-            }
         }
-        HttpFuture::Ready(Some(answer(&self.shared, &req, self.grpc)))
+        if !self.serves.http() {
+            let answer = match self.serves {
+                Serves::Metrics => answer(&self.shared, &req, false),
+                _ => not_found(),
+            };
+            return HttpFuture::Ready(Some(answer));
+        }
+        if self.shared.config.enable_grpc_gateway && super::gateway::handles(req.uri().path()) {
+            // Its gRPC calls come back through this same stack (on an HTTP-only listener too:
+            // the routes are there, only clients' own gRPC calls are not taken).
+            let limit =
+                4 * (self.shared.config.max_request_bytes as usize) + super::GRPC_OVERHEAD_BYTES;
+            let mut inner = self.clone();
+            inner.serves = Serves::Client;
+            return HttpFuture::Gateway(Box::pin(super::gateway::serve(inner, req, limit)));
+        }
+        HttpFuture::Ready(Some(answer(&self.shared, &req, true)))
     }
 }
 

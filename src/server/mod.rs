@@ -13,6 +13,7 @@ pub mod convert;
 pub mod forward;
 pub mod gateway;
 pub mod grow;
+pub mod health;
 pub mod http;
 pub mod kv;
 pub mod lease;
@@ -336,7 +337,7 @@ fn metrics_router(shared: &Arc<Shared>) -> ClientRouter {
         .add_routes(tonic::service::Routes::default())
 }
 
-fn router(shared: &Arc<Shared>) -> ClientRouter {
+fn router(shared: &Arc<Shared>, serves: http::Serves) -> ClientRouter {
     let recv = shared.config.max_request_bytes as usize + GRPC_OVERHEAD_BYTES;
     let kv = pb::kv_server::KvServer::new(kv::KvService::new(shared.clone()))
         .max_decoding_message_size(recv)
@@ -364,16 +365,17 @@ fn router(shared: &Arc<Shared>) -> ClientRouter {
         .tcp_nodelay(true)
         // HTTP/1.1 for the probes and /metrics; gRPC clients speak HTTP/2 as before.
         .accept_http1(true)
-        .layer(http::HttpLayer::client(shared.clone()))
-        // etcd allows effectively unlimited streams per connection; kube-apiserver multiplexes
-        // every watch of a resource onto one.
-        .max_concurrent_streams(u32::MAX)
+        .layer(http::HttpLayer::new(shared.clone(), serves))
+        // etcd allows effectively unlimited streams per connection (--max-concurrent-streams);
+        // kube-apiserver multiplexes every watch of a resource onto one.
+        .max_concurrent_streams(shared.config.max_concurrent_streams)
         .add_service(kv)
         .add_service(maintenance)
         .add_service(cluster)
         .add_service(auth)
         .add_service(watch)
         .add_service(lease)
+        .add_service(health::service())
 }
 
 /// Serves every client listener (gRPC and HTTP) and metrics listener (HTTP) until `shutdown`
@@ -381,6 +383,7 @@ fn router(shared: &Arc<Shared>) -> ClientRouter {
 pub async fn serve(
     shared: Arc<Shared>,
     listeners: Vec<Listener>,
+    http_listeners: Vec<Listener>,
     metrics_listeners: Vec<Listener>,
     peer_listeners: Vec<Listener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -438,9 +441,15 @@ pub async fn serve(
             _ = stopping.wait_for(|s| *s) => {}
         }
     }
+    let serves =
+        if http_listeners.is_empty() { http::Serves::Client } else { http::Serves::GrpcOnly };
     for l in listeners {
         info!(address = %l.describe(), "ready to serve client requests");
-        serve_on!(router(&shared), l);
+        serve_on!(router(&shared, serves), l);
+    }
+    for l in http_listeners {
+        info!(address = %l.describe(), "ready to serve client HTTP requests (no gRPC)");
+        serve_on!(router(&shared, http::Serves::HttpOnly), l);
     }
     let expiry = tokio::spawn(lease::expiry_loop(shared.clone()));
     let snapshots = tokio::spawn(snapshot_loop(shared.clone()));

@@ -1,5 +1,7 @@
 //! TLS for `https://` listeners, with etcd's flags: `--cert-file`, `--key-file`,
-//! `--trusted-ca-file`, `--client-cert-auth`.
+//! `--trusted-ca-file`, `--client-cert-auth`, `--client-crl-file`,
+//! `--client-cert-allowed-hostname`, `--tls-min-version`, `--tls-max-version`,
+//! `--cipher-suites`, `--auto-tls`, and their `--peer-*` counterparts for the peer URLs.
 //!
 //! The handshake is done here with rustls rather than by tonic so that ALPN offers both `h2`
 //! and `http/1.1`: grpc-go (1.67+, Kubernetes 1.33+) refuses a server without `h2`, and Go's
@@ -7,20 +9,29 @@
 //! `http/1.1`, which a server offering `h2` alone would turn away. Each handshake runs in its
 //! own task so that a slow or silent client never holds up the accept loop.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
-use tokio_rustls::rustls::pki_types::PrivateKeyDer;
+use tokio_rustls::rustls::client::danger::HandshakeSignatureValid;
+use tokio_rustls::rustls::crypto::{CryptoProvider, ring as rp};
 use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{
+    CertificateDer, CertificateRevocationListDer, PrivateKeyDer, ServerName, UnixTime,
+};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
-use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
+use tokio_rustls::rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use tokio_rustls::rustls::{
+    self, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
+    SupportedCipherSuite,
+};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
-use crate::config::Config;
+use crate::config::{Config, TlsVersion};
 use crate::raft::tls::read_certs;
 
 /// How long a client may take to finish its handshake.
@@ -29,31 +40,145 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The TLS settings the flags ask for, or `None` without `--cert-file`/`--key-file`; an error
 /// says which flag is wrong and why (a missing or unreadable file, no key, a bad CA).
 pub fn server_config(config: &Config) -> Result<Option<Arc<ServerConfig>>, String> {
-    let files = (&config.cert_file, &config.key_file, &config.trusted_ca_file);
-    build(files, config.client_cert_auth, "")
+    build(
+        Side {
+            cert: &config.cert_file,
+            key: &config.key_file,
+            ca: &config.trusted_ca_file,
+            crl: &config.client_crl_file,
+            client_cert_auth: config.client_cert_auth,
+            allowed_cns: &[],
+            allowed_hostnames: &config.client_cert_allowed_hostname,
+            kind: "",
+        },
+        config,
+    )
 }
 
 /// The TLS settings of `https://` peer URLs, from the `--peer-*` flags.
 pub fn peer_server_config(config: &Config) -> Result<Option<Arc<ServerConfig>>, String> {
-    let files = (&config.peer_cert_file, &config.peer_key_file, &config.peer_trusted_ca_file);
-    build(files, config.peer_client_cert_auth, "peer-")
+    build(
+        Side {
+            cert: &config.peer_cert_file,
+            key: &config.peer_key_file,
+            ca: &config.peer_trusted_ca_file,
+            crl: &config.peer_crl_file,
+            client_cert_auth: config.peer_client_cert_auth,
+            allowed_cns: &config.peer_cert_allowed_cn,
+            allowed_hostnames: &config.peer_cert_allowed_hostname,
+            kind: "peer-",
+        },
+        config,
+    )
 }
 
-type Files<'a> = (
-    &'a Option<std::path::PathBuf>,
-    &'a Option<std::path::PathBuf>,
-    &'a Option<std::path::PathBuf>,
-);
-
-/// A server config from a certificate, key and CA; `kind` is the flags' infix (`peer-`).
-fn build(
-    (cert, key, ca): Files<'_>,
+/// One side's (client or peer) TLS flags.
+struct Side<'a> {
+    cert: &'a Option<PathBuf>,
+    key: &'a Option<PathBuf>,
+    ca: &'a Option<PathBuf>,
+    crl: &'a Option<PathBuf>,
     client_cert_auth: bool,
-    kind: &str,
-) -> Result<Option<Arc<ServerConfig>>, String> {
-    let (cert, key) = match (cert, key) {
+    allowed_cns: &'a [String],
+    allowed_hostnames: &'a [String],
+    /// The flags' infix (`peer-`).
+    kind: &'a str,
+}
+
+/// Go's names of the TLS 1.2 suites rustls implements, and the TLS 1.3 ones (which Go, hence
+/// etcd, always enables whatever `--cipher-suites` says).
+fn suite_by_go_name(name: &str) -> Option<Option<SupportedCipherSuite>> {
+    use rp::cipher_suite as cs;
+    Some(Some(match name {
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256" => cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384" => cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256" => cs::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384" => cs::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256"
+        | "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305" => {
+            cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
+        }
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256" | "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305" => {
+            cs::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256
+        }
+        "TLS_AES_128_GCM_SHA256" | "TLS_AES_256_GCM_SHA384" | "TLS_CHACHA20_POLY1305_SHA256" => {
+            return Some(None);
+        }
+        _ => return None,
+    }))
+}
+
+/// Suites Go knows (so etcd accepts them) that rustls does not implement.
+const GO_ONLY_SUITES: &[&str] = &[
+    "TLS_RSA_WITH_RC4_128_SHA",
+    "TLS_RSA_WITH_3DES_EDE_CBC_SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA256",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_RC4_128_SHA",
+    "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256",
+];
+
+/// The cipher suites of `--cipher-suites` (`None`: rustls' defaults). A name Go does not know
+/// is refused as etcd refuses it; one Go knows but rustls lacks is refused saying so.
+pub fn cipher_suites(names: &[String]) -> Result<Option<Vec<SupportedCipherSuite>>, String> {
+    let names: Vec<&String> = names.iter().filter(|n| !n.is_empty()).collect();
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let mut suites = Vec::new();
+    for name in names {
+        match suite_by_go_name(name) {
+            Some(Some(s)) => suites.push(s),
+            Some(None) => {}
+            None if GO_ONLY_SUITES.contains(&name.as_str()) => {
+                return Err(format!(
+                    "TLS cipher suite {name:?} is not supported by mem_etcd (rustls implements no \
+                     RSA key exchange, CBC, 3DES or RC4 suites)"
+                ));
+            }
+            None => return Err(format!("unexpected TLS cipher suite {name:?}")),
+        }
+    }
+    // TLS 1.3's suites are not configurable in Go: all of them stay.
+    suites.extend(rp::DEFAULT_CIPHER_SUITES.iter().filter(|s| s.tls13().is_some()).copied());
+    Ok(Some(suites))
+}
+
+/// The crypto provider and protocol versions the flags allow.
+fn provider(
+    config: &Config,
+) -> Result<(Arc<CryptoProvider>, Vec<&'static rustls::SupportedProtocolVersion>), String> {
+    let mut provider = rp::default_provider();
+    if let Some(suites) = cipher_suites(&config.cipher_suites)? {
+        provider.cipher_suites = suites;
+    }
+    let versions = config
+        .tls_versions()?
+        .into_iter()
+        .map(|v| match v {
+            TlsVersion::Tls12 => &rustls::version::TLS12,
+            TlsVersion::Tls13 => &rustls::version::TLS13,
+        })
+        .collect();
+    Ok((Arc::new(provider), versions))
+}
+
+/// A server config from one side's flags.
+fn build(side: Side<'_>, config: &Config) -> Result<Option<Arc<ServerConfig>>, String> {
+    let kind = side.kind;
+    let (cert, key) = match (side.cert, side.key) {
         (None, None) => {
-            if client_cert_auth {
+            if side.client_cert_auth {
                 return Err(format!(
                     "--{kind}client-cert-auth needs --{kind}cert-file and --{kind}key-file"
                 ));
@@ -63,25 +188,47 @@ fn build(
         (Some(c), Some(k)) => (c, k),
         _ => return Err(format!("--{kind}cert-file and --{kind}key-file go together")),
     };
+    if !side.allowed_cns.is_empty() && !side.allowed_hostnames.is_empty() {
+        return Err(format!(
+            "AllowedCNs and AllowedHostnames are mutually exclusive (cns={:?}, hostnames={:?})",
+            side.allowed_cns, side.allowed_hostnames
+        ));
+    }
     let certs = read_certs(cert, &format!("--{kind}cert-file"))?;
     let key = PrivateKeyDer::from_pem_file(key)
         .map_err(|e| format!("--{kind}key-file {}: no usable private key: {e}", key.display()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let (provider, versions) = provider(config)?;
     let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(&versions)
         .map_err(|e| e.to_string())?;
-    let builder = if client_cert_auth {
-        let Some(ca) = ca else {
+    let builder = if side.client_cert_auth {
+        let Some(ca) = side.ca else {
             return Err(format!("--{kind}client-cert-auth needs --{kind}trusted-ca-file"));
         };
+        let trusted = read_certs(ca, &format!("--{kind}trusted-ca-file"))?;
         let mut roots = RootCertStore::empty();
-        for c in read_certs(ca, &format!("--{kind}trusted-ca-file"))? {
-            roots.add(c).map_err(|e| format!("--{kind}trusted-ca-file {}: {e}", ca.display()))?;
+        for c in &trusted {
+            roots
+                .add(c.clone())
+                .map_err(|e| format!("--{kind}trusted-ca-file {}: {e}", ca.display()))?;
         }
-        let verifier = WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
-            .build()
-            .map_err(|e| format!("--{kind}trusted-ca-file {}: {e}", ca.display()))?;
-        builder.with_client_cert_verifier(verifier)
+        let mut webpki = WebPkiClientVerifier::builder_with_provider(roots.into(), provider);
+        if let Some(crl) = side.crl {
+            // As etcd's check: a certificate the list revokes is refused; one it does not
+            // cover is not.
+            webpki = webpki
+                .with_crls(read_crls(crl, &format!("--{kind}crl-file"))?)
+                .only_check_end_entity_revocation()
+                .allow_unknown_revocation_status();
+        }
+        let inner =
+            webpki.build().map_err(|e| format!("--{kind}trusted-ca-file {}: {e}", ca.display()))?;
+        builder.with_client_cert_verifier(Arc::new(ClientVerifier {
+            inner,
+            trusted,
+            allowed_cns: side.allowed_cns.to_vec(),
+            allowed_hostnames: side.allowed_hostnames.to_vec(),
+        }))
     } else {
         builder.with_no_client_auth()
     };
@@ -90,6 +237,179 @@ fn build(
         .map_err(|e| format!("--{kind}cert-file/--{kind}key-file: {e}"))?;
     tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Some(Arc::new(tls)))
+}
+
+/// The revocation lists of a CRL file, PEM or DER (Go's parser reads both).
+fn read_crls(
+    path: &Path,
+    flag: &str,
+) -> Result<Vec<CertificateRevocationListDer<'static>>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{flag} {}: {e}", path.display()))?;
+    let pem: Vec<_> = CertificateRevocationListDer::pem_slice_iter(&bytes)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{flag} {}: {e}", path.display()))?;
+    Ok(if pem.is_empty() { vec![CertificateRevocationListDer::from(bytes)] } else { pem })
+}
+
+/// Client certificates as Go's verifier (hence etcd) takes them: webpki's checks, and also a
+/// certificate that is itself one of the trusted certificates (a self-signed CA used as a
+/// client certificate, which webpki refuses as "CA used as end entity"); then the common name
+/// or hostname allow-lists (`--peer-cert-allowed-cn`, `--*-cert-allowed-hostname`).
+#[derive(Debug)]
+struct ClientVerifier {
+    inner: Arc<dyn ClientCertVerifier>,
+    /// The `--trusted-ca-file` certificates, for the exact-match rule.
+    trusted: Vec<CertificateDer<'static>>,
+    allowed_cns: Vec<String>,
+    allowed_hostnames: Vec<String>,
+}
+
+impl ClientVerifier {
+    fn allowed(&self, cert: &CertificateDer<'_>) -> Result<(), rustls::Error> {
+        if !self.allowed_cns.is_empty() {
+            let cn = crate::auth::cert::common_name(cert);
+            if !cn.as_ref().is_some_and(|cn| self.allowed_cns.contains(cn)) {
+                return Err(rustls::Error::General(format!(
+                    "tls: CommonName authentication failed (CommonName={}, AllowedCNs={:?})",
+                    cn.unwrap_or_default(),
+                    self.allowed_cns
+                )));
+            }
+        }
+        if !self.allowed_hostnames.is_empty() {
+            let ee = webpki::EndEntityCert::try_from(cert)
+                .map_err(|e| rustls::Error::General(e.to_string()))?;
+            let ok = self.allowed_hostnames.iter().any(|h| {
+                ServerName::try_from(h.as_str())
+                    .is_ok_and(|n| ee.verify_is_valid_for_subject_name(&n).is_ok())
+            });
+            if !ok {
+                return Err(rustls::Error::General(format!(
+                    "tls: hostname authentication failed (AllowedHostnames={:?})",
+                    self.allowed_hostnames
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ClientCertVerifier for ClientVerifier {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let verified = match self.inner.verify_client_cert(end_entity, intermediates, now) {
+            Ok(v) => v,
+            // Go builds the chain [leaf] when the leaf is itself a root.
+            Err(_) if self.trusted.iter().any(|t| t.as_ref() == end_entity.as_ref()) => {
+                ClientCertVerified::assertion()
+            }
+            Err(e) => return Err(e),
+        };
+        self.allowed(end_entity)?;
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// `--auto-tls` / `--peer-auto-tls`: as etcd, a self-signed certificate and key in
+/// `<data-dir>/fixtures/{client,peer}` for the hosts of `urls`, made at the first start and
+/// reused after. Returns the certificate and key files.
+pub fn self_signed(dir: &Path, urls: &[String], years: u32) -> Result<(PathBuf, PathBuf), String> {
+    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+    if cert_path.exists() && key_path.exists() {
+        return Ok((cert_path, key_path));
+    }
+    let fail = |e: String| format!("auto TLS in {}: {e}", dir.display());
+    let mut hosts: Vec<String> = urls
+        .iter()
+        .filter_map(|u| u.split_once("://").map(|(_, rest)| rest))
+        .filter_map(|hp| {
+            let hp = hp.trim_end_matches('/');
+            let host = match hp.rsplit_once(':') {
+                Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) => h,
+                _ => hp,
+            };
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            (!host.is_empty()).then(|| host.to_string())
+        })
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    let mut params = rcgen::CertificateParams::new(hosts).map_err(|e| fail(e.to_string()))?;
+    let (y, m, d) = civil_today();
+    params.not_before = rcgen::date_time_ymd(y, m, d);
+    params.not_after = rcgen::date_time_ymd(y + years.max(1) as i32, m, d.min(28));
+    params.distinguished_name.push(rcgen::DnType::OrganizationName, "etcd");
+    params.key_usages =
+        vec![rcgen::KeyUsagePurpose::DigitalSignature, rcgen::KeyUsagePurpose::KeyEncipherment];
+    params.extended_key_usages = vec![
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let key = rcgen::KeyPair::generate().map_err(|e| fail(e.to_string()))?;
+    let cert = params.self_signed(&key).map_err(|e| fail(e.to_string()))?;
+    std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
+    std::fs::write(&cert_path, cert.pem()).map_err(|e| fail(e.to_string()))?;
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&key_path)
+            .map_err(|e| fail(e.to_string()))?;
+        f.write_all(key.serialize_pem().as_bytes()).map_err(|e| fail(e.to_string()))?;
+    }
+    Ok((cert_path, key_path))
+}
+
+/// Today's UTC date (year, month, day), for certificate validity.
+fn civil_today() -> (i32, u8, u8) {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    // Howard Hinnant's days-to-civil.
+    let z = (secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u8;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+    let y = (yoe + era * 400 + i64::from(m <= 2)) as i32;
+    (y, m, d)
 }
 
 /// A client connection after its handshake.

@@ -13,6 +13,7 @@ mod differential;
 mod durability;
 mod etcdctl;
 mod faults;
+mod flags;
 mod gateway;
 mod grow;
 mod history;
