@@ -104,14 +104,9 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             fail(e);
         }
     }
-    let served = server::serve(
-        shared.clone(),
-        listeners,
-        metrics_listeners,
-        peer_listeners,
-        shutdown_signal(),
-    )
-    .await;
+    let stop = stop(shared.clone());
+    let served =
+        server::serve(shared.clone(), listeners, metrics_listeners, peer_listeners, stop).await;
     // Nothing is acknowledged that is not in the log; this writes out the rest and syncs it.
     match shared.raft() {
         Some(raft) => raft.shutdown().await,
@@ -126,6 +121,20 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
 /// the filter names openraft.
 fn log_filter(level: &str) -> String {
     if level.contains("openraft") { level.to_string() } else { format!("{level},openraft=warn") }
+}
+
+/// Resolves when the server should stop: on the first SIGINT or SIGTERM, once a leader has
+/// handed its leadership over (etcd's `Stop`), or once this member was removed from its cluster
+/// (etcd's member then stops too, and exits 0).
+async fn stop(shared: Arc<Shared>) {
+    let Some(raft) = shared.raft().cloned() else { return shutdown_signal().await };
+    tokio::select! {
+        _ = shutdown_signal() => raft.hand_over().await,
+        _ = raft.removed() => tracing::warn!(
+            "the member has been permanently removed from the cluster; the data-dir used by \
+             this member must be removed"
+        ),
+    }
 }
 
 /// Resolves on the first SIGINT or SIGTERM.

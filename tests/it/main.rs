@@ -20,6 +20,7 @@ mod k8s_shapes;
 mod kv;
 mod lease;
 mod limits;
+mod membership;
 mod model;
 mod operations;
 mod services;
