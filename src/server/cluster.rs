@@ -113,7 +113,8 @@ fn may_add(s: &Shared, raft: &RaftNode, voters: &[u64], learner: bool) -> Result
     }
     // The new member counts as down: this member must have been connected to a quorum of the
     // larger cluster (a member alone may always grow).
-    if voters.len() > 1 && connected(raft, voters) < (voters.len() + 1) / 2 + 1 {
+    let members = voters.len() + 1;
+    if voters.len() > 1 && connected(raft, voters) < members / 2 + 1 {
         return Err(Error::UnhealthyCluster);
     }
     Ok(())
