@@ -244,6 +244,19 @@ pub struct Config {
     #[arg(long, env = "ETCD_ELECTION_TIMEOUT", default_value_t = 1000)]
     pub election_timeout: u64,
 
+    /// Refuse membership changes that could cost the cluster its quorum (etcd's
+    /// `--strict-reconfig-check`): too few started members, or this member not connected to
+    /// enough of them for the health interval.
+    #[arg(
+        long,
+        env = "ETCD_STRICT_RECONFIG_CHECK",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        default_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub strict_reconfig_check: bool,
+
     /// Largest request a client may send, as encoded for the log.
     #[arg(long, env = "ETCD_MAX_REQUEST_BYTES", default_value_t = 1_572_864)]
     pub max_request_bytes: u32,

@@ -192,13 +192,14 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
             fail(e);
         }
     }
+    let stop = stop(shared.clone());
     let served = server::serve(
         shared.clone(),
         listeners,
         http_listeners,
         metrics_listeners,
         peer_listeners,
-        shutdown_signal(),
+        stop,
     )
     .await;
     // Nothing is acknowledged that is not in the log; this writes out the rest and syncs it.
@@ -250,6 +251,20 @@ fn log_filter(level: &str) -> String {
         l => l,
     };
     if level.contains("openraft") { level.to_string() } else { format!("{level},openraft=warn") }
+}
+
+/// Resolves when the server should stop: on the first SIGINT or SIGTERM, once a leader has
+/// handed its leadership over (etcd's `Stop`), or once this member was removed from its cluster
+/// (etcd's member then stops too, and exits 0).
+async fn stop(shared: Arc<Shared>) {
+    let Some(raft) = shared.raft().cloned() else { return shutdown_signal().await };
+    tokio::select! {
+        _ = shutdown_signal() => raft.hand_over().await,
+        _ = raft.removed() => tracing::warn!(
+            "the member has been permanently removed from the cluster; the data-dir used by \
+             this member must be removed"
+        ),
+    }
 }
 
 /// Resolves on the first SIGINT or SIGTERM.

@@ -93,6 +93,9 @@ pub struct RaftNode {
     started: std::time::Instant,
     /// Injected network faults (`--peer-failpoint`); `None` outside fault tests.
     faults: Option<Arc<super::faults::PeerFaults>>,
+    /// Set once this member learns it was removed from the cluster (written by the role
+    /// watcher, awaited by the daemon, which then stops as etcd's member does).
+    removed: watch::Sender<bool>,
     opts: NodeOptions,
 }
 
@@ -217,6 +220,7 @@ impl RaftNode {
             leader_heard_ms: AtomicU64::new(0),
             started: std::time::Instant::now(),
             faults: opts.failpoint.clone().map(super::faults::PeerFaults::start),
+            removed: watch::channel(false).0,
             opts,
         });
         tokio::spawn(node.clone().watch_metrics(role.0));
@@ -425,11 +429,16 @@ impl RaftNode {
         use openraft::Instant as _;
         let mut rx = self.raft.metrics();
         let mut last_leader = None;
-        // etcd's CheckQuorum: a leader that has not heard from a quorum within the lease, and a
-        // follower that has not heard from its leader as long, count as having no leader (etcd's
-        // would have stepped down, or started a pre-vote), so `has_leader`, `/health` and
-        // leader-requiring watches say so. openraft itself already refuses writes then.
-        let lease = self.opts.election * 2;
+        // etcd's CheckQuorum: a leader that has not heard from a quorum within the election
+        // timeout, and a follower that has not heard from its leader as long, count as having
+        // no leader (etcd's would have stepped down, or started a pre-vote), so `has_leader`,
+        // `/health`, `/livez`, `/readyz` and leader-requiring watches say so. openraft itself
+        // already refuses writes then.
+        let lease = self.opts.election;
+        // Whether this member was ever in the applied membership, and since when it has had no
+        // leader: how it finds out it was removed (see `check_removed`).
+        let mut was_member = false;
+        let mut leaderless_since: Option<Instant> = None;
         let mut tick = tokio::time::interval(self.opts.heartbeat.max(Duration::from_millis(50)));
         loop {
             let role = {
@@ -450,6 +459,7 @@ impl RaftNode {
                 }
             };
             self.term.store(role.term, Ordering::Relaxed);
+            self.check_removed(role.leader.is_some(), &mut was_member, &mut leaderless_since);
             if role.leader != last_leader {
                 if role.leader.is_some() {
                     self.leader_changes.fetch_add(1, Ordering::Relaxed);
@@ -472,6 +482,105 @@ impl RaftNode {
                 },
                 _ = tick.tick() => {}
             }
+        }
+    }
+
+    /// Finds out whether this member was removed from the cluster: its applied membership no
+    /// longer names it, or (when it missed its removal: the leader stops replicating to a
+    /// member as it removes it) a member of the cluster that has a leader no longer knows it.
+    fn check_removed(
+        &self,
+        has_leader: bool,
+        was_member: &mut bool,
+        leaderless_since: &mut Option<Instant>,
+    ) {
+        if *self.removed.borrow() {
+            return;
+        }
+        let m = self.metrics();
+        let config = &m.membership_config;
+        let named = config.membership().get_node(&self.id).is_some();
+        let applied = config.log_id().as_ref().is_some_and(|l| Some(l) <= m.last_applied.as_ref());
+        if named {
+            *was_member = true;
+        } else if *was_member && applied {
+            tracing::warn!(
+                member = format!("{:x}", self.id),
+                "raft: this member was removed from the cluster"
+            );
+            self.removed.send_replace(true);
+            return;
+        }
+        if !*was_member || has_leader {
+            *leaderless_since = None;
+            return;
+        }
+        let since = *leaderless_since.get_or_insert_with(Instant::now);
+        // Asked at most once per election timeout, once the leader has been gone a while.
+        if since.elapsed() < self.opts.election * 3 {
+            return;
+        }
+        *leaderless_since = Some(Instant::now());
+        let peers: Vec<(u64, Vec<String>)> = config
+            .membership()
+            .nodes()
+            .filter(|(id, _)| **id != self.id)
+            .map(|(id, n)| (*id, n.peer_urls.clone()))
+            .collect();
+        let node = self.removed.clone();
+        let (client, me, cluster) = (self.peers.clone(), self.id, self.cluster_id);
+        let urls = self.opts.peer_urls.clone();
+        tokio::spawn(async move {
+            for (id, peer_urls) in peers {
+                let Some(mut c) = client.raft_client(id, &peer_urls) else { continue };
+                let mut req = tonic::Request::new(pb::ProbeRequest { peer_urls: urls.clone() });
+                req.set_timeout(Duration::from_millis(500));
+                if let Ok(r) = c.probe(req).await {
+                    let r = r.into_inner();
+                    if r.cluster_id == cluster && r.initialized && r.leader != 0 && !r.knows_you {
+                        tracing::warn!(
+                            member = format!("{me:x}"),
+                            by = format!("{id:x}"),
+                            "raft: this member is no longer in the cluster"
+                        );
+                        node.send_replace(true);
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Resolves once this member was removed from the cluster, a second after it found out
+    /// (etcd's member stops with the same delay, so that the change reaches the others).
+    pub async fn removed(&self) {
+        let mut rx = self.removed.subscribe();
+        let _ = rx.wait_for(|r| *r).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    /// etcd's `TransferLeadership` as it stops: a leader with other voters hands over to the
+    /// one it has been connected to longest and waits (at most a request timeout) until that
+    /// one leads, so the others go on one term later rather than after an election.
+    pub async fn hand_over(&self) {
+        if !self.is_leader() {
+            return;
+        }
+        let (voters, _) = self.membership();
+        let to = voters
+            .iter()
+            .filter(|v| **v != self.id)
+            .filter_map(|v| self.active_since(*v).map(|t| (t, *v)))
+            .min()
+            .map(|(_, v)| v);
+        let Some(to) = to else {
+            tracing::info!("raft: skipped leadership transfer: no other voter is connected");
+            return;
+        };
+        tracing::info!(to = format!("{to:x}"), "raft: leadership transfer starting");
+        match self.transfer_leader(to).await {
+            Ok(()) => tracing::info!(to = format!("{to:x}"), "raft: leadership transfer finished"),
+            Err(e) => tracing::warn!(error = %e, "raft: leadership transfer failed"),
         }
     }
 

@@ -69,16 +69,74 @@ fn started(s: &Shared, id: u64) -> bool {
     s.members.lock().get(&id).is_some_and(|m| !m.name.is_empty())
 }
 
-/// Whether `id` has been connected since at least `HEALTH_INTERVAL` ago.
-fn connected_long_enough(raft: &RaftNode, id: u64) -> bool {
-    raft.active_since(id).is_some_and(|t| t.elapsed() >= HEALTH_INTERVAL)
+/// How many of `voters` this member has been connected to for the health interval, itself
+/// included (etcd's `numConnectedSince`).
+fn connected(raft: &RaftNode, voters: &[u64]) -> usize {
+    voters
+        .iter()
+        .filter(|v| {
+            **v == raft.id || raft.active_since(**v).is_some_and(|t| t.elapsed() >= HEALTH_INTERVAL)
+        })
+        .count()
 }
 
-/// Enough started voters for a quorum of `voters` plus `extra` (etcd's `IsReadyTo...` checks).
-fn enough_started(s: &Shared, voters: &[u64], extra: usize) -> bool {
-    let n = voters.len() + extra;
-    let up = voters.iter().filter(|v| started(s, **v)).count() + extra;
-    up > n / 2
+/// etcd's `IsReadyToAddVotingMember`: the started voters make a quorum of the cluster with the
+/// new member, which has not started (one started member may always add a second).
+fn ready_to_add_voter(s: &Shared, voters: &[u64]) -> bool {
+    let members = voters.len() + 1;
+    let up = voters.iter().filter(|v| started(s, **v)).count();
+    (up == 1 && members == 2) || up > members / 2
+}
+
+/// etcd's `IsReadyToRemoveVotingMember`: the started voters left make a quorum of the rest.
+fn ready_to_remove_voter(s: &Shared, voters: &[u64], id: u64) -> bool {
+    let rest: Vec<&u64> = voters.iter().filter(|v| **v != id).collect();
+    let up = rest.iter().filter(|v| started(s, ***v)).count();
+    up > rest.len() / 2
+}
+
+/// etcd's `IsReadyToPromoteMember`: with the learner counted as a started voter, the started
+/// voters make a quorum.
+fn ready_to_promote(s: &Shared, voters: &[u64]) -> bool {
+    let members = voters.len() + 1;
+    let up = voters.iter().filter(|v| started(s, **v)).count() + 1;
+    up > members / 2
+}
+
+/// etcd's `mayAddMember`, the checks `--strict-reconfig-check=false` turns off.
+fn may_add(s: &Shared, raft: &RaftNode, voters: &[u64], learner: bool) -> Result<(), Error> {
+    if !s.config.strict_reconfig_check {
+        return Ok(());
+    }
+    if !learner && !ready_to_add_voter(s, voters) {
+        return Err(Error::NotEnoughStartedMembers);
+    }
+    // The new member counts as down: this member must have been connected to a quorum of the
+    // larger cluster (a member alone may always grow).
+    let members = voters.len() + 1;
+    if voters.len() > 1 && connected(raft, voters) < members / 2 + 1 {
+        return Err(Error::UnhealthyCluster);
+    }
+    Ok(())
+}
+
+/// etcd's `mayRemoveMember`, the checks `--strict-reconfig-check=false` turns off.
+fn may_remove(s: &Shared, raft: &RaftNode, voters: &[u64], id: u64) -> Result<(), Error> {
+    // A learner's removal never costs the quorum.
+    if !s.config.strict_reconfig_check || !voters.contains(&id) {
+        return Ok(());
+    }
+    if !ready_to_remove_voter(s, voters, id) {
+        return Err(Error::NotEnoughStartedMembers);
+    }
+    // A member that is down is not part of the active quorum: safe to remove.
+    if id != raft.id && raft.active_since(id).is_none() {
+        return Ok(());
+    }
+    if connected(raft, voters).saturating_sub(1) < 1 + (voters.len() - 1) / 2 {
+        return Err(Error::UnhealthyCluster);
+    }
+    Ok(())
 }
 
 /// The leader's side of the membership changes.
@@ -88,22 +146,15 @@ pub async fn member_add(
 ) -> Result<pb::MemberAddResponse, Status> {
     let raft = s.raft().ok_or(Error::MemberChangeUnsupported)?;
     let urls = parse_urls(&r.peer_ur_ls)?;
+    let (voters, nodes) = raft.membership();
+    let voters: Vec<u64> = voters.into_iter().collect();
+    // Before the change's own checks, as etcd orders them.
+    may_add(s, raft, &voters, r.is_learner)?;
     if urls_taken(raft, &urls, 0) {
         return Err(Error::PeerUrlExists.into());
     }
-    let (voters, nodes) = raft.membership();
-    let voters: Vec<u64> = voters.into_iter().collect();
     if r.is_learner && nodes.keys().filter(|id| !voters.contains(id)).count() >= 1 {
         return Err(Error::TooManyLearners.into());
-    }
-    // etcd's strict reconfiguration checks: a voter that has not started counts against the
-    // quorum at once, so enough members must be up; and every voter must have been reachable
-    // for a while.
-    if !r.is_learner && !enough_started(s, &voters, 1) {
-        return Err(Error::NotEnoughStartedMembers.into());
-    }
-    if !voters.iter().all(|v| connected_long_enough(raft, *v)) {
-        return Err(Error::UnhealthyCluster.into());
     }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -133,19 +184,8 @@ pub async fn member_remove(
     if !nodes.contains_key(&r.id) {
         return Err(Error::MemberNotFound.into());
     }
-    if voters.contains(&r.id) {
-        // etcd's checks: the members left must make a quorum of the smaller cluster, counting
-        // the started ones and, unless the member going is down anyway, the connected ones.
-        let rest: Vec<u64> = voters.iter().copied().filter(|v| *v != r.id).collect();
-        if !enough_started(s, &rest, 0) {
-            return Err(Error::NotEnoughStartedMembers.into());
-        }
-        let down = r.id != raft.id && raft.active_since(r.id).is_none();
-        let active = voters.iter().filter(|v| connected_long_enough(raft, **v)).count();
-        if !down && active.saturating_sub(1) < 1 + (voters.len() - 1) / 2 {
-            return Err(Error::UnhealthyCluster.into());
-        }
-    }
+    let voters: Vec<u64> = voters.into_iter().collect();
+    may_remove(s, raft, &voters, r.id)?;
     raft.remove_member(r.id).await?;
     Ok(pb::MemberRemoveResponse { header: s.header(0), members: members(s, raft) })
 }
@@ -184,7 +224,7 @@ pub async fn member_promote(
         return Err(Error::LearnerNotReady.into());
     }
     let voters: Vec<u64> = voters.into_iter().collect();
-    if !enough_started(s, &voters, 1) {
+    if s.config.strict_reconfig_check && !ready_to_promote(s, &voters) {
         return Err(Error::NotEnoughStartedMembers.into());
     }
     raft.promote_member(r.id).await?;

@@ -36,27 +36,38 @@ impl LeaseService {
 
 /// Deletes revoked leases' keys (each lease's in one revision), waits until readers see them,
 /// removes the leases (deleting, in a further revision, any key attached meanwhile) and logs the
-/// revocations; returns the newest header revision. Leases are handled together so that
-/// expiring thousands costs a few WAL batches, not one per lease.
+/// revocations; returns the header revision of the last lease's revocation. Leases are handled
+/// together so that expiring thousands costs a few WAL batches, not one per lease.
+///
+/// The header revision is the one the revocation took effect at, as etcd reads it while it
+/// applies the revocation: the revision its keys went at, or, for a lease without keys, the
+/// revision readers saw when the lease went. Never one read later: other clients' writes
+/// meanwhile would raise it past the deletion (the history checker saw a revocation answer
+/// 147 for keys deleted at 142).
 async fn delete_keys(shared: &Shared, leases: Vec<(i64, Vec<bytes::Bytes>)>) -> i64 {
-    let mut rev = shared.store.current_revision();
+    let mut deleted = vec![None; leases.len()];
     let mut visible = 0;
-    for (id, keys) in &leases {
+    for ((id, keys), at) in leases.iter().zip(&mut deleted) {
         if !keys.is_empty() {
             let applied = shared.store.revoke(*id, keys.clone());
             visible = visible.max(applied.visible_at);
-            rev = rev.max(applied.response);
+            *at = Some(applied.response);
         }
     }
     shared.store.wait_visible(visible).await;
     let mut logged = None;
-    for (id, _) in &leases {
+    let mut rev = 0;
+    for ((id, _), at) in leases.iter().zip(deleted) {
+        // Read before the lease goes: every write readers saw by now came before it.
+        let gone_at = shared.store.current_revision();
         let late = shared.lessor.finish(*id);
-        if !late.is_empty() {
+        rev = if late.is_empty() {
+            at.unwrap_or(gone_at)
+        } else {
             let applied = shared.store.revoke(*id, late);
             shared.store.wait_visible(applied.visible_at).await;
-            rev = rev.max(applied.response);
-        }
+            applied.response
+        };
         // Logged after the keys' deletion: a crash in between leaves a lease without keys,
         // which expires again after restart, never keys without their lease.
         if let Some(w) = shared.store.wal() {
@@ -67,10 +78,7 @@ async fn delete_keys(shared: &Shared, leases: Vec<(i64, Vec<bytes::Bytes>)>) -> 
     if let (Some(w), Some(batch)) = (shared.store.wal(), logged) {
         w.wait_durable(batch).await;
     }
-    // Read again now that the leases are gone, as etcd reads its header after applying: the
-    // revision taken at the start may predate writes that happened before the revocation
-    // (the history checker saw a header older than the state the revocation took effect in).
-    rev.max(shared.store.current_revision())
+    rev
 }
 
 /// Logs a lease grant and waits until it is durable (nothing to do without a WAL).
@@ -314,9 +322,12 @@ impl pb::lease_server::Lease for LeaseService {
             return Err(crate::error::Error::WalUnavailable.into());
         }
         let (id, ttl) = self.shared.lessor.grant(r.id, r.ttl)?;
+        // The revision the grant took effect at (etcd reads it as it applies the grant), not
+        // one read after the WAL wait, which other clients' writes may have raised.
+        let rev = self.shared.store.current_revision();
         log_grant(&self.shared, id, ttl).await;
         Ok(Response::new(pb::LeaseGrantResponse {
-            header: self.shared.header(0),
+            header: self.shared.header(rev),
             id,
             ttl,
             error: String::new(),

@@ -30,8 +30,7 @@ pub fn code(e: &Error) -> Code {
         | Error::LeaderChanged
         | Error::Stopped
         | Error::NotLeader
-        | Error::UnhealthyCluster
-        | Error::LearnerRpc => Code::Unavailable,
+        | Error::UnhealthyCluster => Code::Unavailable,
         Error::NoSpace => Code::ResourceExhausted,
         Error::SnapshotFailed | Error::Internal => Code::Internal,
         Error::MemberNotFound => Code::NotFound,
@@ -42,6 +41,9 @@ pub fn code(e: &Error) -> Code {
         | Error::NotEnoughStartedMembers
         | Error::NotLeaderMoveLeader
         | Error::BadLeaderTransferee => Code::FailedPrecondition,
+        // etcd's code for a learner's refusal: its Go client recognises exactly this status
+        // (code and text) and, given other endpoints, retries the call on the next one.
+        Error::LearnerRpc => Code::FailedPrecondition,
         Error::RootUserNotExist
         | Error::RootRoleNotExist
         | Error::UserAlreadyExist

@@ -329,9 +329,10 @@ fn apply(s: &State, req: &Req) -> (State, Result<Resp, ErrKind>) {
                 Ok(put_leased(&mut n, key, value, *lease))
             }
         }
+        // etcd reads a grant's header revision as it applies it: the revision it took effect at.
         Req::Grant { id } => {
             n.leases.insert(*id);
-            Ok(Resp::default())
+            Ok(Resp { rev: s.rev, ..Default::default() })
         }
         Req::Revoke { id } | Req::Expire { id } => {
             if s.leases.contains(id) {
@@ -415,10 +416,11 @@ fn step(s: &State, op: &Op) -> Option<State> {
         (Out::Err(got), Err(w)) => got == w,
         (Out::Ok(got), Ok(w)) => match &op.req {
             Req::List { rev, .. } if *rev > 0 => got.rev == w.rev,
-            // etcd reads the header revision of a compaction or a revocation after applying
-            // it, so writes that land meanwhile may be in it (etcdserver's Compact and
-            // LeaseRevoke); it can never be older.
-            Req::Compact { .. } | Req::Revoke { .. } => got.rev >= w.rev,
+            // etcd reads the header revision of a compaction after applying it, so writes that
+            // land meanwhile may be in it (etcdserver's Compact); it can never be older. A
+            // revocation's is read as it is applied (its `newHeader`): exactly the revision
+            // its keys went at, or the current one when it had none.
+            Req::Compact { .. } => got.rev >= w.rev,
             _ => got == w,
         },
         _ => false,
@@ -1196,7 +1198,7 @@ async fn send(raw: &mut Raw, req: &Req, pad: usize) -> Option<Out> {
             Req::Grant { id } => pb::lease_client::LeaseClient::new(raw.channel.clone())
                 .lease_grant(pb::LeaseGrantRequest { id: *id, ttl: LEASE_TTL })
                 .await
-                .map(|_| Resp::default()),
+                .map(|r| Resp { rev: header(r.into_inner().header), ..Default::default() }),
             Req::Revoke { id } => pb::lease_client::LeaseClient::new(raw.channel.clone())
                 .lease_revoke(pb::LeaseRevokeRequest { id: *id })
                 .await
@@ -1322,6 +1324,9 @@ struct Habits {
     think: Duration,
     /// Half the single-key Gets are serializable (cluster runs).
     serializable: bool,
+    /// A share of the operations are grants, revocations and creates with a lease, so that
+    /// revocations delete keys while other clients write (the Kubernetes mix has few).
+    lease_heavy: bool,
 }
 
 /// One client's traffic: what a controller does through kube-apiserver's storage layer.
@@ -1336,7 +1341,7 @@ async fn client(
     stop: tokio::sync::watch::Receiver<bool>,
     habits: Habits,
 ) -> Vec<Op> {
-    let Habits { think, serializable } = habits;
+    let Habits { think, serializable, lease_heavy } = habits;
     let mut rng = SmallRng::seed_from_u64(seed ^ (id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let mut ops = Vec::new();
     // The mod revision this client last saw per key, as an informer's cache would hold it.
@@ -1374,7 +1379,18 @@ async fn client(
         serial += 1;
         let value = format!("c{id}-{serial}").into_bytes();
         let roll = rng.random_range(0..100);
-        let req = if roll < 5 {
+        let req = if lease_heavy && rng.random_bool(0.4) {
+            let grant = Req::Grant { id: ((id as i64 + 1) << 32) | serial };
+            match (leases.is_empty(), rng.random_range(0..100)) {
+                (true, _) => grant,
+                (false, 0..45) => {
+                    let lease = leases[rng.random_range(0..leases.len())];
+                    Req::CreateWithLease { key: key.clone(), value, lease }
+                }
+                (false, 45..75) => Req::Revoke { id: leases[rng.random_range(0..leases.len())] },
+                (false, _) => grant,
+            }
+        } else if roll < 5 {
             // Sorted, so the events of the revision have one expected order.
             // Keys this client believes absent, so the create has a chance.
             let absent: Vec<Vec<u8>> =
@@ -1667,6 +1683,11 @@ async fn inject(
 /// the traffic runs; one that stalls in fault runs); `faults` injected meanwhile; then every
 /// check.
 async fn run(seed: u64, faults: Option<Faults>) -> String {
+    run_mix(seed, faults, false).await
+}
+
+/// [`run`], with the lease-heavy mix of operations or Kubernetes'.
+async fn run_mix(seed: u64, faults: Option<Faults>, lease_heavy: bool) -> String {
     // Periodic progress notifications too, not only answers to requests, while the runs last.
     let progress = ["--watch-progress-notify-interval", "100ms"];
     let (first, host) = match faults {
@@ -1736,7 +1757,7 @@ async fn run(seed: u64, faults: Option<Faults>) -> String {
         // Runs of several seconds pace their clients, so that their histories stay a size the
         // search checks in seconds.
         let think = if faulty { THINK } else { Duration::ZERO };
-        let habits = Habits { think, serializable: false };
+        let habits = Habits { think, serializable: false, lease_heavy };
         tasks.push(tokio::spawn(client(id, conn, seed, t0, pad, stop_rx.clone(), habits)));
     }
     let mut ops = Vec::new();
@@ -2045,6 +2066,14 @@ async fn history_is_linearizable_and_watches_keep_their_guarantees() {
     seeds("history", RUNS, None).await;
 }
 
+/// Revocations and grants among writes of other clients, on one server: a revocation's header
+/// must be the revision its keys went at (or the current one when it had none), a grant's the
+/// revision it took effect at, never a later one that writes of other clients raised meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn history_holds_with_lease_heavy_traffic() {
+    seeds_with("history lease-heavy", RUNS, |seed| run_mix(seed, None, true)).await;
+}
+
 /// How long a fault run's traffic lasts at least: long enough for leases granted early to
 /// expire (their TTL restarts with every restart).
 const FAULT_RUN: Duration = Duration::from_secs(4);
@@ -2324,7 +2353,7 @@ async fn cluster_run(seed: u64, faults: ClusterFaults) -> String {
     for id in 0..CLIENTS {
         let conn = Conn::new(dials[id % MEMBERS].clone(), faulty).await;
         let think = if faulty { CLUSTER_THINK } else { Duration::ZERO };
-        let habits = Habits { think, serializable: true };
+        let habits = Habits { think, serializable: true, lease_heavy: false };
         let stop = stop_rx.clone();
         tasks.push(tokio::spawn(client(id, conn, seed, t0, faults.pad, stop, habits)));
     }
@@ -2589,7 +2618,7 @@ fn checker_rejects_a_stale_serializable_read() {
 #[test]
 fn checker_takes_a_lease_expiry_only_when_due() {
     let ttl = Duration::from_secs(LEASE_TTL as u64).as_nanos() as u64;
-    let grant = op(0, 0, 1, Req::Grant { id: 7 }, Out::Ok(Resp::default()));
+    let grant = op(0, 0, 1, Req::Grant { id: 7 }, ok(1, false));
     let expiry = op(9, ttl, u64::MAX, Req::Expire { id: 7 }, Out::Unknown);
     let create = |call: u64, out: Out| {
         op(
@@ -2612,6 +2641,46 @@ fn checker_takes_a_lease_expiry_only_when_due() {
         .expect("a lease that outlived its TTL (a leader change renews it)");
     check_history(&[grant, expiry, create(5, Out::Err(ErrKind::LeaseNotFound))], &init1())
         .expect_err("a lease gone before its TTL");
+}
+
+#[test]
+fn checker_rejects_a_revocation_header_past_its_deletion() {
+    let grant = op(0, 0, 1, Req::Grant { id: 7 }, ok(1, false));
+    let leased = Req::CreateWithLease { key: k(0), value: b"a".to_vec(), lease: 7 };
+    let create = op(0, 2, 3, leased, ok(2, true));
+    // The revocation deletes k0 at 3 while another client's create, at 4, overlaps it.
+    let revoke = |rev| op(0, 4, 10, Req::Revoke { id: 7 }, ok(rev, false));
+    let other = op(1, 5, 6, Req::Create { key: k(1), value: b"b".to_vec() }, ok(4, true));
+    check_history(&[grant.clone(), create.clone(), revoke(3), other.clone()], &init1())
+        .expect("the revocation's header is its deletion's revision");
+    check_history(&[grant.clone(), create, revoke(4), other.clone()], &init1())
+        .expect_err("a revocation's header raised by a write after its deletion");
+    // Without keys it changes no revision: its header is the state's, as etcd reads it.
+    let empty = |rev| op(0, 4, 10, Req::Revoke { id: 7 }, ok(rev, false));
+    let other = op(1, 5, 6, Req::Create { key: k(1), value: b"b".to_vec() }, ok(2, true));
+    check_history(&[grant.clone(), empty(1), other.clone()], &init1())
+        .expect("a revocation without keys before the create");
+    check_history(&[grant.clone(), empty(2), other.clone()], &init1())
+        .expect("a revocation without keys after the create");
+    check_history(&[grant, empty(3), other], &init1())
+        .expect_err("a revocation without keys at a revision nothing made");
+}
+
+#[test]
+fn checker_rejects_a_grant_header_past_its_effect() {
+    let grant = |rev| op(0, 0, 10, Req::Grant { id: 7 }, ok(rev, false));
+    let create = |call, rev| {
+        op(1, call, call + 1, Req::Create { key: k(1), value: b"b".to_vec() }, ok(rev, true))
+    };
+    let leased = Req::CreateWithLease { key: k(0), value: b"a".to_vec(), lease: 7 };
+    // A create at 2 during the grant, then one with the lease at 3 (so the grant came first).
+    let uses = op(2, 11, 12, leased, ok(3, true));
+    check_history(&[grant(1), create(2, 2), uses.clone()], &init1())
+        .expect("a grant before the create");
+    check_history(&[grant(2), create(2, 2), uses.clone()], &init1())
+        .expect("a grant after the create");
+    check_history(&[grant(3), create(2, 2), uses], &init1())
+        .expect_err("a grant's header at a revision only a later write made");
 }
 
 #[test]

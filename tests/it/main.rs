@@ -24,6 +24,7 @@ mod kubeadm;
 mod kv;
 mod lease;
 mod limits;
+mod membership;
 mod model;
 mod operations;
 mod services;

@@ -600,6 +600,15 @@ impl Server {
         (self.collect(), true)
     }
 
+    /// A server that exited by itself as it should (a member removed from its cluster): how
+    /// it exited and everything it wrote; `Err(self)` while it still runs.
+    pub fn ended(mut self) -> Result<Exited, Server> {
+        match self.exited() {
+            Some(_) => Ok(self.collect()),
+            None => Err(self),
+        }
+    }
+
     /// Reaps the process (already killed or exiting) and returns everything it wrote.
     fn collect(&mut self) -> Exited {
         let status = self.child.wait().expect("wait for the server");

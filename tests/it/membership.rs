@@ -1,0 +1,273 @@
+//! Membership changes and member health as etcd 3.6 has them, each run on a 3- or 4-member
+//! cluster of mem_etcd and of real etcd with the same steps, and the outcomes compared: the
+//! strict reconfiguration checks (`--strict-reconfig-check`), a removed member stopping, a
+//! learner among a client's endpoints, a leader handing over as it stops, and `/health` once a
+//! member cannot reach a quorum.
+
+use std::time::{Duration, Instant};
+
+use crate::cluster_harness::Cluster;
+use crate::etcdctl::etcdctl;
+use crate::support::*;
+
+/// etcd's "health interval": membership changes wait until members have been connected this
+/// long (plus a margin).
+const HEALTH_INTERVAL: Duration = Duration::from_secs(6);
+
+/// Both kinds, mem_etcd first; the etcd cluster needs the peer binary (a missing one fails in
+/// CI, see `peer_binary`).
+async fn both<F, Fut>(run: F) -> (Vec<String>, Vec<String>)
+where
+    F: Fn(Kind) -> Fut,
+    Fut: std::future::Future<Output = Option<Vec<String>>>,
+{
+    let mem = run(Kind::MemEtcd).await.expect("mem_etcd cluster");
+    let etcd = match run(Kind::Etcd).await {
+        Some(e) => e,
+        None => {
+            eprintln!("no etcd peer (allowed outside CI): mem_etcd's outcome checked alone");
+            return (mem.clone(), mem);
+        }
+    };
+    (mem, etcd)
+}
+
+/// An outcome as text: `ok`, or the gRPC code and message.
+fn outcome<T>(r: &Result<T, etcd_client::Error>) -> String {
+    match r {
+        Ok(_) => "ok".into(),
+        Err(e) => format!("{:?}: {}", status_of(e).0, status_of(e).1),
+    }
+}
+
+/// The Raft term member `i` reports.
+async fn term(c: &Cluster, i: usize) -> u64 {
+    let mut raw = c.raw(i).await;
+    raw.maint.status(pb::StatusRequest {}).await.unwrap().into_inner().raft_term
+}
+
+/// Waits (at most `max`) for member `i`'s process to end by itself; its exit code.
+async fn exit_of(c: &mut Cluster, i: usize, max: Duration) -> Option<i32> {
+    let start = Instant::now();
+    while start.elapsed() < max {
+        let s = c.members[i].server.take().expect("running");
+        match s.ended() {
+            Ok(exited) => return exited.status.code(),
+            Err(s) => c.members[i].server = Some(s),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+async fn shrink(kind: Kind) -> Option<Vec<String>> {
+    let mut c = Cluster::start(kind, 3, &[]).await?;
+    tokio::time::sleep(HEALTH_INTERVAL).await;
+    let mut log = Vec::new();
+    for step in 0..2 {
+        let leader = c.leader().await;
+        let mut cl = c.client(leader).await;
+        let gone = c.running().into_iter().find(|i| *i != leader).unwrap();
+        let id = c.member_id(gone).await;
+        let r = cl.member_remove(id).await;
+        log.push(format!("remove #{step}: {}", outcome(&r)));
+        if r.is_ok() {
+            // etcd's removed member stops by itself (and exits 0).
+            let code = exit_of(&mut c, gone, Duration::from_secs(20)).await;
+            log.push(format!("the removed member exited: {code:?}"));
+            if code.is_none() {
+                let _ = c.kill9(gone);
+            }
+        }
+    }
+    let leader = c.leader().await;
+    let mut cl = c.client(leader).await;
+    log.push(format!("put on the last member: {}", outcome(&cl.put("k", "v", None).await)));
+    let list = cl.member_list().await.unwrap();
+    log.push(format!("members left: {}", list.members().len()));
+    Some(log)
+}
+
+/// Shrinking 3 members to 1, one `member remove` at a time: each is allowed, and each removed
+/// member stops.
+#[tokio::test]
+async fn three_members_shrink_to_one_by_removes_and_the_removed_stop_as_etcds_do() {
+    let (mem, etcd) = both(shrink).await;
+    assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
+    assert!(mem.iter().filter(|l| l.ends_with(": ok")).count() >= 3, "{mem:?}");
+}
+
+async fn learner_with_one_down(kind: Kind) -> Option<Vec<String>> {
+    let mut c = Cluster::start(kind, 4, &[]).await?;
+    tokio::time::sleep(HEALTH_INTERVAL).await;
+    let leader = c.leader().await;
+    let down = (leader + 1) % 4;
+    let _ = c.kill9(down);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut cl = c.client(leader).await;
+    let slot = c.add_slot();
+    let peer = c.peer_url(slot);
+    let opts = etcd_client::MemberAddOptions::new().with_is_learner();
+    let r = cl.member_add([peer.as_str()], Some(opts)).await;
+    Some(vec![format!("learner added with one of 4 down: {}", outcome(&r))])
+}
+
+/// etcd adds a learner while one of 4 members is down: this member is connected to a quorum
+/// of the larger cluster (3 of 5).
+#[tokio::test]
+async fn a_learner_is_added_while_one_of_four_members_is_down_as_with_etcd() {
+    let (mem, etcd) = both(learner_with_one_down).await;
+    assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
+    assert_eq!(mem, ["learner added with one of 4 down: ok"]);
+}
+
+async fn add_at_once(kind: Kind, strict: bool) -> Option<Vec<String>> {
+    let flags: &[&str] = if strict { &[] } else { &["--strict-reconfig-check=false"] };
+    let mut c = Cluster::start(kind, 3, flags).await?;
+    let leader = c.leader().await;
+    let _ = c.kill9((leader + 1) % 3);
+    let mut cl = c.client(leader).await;
+    let slot = c.add_slot();
+    let peer = c.peer_url(slot);
+    let opts = etcd_client::MemberAddOptions::new().with_is_learner();
+    let r = cl.member_add([peer.as_str()], Some(opts)).await;
+    Some(vec![format!("strict {strict}: learner added with one of 3 down: {}", outcome(&r))])
+}
+
+/// With one of 3 members down the leader is not connected to a quorum of 4: etcd refuses to
+/// add even a learner ("unhealthy cluster"), unless `--strict-reconfig-check=false`.
+#[tokio::test]
+async fn strict_reconfig_check_false_turns_the_checks_off_as_in_etcd() {
+    let (mem, etcd) = both(|k| add_at_once(k, true)).await;
+    assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
+    assert_eq!(
+        mem,
+        [
+            "strict true: learner added with one of 3 down: Unavailable: etcdserver: unhealthy cluster"
+        ]
+    );
+    let (mem, etcd) = both(|k| add_at_once(k, false)).await;
+    assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
+    assert_eq!(mem, ["strict false: learner added with one of 3 down: ok"]);
+}
+
+async fn put_via_learner(kind: Kind) -> Option<Vec<String>> {
+    let ctl = peer_binary("etcdctl")?;
+    let mut c = Cluster::start(kind, 3, &[]).await?;
+    let leader = c.leader().await;
+    let mut cl = c.client(leader).await;
+    let slot = c.add_slot();
+    let peer = c.peer_url(slot);
+    let start = Instant::now();
+    loop {
+        let opts = etcd_client::MemberAddOptions::new().with_is_learner();
+        match cl.member_add([peer.as_str()], Some(opts)).await {
+            Ok(_) => break,
+            Err(e) => {
+                assert_eq!(status_of(&e).1, "etcdserver: unhealthy cluster");
+                assert!(start.elapsed() < Duration::from_secs(20), "member add: {e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+    c.join(slot).await;
+    let mut log = Vec::new();
+    // The learner first: the Go client tries it, is refused, and retries on the voter.
+    let endpoints = format!("{},{}", c.endpoint(slot), c.endpoint(leader));
+    for i in 0..4 {
+        let (code, out, err) = etcdctl(&ctl, &endpoints, &["put", &format!("k{i}"), "v"], None);
+        // stderr: the Go client logs the learner's refusal it retried (etcd's own warning).
+        log.push(format!("put k{i} -> {code:?} {}", out.trim()));
+        assert!(!err.contains("Error"), "{kind:?}: put k{i}: {err}");
+    }
+    // Asked alone, the learner refuses with etcd's status.
+    let mut on_learner = c.client(slot).await;
+    log.push(format!("put on the learner: {}", outcome(&on_learner.put("k", "v", None).await)));
+    Some(log)
+}
+
+/// A put through endpoints that list a learner first succeeds: the learner refuses it with
+/// etcd's status (FailedPrecondition, "rpc not supported for learner"), which etcd's Go
+/// client retries on the next endpoint.
+#[tokio::test]
+async fn a_put_through_endpoints_that_include_a_learner_succeeds_as_with_etcd() {
+    let (mem, etcd) = both(put_via_learner).await;
+    assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
+    assert!(mem[..4].iter().all(|l| l.ends_with("Some(0) OK")), "{mem:?}");
+    assert_eq!(
+        mem[4],
+        "put on the learner: FailedPrecondition: etcdserver: rpc not supported for learner"
+    );
+}
+
+async fn graceful_leader_stop(kind: Kind) -> Option<Vec<String>> {
+    let mut c = Cluster::start(kind, 3, &[]).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let leader = c.leader().await;
+    let before = term(&c, leader).await;
+    // Exits by itself within 20 s (etcd's re-raises SIGTERM once stopped; mem_etcd exits 0).
+    c.members[leader].server.take().unwrap().stop(Duration::from_secs(20)).await;
+    let next = c.leader().await;
+    let after = term(&c, next).await;
+    Some(vec![format!("the others' term went up by {}", after - before)])
+}
+
+/// A leader stopped with SIGTERM hands its leadership over first: the others go on one term
+/// later, not after an election (which may take more).
+#[tokio::test]
+async fn a_leader_stopped_gracefully_hands_over_as_etcds_does() {
+    let (mem, etcd) = both(graceful_leader_stop).await;
+    assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
+    assert_eq!(mem, ["the others' term went up by 1"]);
+}
+
+async fn health_without_quorum(kind: Kind) -> Option<Vec<String>> {
+    let c = Cluster::start(kind, 3, &[]).await?;
+    let addr: std::net::SocketAddr =
+        format!("127.0.0.1:{}", c.members[0].client_port).parse().unwrap();
+    let mut log = Vec::new();
+    let h = crate::operations::http_get(addr, "/health").await;
+    log.push(format!("{} {}", h.status, h.body.trim()));
+    // Members 1 and 2 paused: member 0, leader or not, hears from no quorum, no leader.
+    c.signal(1, "STOP");
+    c.signal(2, "STOP");
+    let start = Instant::now();
+    let mut red = None;
+    while start.elapsed() < Duration::from_secs(10) {
+        let h = crate::operations::http_get(addr, "/health").await;
+        if h.status != 200 {
+            red = Some((h, start.elapsed()));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ready = crate::operations::http_get(addr, "/readyz").await.status;
+    c.signal(1, "CONT");
+    c.signal(2, "CONT");
+    let (h, took) = red.expect("/health stays 200 without a quorum");
+    // etcd's bodies: a member that knows it has no leader says so; etcd's follower keeps its
+    // leader while it pre-votes in vain, and fails only when the health check's read times out
+    // (after 7 s). mem_etcd's says so once it has not heard from its leader (or a leader from
+    // a quorum) for the election timeout.
+    let bodies = [
+        "{\"health\":\"false\",\"reason\":\"RAFT NO LEADER\"}",
+        "{\"health\":\"false\",\"reason\":\"RANGE ERROR:context deadline exceeded\"}",
+    ];
+    assert!(bodies.contains(&h.body.trim()), "{kind:?}: /health: {}", h.body);
+    log.push(h.status.to_string());
+    log.push(format!("/readyz {ready}"));
+    eprintln!("{kind:?}: /health turned red after {took:?}: {log:?}");
+    if kind == Kind::MemEtcd {
+        // Within the election timeout (1 s) and a heartbeat, plus slack for a loaded machine.
+        assert!(took < Duration::from_secs(3), "/health turned red after {took:?}");
+    }
+    Some(log)
+}
+
+/// `/health` and `/readyz` fail (503, with one of etcd's bodies) once a member cannot reach a
+/// quorum; mem_etcd's within about the election timeout.
+#[tokio::test]
+async fn health_fails_without_a_quorum_as_etcds_does() {
+    let (mem, etcd) = both(health_without_quorum).await;
+    assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
+}
