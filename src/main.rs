@@ -257,9 +257,21 @@ fn log_filter(level: &str) -> String {
 /// handed its leadership over (etcd's `Stop`), or once this member was removed from its cluster
 /// (etcd's member then stops too, and exits 0).
 async fn stop(shared: Arc<Shared>) {
-    let Some(raft) = shared.raft().cloned() else { return shutdown_signal().await };
+    let signal = shutdown_signal();
+    tokio::pin!(signal);
+    // A member alone may grow into a cluster while it runs (on its first member add); from
+    // then on it hands over and watches for its removal as every cluster member does.
+    let raft = loop {
+        if let Some(raft) = shared.raft() {
+            break raft.clone();
+        }
+        tokio::select! {
+            _ = &mut signal => return,
+            _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+        }
+    };
     tokio::select! {
-        _ = shutdown_signal() => raft.hand_over().await,
+        _ = &mut signal => raft.hand_over().await,
         _ = raft.removed() => tracing::warn!(
             "the member has been permanently removed from the cluster; the data-dir used by \
              this member must be removed"
