@@ -423,6 +423,11 @@ pub struct Config {
     )]
     pub peer_auto_tls: bool,
 
+    /// Set at start when --peer-auto-tls made this member's peer certificate: peers' own
+    /// self-signed certificates are then taken without a CA, as etcd takes them.
+    #[arg(skip)]
+    pub peer_self_signed: bool,
+
     /// Years the --auto-tls and --peer-auto-tls certificates are valid.
     #[arg(long, env = "ETCD_SELF_SIGNED_CERT_VALIDITY", default_value_t = 1)]
     pub self_signed_cert_validity: u32,
@@ -709,7 +714,8 @@ impl Config {
                         );
                     }
                 };
-                Some(crate::raft::tls::PeerTls::new(c, k, self.peer_trusted_ca_file.as_deref())?)
+                let ca = self.peer_trusted_ca_file.as_deref();
+                Some(crate::raft::tls::PeerTls::new(c, k, ca, self.peer_self_signed)?)
             }
             (None, None) => None,
             _ => return Err("--peer-cert-file and --peer-key-file go together".into()),
@@ -807,6 +813,9 @@ const NO_EFFECT: &[(&str, Takes)] = {
         ("experimental-bootstrap-defrag-threshold-megabytes", Value),
         ("memory-mlock", Bool),
         ("experimental-memory-mlock", Bool),
+        // Not done yet (its meaning applies): etcd restarts the member as a new cluster of one
+        // from its data, dropping the others. Accepted so manifests start; see the README.
+        ("force-new-cluster", Bool),
         // Raft: openraft's own transport, Pre-Vote always on, no tick advance.
         ("initial-election-tick-advance", Bool),
         ("pre-vote", Bool),

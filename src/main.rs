@@ -237,6 +237,7 @@ fn auto_tls(config: &mut Config) -> Result<(), String> {
             let (c, k) = server::tls::self_signed(&dir, &config.listen_peer_urls, years)?;
             tracing::info!(cert = %c.display(), "peer TLS: a self-signed certificate (--peer-auto-tls)");
             (config.peer_cert_file, config.peer_key_file) = (Some(c), Some(k));
+            config.peer_self_signed = true;
         }
     }
     Ok(())

@@ -32,7 +32,16 @@ pub fn read_certs(path: &Path, flag: &str) -> Result<Vec<CertificateDer<'static>
 
 impl PeerTls {
     /// The client side of peer TLS from the peer flags: trusts `ca`, presents `cert`/`key`.
-    pub fn new(cert: &Path, key: &Path, ca: Option<&Path>) -> Result<Self, String> {
+    /// `self_signed`: `cert` was made by `--peer-auto-tls`; as etcd's members with self-signed
+    /// certificates do, this member then accepts any certificate from the peers it calls (each
+    /// made its own, so there is no CA to check them against), still checking that the peer
+    /// holds the key of the certificate it shows.
+    pub fn new(
+        cert: &Path,
+        key: &Path,
+        ca: Option<&Path>,
+        self_signed: bool,
+    ) -> Result<Self, String> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = RootCertStore::empty();
         if let Some(ca) = ca {
@@ -52,6 +61,10 @@ impl PeerTls {
             .with_root_certificates(roots)
             .with_client_auth_cert(certs, key)
             .map_err(|e| format!("--peer-cert-file/--peer-key-file: {e}"))?;
+        if self_signed {
+            let verifier = AnyServerCert(config.crypto_provider().signature_verification_algorithms);
+            config.dangerous().set_certificate_verifier(Arc::new(verifier));
+        }
         config.alpn_protocols = vec![b"h2".to_vec()];
         Ok(Self { config: Arc::new(config) })
     }
@@ -73,5 +86,46 @@ impl PeerTls {
             }
         });
         endpoint.connect_with_connector_lazy(connect)
+    }
+}
+
+/// etcd's `InsecureSkipVerify` for self-signed peer certificates (`--peer-auto-tls`): any
+/// certificate is taken, but the handshake signature is still checked against it, so the peer
+/// holds its key.
+#[derive(Debug)]
+struct AnyServerCert(rustls::crypto::WebPkiSupportedAlgorithms);
+
+impl rustls::client::danger::ServerCertVerifier for AnyServerCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_schemes()
     }
 }
