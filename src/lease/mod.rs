@@ -214,6 +214,19 @@ impl Lessor {
         Ok(l.keys.iter().cloned().collect())
     }
 
+    /// [`revoke`](Self::revoke) for a client's LeaseRevoke on a member alone: `Ok(None)` if
+    /// the lease is being revoked already (it expired), which the caller waits out and then
+    /// answers "not found", as etcd answers a second revocation in its log.
+    pub fn revoke_first(&self, id: i64) -> Result<Option<Vec<Bytes>>> {
+        let mut g = self.inner.lock();
+        let l = g.leases.get_mut(&id).ok_or(Error::LeaseNotFound)?;
+        if l.revoking {
+            return Ok(None);
+        }
+        l.revoking = true;
+        Ok(Some(l.keys.iter().cloned().collect()))
+    }
+
     /// Removes a revoked lease once its keys were deleted; returns keys attached to it since
     /// (they must go too).
     pub fn finish(&self, id: i64) -> Vec<Bytes> {

@@ -356,7 +356,16 @@ impl pb::lease_server::Lease for LeaseService {
         let keys = {
             let _gate = self.shared.auth.write_gate();
             auth::check_lease_revoke(&self.shared, who.as_ref(), id)?;
-            self.shared.lessor.revoke(id)?
+            self.shared.lessor.revoke_first(id)?
+        };
+        let Some(keys) = keys else {
+            // Its expiry got there first and may yet delete keys attached meanwhile: answered
+            // once the lease is gone, so that no answer predates what that revocation did.
+            let give_up = Instant::now() + REVOCATION_WAIT;
+            while self.shared.lessor.contains(id) && Instant::now() < give_up {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            return Err(Error::LeaseNotFound.into());
         };
         let rev = delete_keys(&self.shared, vec![(id, keys)]).await;
         Ok(Response::new(pb::LeaseRevokeResponse { header: self.shared.header(rev) }))
