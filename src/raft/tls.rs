@@ -62,7 +62,8 @@ impl PeerTls {
             .with_client_auth_cert(certs, key)
             .map_err(|e| format!("--peer-cert-file/--peer-key-file: {e}"))?;
         if self_signed {
-            let verifier = AnyServerCert(config.crypto_provider().signature_verification_algorithms);
+            let verifier =
+                AnyServerCert(config.crypto_provider().signature_verification_algorithms);
             config.dangerous().set_certificate_verifier(Arc::new(verifier));
         }
         config.alpn_protocols = vec![b"h2".to_vec()];
