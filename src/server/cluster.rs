@@ -277,8 +277,15 @@ impl pb::cluster_server::Cluster for ClusterService {
         req: Request<pb::MemberAddRequest>,
     ) -> Result<Response<pb::MemberAddResponse>, Status> {
         // A member alone's first MemberAdd makes it a cluster of one, which then adds the
-        // member as any cluster does.
+        // member as any cluster does. Growing cannot be undone, so the checks a cluster of one
+        // would make of the caller and the URLs come first: a refused add changes nothing.
         if self.shared.raft().is_none() {
+            super::auth::admin(&self.shared, &req).await?;
+            let urls = parse_urls(&req.get_ref().peer_ur_ls)?;
+            let own = &self.shared.config.initial_advertise_peer_urls;
+            if own.iter().filter_map(|u| normalize_url(u)).any(|u| urls.contains(&u)) {
+                return Err(Error::PeerUrlExists.into());
+            }
             super::grow::grow(&self.shared).await?;
         }
         on_leader!(self, req, member_add, member_add)

@@ -224,31 +224,24 @@ const KNOWN: &[(Deployment, Rpc, Who, &str, &str)] = &[
     ),
     (
         Deployment::Alone,
-        Rpc::MemberAdd,
-        Who::Root,
-        "FailedPrecondition: etcdserver: not capable",
-        "a member alone cannot change membership (a one-member etcd is a cluster); after the permission check",
-    ),
-    (
-        Deployment::Alone,
         Rpc::MemberRemove,
         Who::Root,
         "FailedPrecondition: etcdserver: not capable",
-        "a member alone cannot change membership; after the permission check",
+        "a member alone changes membership only by growing on its first add; after the permission check",
     ),
     (
         Deployment::Alone,
         Rpc::MemberUpdate,
         Who::Root,
         "FailedPrecondition: etcdserver: not capable",
-        "a member alone cannot change membership; after the permission check",
+        "a member alone changes membership only by growing on its first add; after the permission check",
     ),
     (
         Deployment::Alone,
         Rpc::MemberPromote,
         Who::Root,
         "FailedPrecondition: etcdserver: not capable",
-        "a member alone cannot change membership; after the permission check",
+        "a member alone changes membership only by growing on its first add; after the permission check",
     ),
 ];
 
