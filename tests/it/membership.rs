@@ -233,7 +233,9 @@ async fn health_without_quorum(kind: Kind) -> Option<Vec<String>> {
     c.signal(2, "STOP");
     let start = Instant::now();
     let mut red = None;
-    while start.elapsed() < Duration::from_secs(10) {
+    // etcd's follower turns red only when its health read times out (7 s); room for a loaded
+    // machine on top.
+    while start.elapsed() < Duration::from_secs(25) {
         let h = crate::operations::http_get(addr, "/health").await;
         if h.status != 200 {
             red = Some((h, start.elapsed()));
@@ -258,8 +260,9 @@ async fn health_without_quorum(kind: Kind) -> Option<Vec<String>> {
     log.push(format!("/readyz {ready}"));
     eprintln!("{kind:?}: /health turned red after {took:?}: {log:?}");
     if kind == Kind::MemEtcd {
-        // Within the election timeout (1 s) and a heartbeat, plus slack for a loaded machine.
-        assert!(took < Duration::from_secs(3), "/health turned red after {took:?}");
+        // About the election timeout (1 s) and a heartbeat; the bound only says it did not wait
+        // for a read to time out as etcd's follower does (7 s), with slack for a loaded machine.
+        assert!(took < Duration::from_secs(6), "/health turned red after {took:?}");
     }
     Some(log)
 }
