@@ -47,6 +47,10 @@ pub fn members(s: &Shared, raft: &RaftNode) -> Vec<pb::Member> {
 
 /// Peer URLs as given, or etcd's error for a bad one.
 fn parse_urls(urls: &[String]) -> Result<Vec<String>, Status> {
+    // etcd's types.NewURLs refuses an empty list ("no valid URLs given"), answered as bad URLs.
+    if urls.is_empty() {
+        return Err(Status::invalid_argument("etcdserver: given member URLs are invalid"));
+    }
     urls.iter()
         .map(|u| {
             normalize_url(u).ok_or_else(|| {
