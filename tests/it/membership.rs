@@ -249,11 +249,13 @@ async fn health_without_quorum(kind: Kind) -> Option<Vec<String>> {
     let (h, took) = red.expect("/health stays 200 without a quorum");
     // etcd's bodies: a member that knows it has no leader says so; etcd's follower keeps its
     // leader while it pre-votes in vain, and fails only when the health check's read times out
-    // (after 7 s). mem_etcd's says so once it has not heard from its leader (or a leader from
-    // a quorum) for the election timeout.
+    // (after 7 s), naming the read's deadline or etcd's own request timeout, whichever fires
+    // first. mem_etcd's says so once it has not heard from its leader (or a leader from a
+    // quorum) for the election timeout.
     let bodies = [
         "{\"health\":\"false\",\"reason\":\"RAFT NO LEADER\"}",
         "{\"health\":\"false\",\"reason\":\"RANGE ERROR:context deadline exceeded\"}",
+        "{\"health\":\"false\",\"reason\":\"RANGE ERROR:etcdserver: request timed out\"}",
     ];
     assert!(bodies.contains(&h.body.trim()), "{kind:?}: /health: {}", h.body);
     log.push(h.status.to_string());
