@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{ChangeMembers, ReadPolicy, ServerState};
+use openraft::{ChangeMembers, EntryPayload, Membership, Precondition, ReadPolicy, ServerState};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -398,14 +398,12 @@ impl RaftNode {
         // The member's log went back to nothing: openraft must accept that from it once,
         // rather than resending from where it was before (forever).
         let _ = self.raft.trigger().allow_next_revert(&id, true).await;
-        let m = self.metrics().membership_config;
-        if m.membership().voter_ids().any(|v| v == id) {
-            let mut change = BTreeSet::new();
-            change.insert(id);
-            self.raft
-                .change_membership(ChangeMembers::RemoveVoters(change), true)
-                .await
-                .map_err(write_error)?;
+        if self.membership().0.contains(&id) {
+            let deadline = Instant::now() + self.request_timeout();
+            self.change_voters(deadline, |voters, _| {
+                voters.remove(&id);
+            })
+            .await?;
         }
         // Back as a voter once it holds everything up to its demotion: every entry it may have
         // acknowledged before it lost its state is in there.
@@ -417,11 +415,7 @@ impl RaftNode {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        self.raft
-            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
-            .await
-            .map_err(write_error)?;
-        Ok(())
+        self.promote_member(id).await
     }
 
     /// Follows openraft's metrics: leader, term and role changes.
@@ -912,52 +906,118 @@ impl RaftNode {
         )
     }
 
-    /// Adds a member (on the leader). A voter counts toward the quorum at once, as in etcd.
+    /// Adds a member (on the leader). A voter counts toward the quorum at once, as in etcd:
+    /// a cluster of one adds its second member at once, and waits for it for everything
+    /// after (see [`Self::change_voters`]).
     pub async fn add_member(&self, id: u64, peer_urls: Vec<String>, learner: bool) -> Result<()> {
-        self.raft.add_learner(id, PeerNode { peer_urls }, false).await.map_err(write_error)?;
-        if !learner {
-            self.raft
-                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
-                .await
-                .map_err(write_error)?;
+        let deadline = Instant::now() + self.request_timeout();
+        let add = self.raft.add_learner(id, PeerNode { peer_urls }, false);
+        bounded(deadline, add).await?;
+        if learner {
+            return Ok(());
         }
-        Ok(())
+        self.change_voters(deadline, |voters, _| {
+            voters.insert(id);
+        })
+        .await
     }
 
     /// Promotes a learner to voter (on the leader).
     pub async fn promote_member(&self, id: u64) -> Result<()> {
-        self.raft
-            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
-            .await
-            .map_err(write_error)?;
-        Ok(())
+        let deadline = Instant::now() + self.request_timeout();
+        self.change_voters(deadline, |voters, _| {
+            voters.insert(id);
+        })
+        .await
     }
 
     /// Removes a member (on the leader).
     pub async fn remove_member(&self, id: u64) -> Result<()> {
-        let (voters, _) = self.membership();
-        if voters.contains(&id) {
-            self.raft
-                .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
-                .await
-                .map_err(write_error)?;
-        } else {
-            self.raft
-                .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false)
-                .await
-                .map_err(write_error)?;
+        let deadline = Instant::now() + self.request_timeout();
+        if self.membership().0.contains(&id) {
+            return self
+                .change_voters(deadline, |voters, nodes| {
+                    voters.remove(&id);
+                    nodes.remove(&id);
+                })
+                .await;
         }
-        Ok(())
+        let change = ChangeMembers::RemoveNodes(BTreeSet::from([id]));
+        bounded(deadline, self.raft.change_membership(change, false)).await
     }
 
-    /// Changes a member's peer URLs (on the leader).
+    /// Changes a member's peer URLs (on the leader). The voters stay: one entry, as any
+    /// change that moves no voter.
     pub async fn update_member(&self, id: u64, peer_urls: Vec<String>) -> Result<()> {
+        let deadline = Instant::now() + self.request_timeout();
         let nodes = BTreeMap::from([(id, PeerNode { peer_urls })]);
-        self.raft
-            .change_membership(ChangeMembers::SetNodes(nodes), false)
-            .await
-            .map_err(write_error)?;
-        Ok(())
+        bounded(deadline, self.raft.change_membership(ChangeMembers::SetNodes(nodes), false)).await
+    }
+
+    /// Changes the voters by one, as etcd's configuration changes do, and answers at etcd's
+    /// point, by `deadline` ("request timed out", as etcd's proposals).
+    ///
+    /// etcd commits a configuration change with a quorum of the configuration before it: a
+    /// cluster of one adds a second voter at once, though the new member has not started.
+    /// openraft commits a configuration with a quorum of the configuration itself, which there
+    /// is the new member too. So the change goes in as one entry (the single-server change, no
+    /// joint configuration whose flattening would be left to this call), runs to its end
+    /// whatever happens to this call, and is answered once a quorum of the previous voters
+    /// holds it: from then on every leader to come has it (a candidate without it cannot win
+    /// a quorum of the previous voters), which is what etcd's commit promises. openraft
+    /// commits it as soon as the new configuration's quorum answers.
+    async fn change_voters(
+        &self,
+        deadline: Instant,
+        change: impl FnOnce(&mut BTreeSet<u64>, &mut BTreeMap<u64, PeerNode>),
+    ) -> Result<()> {
+        let observed = self.metrics().membership_config;
+        let old: BTreeSet<u64> = observed.membership().voter_ids().collect();
+        let mut voters = old.clone();
+        let mut nodes: BTreeMap<u64, PeerNode> =
+            observed.membership().nodes().map(|(id, n)| (*id, n.clone())).collect();
+        change(&mut voters, &mut nodes);
+        let proposed = Membership::new(vec![voters.clone()], nodes).map_err(|e| {
+            tracing::error!(error = %e, "raft: membership to propose is not valid");
+            Error::Internal
+        })?;
+        // Proposed only on the membership the change was computed from.
+        let guard =
+            Precondition::LastMembershipLogId { last_membership_log_id: observed.log_id().clone() };
+        let raft = self.raft.clone();
+        let mut appended = tokio::spawn(async move {
+            raft.append_membership(proposed, EntryPayload::Blank, [guard]).await
+        });
+        let mut metrics = self.raft.metrics();
+        loop {
+            tokio::select! {
+                done = &mut appended => {
+                    return match done {
+                        Ok(r) => r.map(|_| ()).map_err(write_error),
+                        Err(_) => Err(Error::Stopped),
+                    };
+                }
+                _ = tokio::time::sleep_until(deadline) => return Err(Error::Timeout),
+                _ = metrics.changed() => {}
+            }
+            let m = metrics.borrow_watched().clone();
+            let current = &m.membership_config;
+            if current.membership().voter_ids().collect::<BTreeSet<_>>() != voters {
+                continue;
+            }
+            let Some(at) = current.log_id().as_ref().map(|l| l.index) else { continue };
+            let replication = m.replication.as_ref();
+            let holding = old
+                .iter()
+                .filter(|v| {
+                    let matched = replication.and_then(|r| r.get(*v).cloned()).flatten();
+                    matched.is_some_and(|l| l.index >= at)
+                })
+                .count();
+            if holding > old.len() / 2 {
+                return Ok(());
+            }
+        }
     }
 
     /// Hands leadership to `to` (on the leader) and waits until it leads.
@@ -1005,6 +1065,19 @@ fn not_delivered(s: &tonic::Status) -> bool {
     s.code() == tonic::Code::Unavailable
         && Error::from_message(s.message()).is_none()
         && (s.message().contains("connect") || s.message().contains("Connection refused"))
+}
+
+/// A membership change's outcome by `deadline`, in etcd's terms.
+async fn bounded<T>(
+    deadline: Instant,
+    change: impl std::future::Future<
+        Output = std::result::Result<T, RaftError<TypeConfig, ClientWriteError<TypeConfig>>>,
+    >,
+) -> Result<()> {
+    match tokio::time::timeout_at(deadline, change).await {
+        Ok(r) => r.map(|_| ()).map_err(write_error),
+        Err(_) => Err(Error::Timeout),
+    }
 }
 
 /// A membership change's error, in etcd's terms.

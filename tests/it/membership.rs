@@ -276,3 +276,107 @@ async fn health_fails_without_a_quorum_as_etcds_does() {
     let (mem, etcd) = both(health_without_quorum).await;
     assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
 }
+
+async fn voter_added_to_one(kind: Kind) -> Option<Vec<String>> {
+    let mut c = Cluster::start(kind, 1, &[]).await?;
+    let mut cl = c.client(0).await;
+    let mut log = Vec::new();
+    log.push(format!("put alone: {}", outcome(&cl.put("k", "1", None).await)));
+    let slot = c.add_slot();
+    let peer = c.peer_url(slot);
+    let start = Instant::now();
+    let add = tokio::time::timeout(Duration::from_secs(30), cl.member_add([peer.as_str()], None));
+    let added = add.await.unwrap_or_else(|_| panic!("{kind:?}: the add is still waiting"));
+    let took = start.elapsed();
+    log.push(format!("add a voter that has not started: {}", outcome(&added)));
+    let added = added.unwrap();
+    // etcd answers as soon as the one member it had commits the change (a few ms);
+    // mem_etcd once that member holds it. Either way well before a request times out.
+    assert!(took < Duration::from_secs(3), "{kind:?}: the add took {took:?}");
+    let new = added.member().unwrap();
+    log.push(format!(
+        "members: {}; the new one: started={} learner={}",
+        added.member_list().len(),
+        !new.name().is_empty(),
+        new.is_learner()
+    ));
+    // Two voters, one of them not started: nothing commits (whatever the error is).
+    let mut short = c.client(0).await;
+    let put = tokio::time::timeout(Duration::from_secs(10), short.put("k", "2", None)).await;
+    log.push(format!("put without the new voter failed: {}", !matches!(put, Ok(Ok(_)))));
+    c.join(slot).await;
+    // Once it has started, writes go on (the leader may first have to be elected).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        let mut cl = c.client(0).await;
+        match cl.put("k", "3", None).await {
+            Ok(_) => {
+                last = "ok".into();
+                break;
+            }
+            Err(e) => last = format!("{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    log.push(format!("put once it started: {last}"));
+    let mut on_new = c.client(slot).await;
+    let got = on_new.get("k", None).await.unwrap();
+    log.push(format!("the new member reads k = {:?}", got.kvs()[0].value_str().unwrap()));
+    Some(log)
+}
+
+/// A voter added to a cluster of one is answered at once, as etcd answers it (the change
+/// commits by the one member there was), not once the new member has started; the cluster
+/// then waits for it, and goes on when it starts. It used to wait, with no deadline, for a
+/// member that might never start.
+#[tokio::test]
+async fn a_voter_added_to_a_cluster_of_one_is_answered_at_once_as_etcd_answers() {
+    let (mem, etcd) = both(voter_added_to_one).await;
+    assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
+    assert_eq!(mem[1], "add a voter that has not started: ok");
+    assert_eq!(mem.last().unwrap(), "the new member reads k = \"3\"");
+}
+
+async fn change_without_quorum(kind: Kind) -> Option<Vec<String>> {
+    let c = Cluster::start(kind, 3, &[]).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let leader = c.leader().await;
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let target = c.member_id(others[0]).await;
+    let mut cl = c.client(leader).await;
+    for i in &others {
+        c.signal(*i, "STOP");
+    }
+    // No quorum: the change cannot commit. etcd waits for the client's deadline (its
+    // membership changes have no deadline of their own); mem_etcd answers "request timed
+    // out" after its request timeout (7 s), as etcd answers other proposals, so that a client
+    // without a deadline does not hold a handler forever. A client with a deadline (etcdctl's
+    // is 5 s) sees the same on both.
+    let start = Instant::now();
+    let urls = vec!["http://127.0.0.1:1".to_string()];
+    let update = tokio::time::timeout(Duration::from_secs(10), cl.member_update(target, urls));
+    let r = update.await;
+    let took = start.elapsed();
+    for i in &others {
+        c.signal(*i, "CONT");
+    }
+    let r = match r {
+        Ok(r) => outcome(&r),
+        Err(_) => "the client's deadline (10 s)".into(),
+    };
+    eprintln!("{kind:?}: member update without a quorum: {r} after {took:?}");
+    if kind == Kind::MemEtcd {
+        assert_eq!(r, "Unavailable: etcdserver: request timed out");
+    }
+    Some(vec![format!("member update without a quorum fails: {}", r != "ok")])
+}
+
+/// A membership change that cannot commit fails: by the client's deadline on etcd, by the
+/// request timeout on mem_etcd, which used to wait forever.
+#[tokio::test]
+async fn a_membership_change_without_a_quorum_times_out_as_etcds_does() {
+    let (mem, etcd) = both(change_without_quorum).await;
+    assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
+    assert_eq!(mem, ["member update without a quorum fails: true"]);
+}
