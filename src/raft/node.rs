@@ -193,8 +193,9 @@ impl RaftNode {
         }
         let (applied_tx, applied) = watch::channel(0);
         let snap = opts.dir.join("snap");
-        let sm = StateMachine::open(machine, snap, durable, Arc::new(applied_tx), founded.is_some())
-            .map_err(|e| format!("raft snapshot: {e}"))?;
+        let sm =
+            StateMachine::open(machine, snap, durable, Arc::new(applied_tx), founded.is_some())
+                .map_err(|e| format!("raft snapshot: {e}"))?;
         let peers = Peers::new(opts.cluster_id, opts.member_id, opts.tls.clone(), opts.election);
         let config = Arc::new(raft_config(&opts)?);
         let pristine = log.is_pristine();

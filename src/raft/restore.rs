@@ -98,8 +98,7 @@ pub fn replay_committed(dir: &Path, machine: &dyn Machine) -> io::Result<Replaye
     let mut applied = None;
     let mut membership = Membership::default();
     let snap = dir.join("snap");
-    if let Some(path) = snap.exists().then(|| state_machine::newest(&snap)).transpose()?.flatten()
-    {
+    if let Some(path) = snap.exists().then(|| state_machine::newest(&snap)).transpose()?.flatten() {
         let (meta, offset) = state_machine::open_snapshot(&path)?;
         machine.install(&path, offset)?;
         applied = meta.last_log_id;
@@ -148,7 +147,8 @@ pub fn replay_committed(dir: &Path, machine: &dyn Machine) -> io::Result<Replaye
             ),
         ));
     }
-    let term = log.vote.map_or(0, |v| v.leader_id.term).max(applied.map_or(0, |l| l.leader_id.term));
+    let term =
+        log.vote.map_or(0, |v| v.leader_id.term).max(applied.map_or(0, |l| l.leader_id.term));
     Ok(Replayed { applied, term, membership, discarded })
 }
 
@@ -251,8 +251,7 @@ mod tests {
 
     fn three() -> Membership {
         let nodes = (1..=3).map(|i| (i, PeerNode { peer_urls: vec![format!("http://m{i}")] }));
-        Membership::new(vec![BTreeSet::from([1, 2, 3])], nodes.collect::<BTreeMap<_, _>>())
-            .unwrap()
+        Membership::new(vec![BTreeSet::from([1, 2, 3])], nodes.collect::<BTreeMap<_, _>>()).unwrap()
     }
 
     /// A member's log: the founding membership, then `a`..`e` at 1..=5, committed up to 3.
@@ -266,7 +265,8 @@ mod tests {
         };
         let mut log = LogStore::open(&opts).unwrap();
         log.save_vote(&Vote::new_committed(4, 2)).await.unwrap();
-        let mut entries = vec![Entry { log_id: id(1, 0), payload: EntryPayload::Membership(three()) }];
+        let mut entries =
+            vec![Entry { log_id: id(1, 0), payload: EntryPayload::Membership(three()) }];
         entries.extend([
             normal(1, 1, "a"),
             normal(2, 2, "b"),

@@ -35,6 +35,9 @@ use super::{Shared, apply};
 use crate::raft::membership::InitialMember;
 use crate::raft::{Machine, NodeOptions, RaftNode, restore};
 
+/// How long the new cluster of one may take to elect this member before it serves anyway.
+const ELECTION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Whether the flags ask for a new cluster and `opts`'s data directory holds a cluster
 /// member's state (without one the flag does nothing, as in etcd).
 pub fn applies(s: &Shared, opts: &NodeOptions) -> bool {
@@ -59,8 +62,12 @@ pub async fn start(s: &Arc<Shared>, mut opts: NodeOptions) -> Result<(), String>
         .map(|n| n.peer_urls.clone())
         .filter(|u| !u.is_empty())
         .unwrap_or_else(|| opts.peer_urls.clone());
-    let removed: Vec<String> =
-        replayed.membership.nodes().filter(|(id, _)| **id != me).map(|(id, _)| format!("{id:x}")).collect();
+    let removed: Vec<String> = replayed
+        .membership
+        .nodes()
+        .filter(|(id, _)| **id != me)
+        .map(|(id, _)| format!("{id:x}"))
+        .collect();
     let at = replayed.applied.unwrap_or_else(restore::founding);
     tracing::warn!(
         cluster_id = format!("{:x}", s.cluster_id),
@@ -88,5 +95,10 @@ pub async fn start(s: &Arc<Shared>, mut opts: NodeOptions) -> Result<(), String>
     opts.initial = BTreeMap::from([(me, InitialMember { name: opts.name.clone(), peer_urls })]);
     opts.peer_urls = opts.initial[&me].peer_urls.clone();
     let node = RaftNode::start_founded(opts, applier, replayed.term).await?;
+    // Served once it leads, as etcd's member serves once it has published itself through its
+    // new cluster (its name is known already, so publishing would not wait here).
+    if node.wait_leader(ELECTION_WAIT).await != Some(me) {
+        tracing::warn!("--force-new-cluster: this member has not elected itself yet");
+    }
     s.raft.set(node).map_err(|_| "the Raft node is started once".to_string())
 }
