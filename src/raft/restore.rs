@@ -308,8 +308,8 @@ mod tests {
         member_log(&raft).await;
         fs::write(node::member_file(&raft), "2 9\n").unwrap();
         let me = BTreeMap::from([(2, vec!["http://m2".to_string()])]);
-        let write = |out: &mut dyn Write| out.write_all(b"N");
-        replace_member(&raft, 2, 9, &me, id(2, 3), &mut { write }).unwrap();
+        let mut write = |out: &mut dyn Write| out.write_all(b"N");
+        replace_member(&raft, 2, 9, &me, id(2, 3), &mut write).unwrap();
         let (new, old) = (beside(&raft, ".new"), beside(&raft, ".old"));
         assert!(has_member(&raft) && !new.exists() && !old.exists());
         let replaced = |raft: &Path| {
