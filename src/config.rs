@@ -207,6 +207,20 @@ pub struct Config {
     #[arg(long, env = "ETCD_INITIAL_CLUSTER_STATE", value_enum, default_value = "new")]
     pub initial_cluster_state: ClusterState,
 
+    /// Restart this cluster member as the only member of a new cluster (etcd's
+    /// `--force-new-cluster`): it keeps every entry it had committed, drops the rest of its
+    /// log and the other members, and keeps its ids. No effect without a cluster member's data
+    /// directory.
+    #[arg(
+        long,
+        env = "ETCD_FORCE_NEW_CLUSTER",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        default_value = "false",
+        action = clap::ArgAction::Set
+    )]
+    pub force_new_cluster: bool,
+
     /// Mixed into the member and cluster ids, so that two clusters never take each other's
     /// members for their own.
     #[arg(long, env = "ETCD_INITIAL_CLUSTER_TOKEN", default_value = "etcd-cluster")]
@@ -813,9 +827,6 @@ const NO_EFFECT: &[(&str, Takes)] = {
         ("experimental-bootstrap-defrag-threshold-megabytes", Value),
         ("memory-mlock", Bool),
         ("experimental-memory-mlock", Bool),
-        // Not done yet (its meaning applies): etcd restarts the member as a new cluster of one
-        // from its data, dropping the others. Accepted so manifests start; see the README.
-        ("force-new-cluster", Bool),
         // Raft: openraft's own transport, Pre-Vote always on, no tick advance.
         ("initial-election-tick-advance", Bool),
         ("pre-vote", Bool),

@@ -161,8 +161,24 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
         metrics_listeners.push(l);
     }
     // A cluster member first settles its ids (a joining one asks its cluster), then opens
-    // its store, then starts Raft, which fills the store from its snapshot and log.
+    // its store, then starts Raft, which fills the store from its snapshot and log. Its Raft
+    // state is whole first: a --force-new-cluster start replaces it, and may have crashed
+    // while doing so.
+    let wal = config.wal_options();
+    if wal.mode != mem_etcd::wal::Mode::None
+        && let Err(e) = mem_etcd::raft::restore::settle(&wal.dir.join("raft"))
+    {
+        fail(format!("{}: {e}", wal.dir.display()));
+    }
     let mut cluster = config.cluster().unwrap_or_else(|e| fail(e));
+    let member_state = wal.mode != mem_etcd::wal::Mode::None
+        && mem_etcd::raft::restore::has_member(&wal.dir.join("raft"));
+    if config.force_new_cluster && !member_state {
+        tracing::info!(
+            "--force-new-cluster: the data directory holds no cluster member's state; nothing to \
+             force"
+        );
+    }
     if let Some(opts) = &mut cluster
         && let Err(e) = mem_etcd::raft::RaftNode::resolve_ids(opts).await
     {

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use crate::backend::schema;
 use crate::raft::membership::{InitialMember, cluster_id, initial_members, parse_initial_cluster};
-use crate::raft::restore::write_member;
+use crate::raft::restore::{founding, write_member};
 use crate::wal::backup::BackupError;
 use crate::wal::backup::{self, BBOLT_MAGIC};
 
@@ -125,7 +125,7 @@ fn restore_member(
             out.write_all(&machine_state)?;
             out.write_all(&backup_bytes)
         };
-        write_member(&raft_dir, me, cluster_id(&ids), &urls, write)
+        write_member(&raft_dir, me, cluster_id(&ids), &urls, founding(), write)
             .map_err(|e| BackupError(format!("{}: {e}", raft_dir.display())))?;
         Ok(summary.clone())
     })

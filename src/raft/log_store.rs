@@ -325,53 +325,8 @@ impl LogStore {
             return Ok(Self::in_memory());
         }
         fs::create_dir_all(&opts.dir)?;
-        let mut mem = Mem::default();
         let mut segs = list(&opts.dir)?;
-        let n = segs.len();
-        let mut reads = Vec::with_capacity(n);
-        for (i, (path, _, _)) in segs.iter().enumerate() {
-            let data = fs::read(path)?;
-            let read = segment::parse(&data, MAGIC, VERSION, Record::decode);
-            match &read.end {
-                End::Clean => {}
-                End::Torn { offset, reason } if i + 1 == n => {
-                    tracing::warn!(file = %path.display(), offset, reason, "raft log: torn tail cut off");
-                    if *offset < FILE_HEADER_LEN {
-                        // Cut short while being created: it holds nothing.
-                        fs::remove_file(path)?;
-                        segment::sync_dir(&opts.dir)?;
-                    } else {
-                        segment::truncate(path, *offset)?;
-                    }
-                }
-                End::Torn { offset, reason } | End::Corrupt { offset, reason, .. } => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("raft log {} at offset {offset}: {reason}", path.display()),
-                    ));
-                }
-            }
-            reads.push(read.records);
-        }
-        // The purge point first: the segments of the entries before it may be deleted already,
-        // and what remains starts past it.
-        let purged = reads
-            .iter()
-            .flatten()
-            .filter_map(|(_, r)| if let Record::Purge(p) = r { Some(*p) } else { None })
-            .max();
-        if let Some(p) = purged {
-            mem.purge(p);
-        }
-        for (_, rec) in reads.into_iter().flatten() {
-            match rec {
-                Record::Entry(e) => mem.push(e)?,
-                Record::Vote(v) => mem.vote = Some(v),
-                Record::Committed(c) => mem.committed = c,
-                Record::Truncate(after) => mem.truncate_after(after),
-                Record::Purge(_) => {}
-            }
-        }
+        let mem = load(&opts.dir, &segs, true)?;
         if segs.last().is_some_and(|s| !s.0.exists()) {
             segs.pop();
         }
@@ -494,6 +449,83 @@ fn list(dir: &Path) -> io::Result<Vec<(PathBuf, u64, u64)>> {
     }
     out.sort_by_key(|s| s.1);
     Ok(out)
+}
+
+/// Reads the log of segments `segs` (see [`list`]) in `dir`. A torn last record ends it, and
+/// is cut off if `repair` (else the files are left as they are); corruption elsewhere is an
+/// error.
+fn load(dir: &Path, segs: &[(PathBuf, u64, u64)], repair: bool) -> io::Result<Mem> {
+    let mut mem = Mem::default();
+    let n = segs.len();
+    let mut reads = Vec::with_capacity(n);
+    for (i, (path, _, _)) in segs.iter().enumerate() {
+        let data = fs::read(path)?;
+        let read = segment::parse(&data, MAGIC, VERSION, Record::decode);
+        match &read.end {
+            End::Clean => {}
+            End::Torn { offset, reason } if i + 1 == n => {
+                if !repair {
+                    tracing::warn!(file = %path.display(), offset, reason, "raft log: torn tail ignored");
+                } else if *offset < FILE_HEADER_LEN {
+                    tracing::warn!(file = %path.display(), offset, reason, "raft log: torn tail cut off");
+                    // Cut short while being created: it holds nothing.
+                    fs::remove_file(path)?;
+                    segment::sync_dir(dir)?;
+                } else {
+                    tracing::warn!(file = %path.display(), offset, reason, "raft log: torn tail cut off");
+                    segment::truncate(path, *offset)?;
+                }
+            }
+            End::Torn { offset, reason } | End::Corrupt { offset, reason, .. } => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("raft log {} at offset {offset}: {reason}", path.display()),
+                ));
+            }
+        }
+        reads.push(read.records);
+    }
+    // The purge point first: the segments of the entries before it may be deleted already,
+    // and what remains starts past it.
+    let purged = reads
+        .iter()
+        .flatten()
+        .filter_map(|(_, r)| if let Record::Purge(p) = r { Some(*p) } else { None })
+        .max();
+    if let Some(p) = purged {
+        mem.purge(p);
+    }
+    for (_, rec) in reads.into_iter().flatten() {
+        match rec {
+            Record::Entry(e) => mem.push(e)?,
+            Record::Vote(v) => mem.vote = Some(v),
+            Record::Committed(c) => mem.committed = c,
+            Record::Truncate(after) => mem.truncate_after(after),
+            Record::Purge(_) => {}
+        }
+    }
+    Ok(mem)
+}
+
+/// What a member's log holds, as a restart would find it.
+#[derive(Debug, Default)]
+pub struct LocalLog {
+    pub vote: Option<Vote>,
+    /// The newest committed log id this member knew (openraft saves it before applying up to
+    /// it, so nothing this member applied or answered is past it).
+    pub committed: Option<LogId>,
+    /// Entries after the purge point, in order.
+    pub entries: Vec<Entry>,
+}
+
+/// Reads the log in `dir` without changing it (a member forced into a new cluster, whose log
+/// is then replaced; see `restore`). A missing directory is an empty log.
+pub fn read_local(dir: &Path) -> io::Result<LocalLog> {
+    if !dir.exists() {
+        return Ok(LocalLog::default());
+    }
+    let mem = load(dir, &list(dir)?, false)?;
+    Ok(LocalLog { vote: mem.vote, committed: mem.committed, entries: mem.entries.into() })
 }
 
 /// Creates segment `seq`, restating the vote, the purge point and the committed log id so

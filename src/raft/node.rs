@@ -139,10 +139,6 @@ fn raft_config(o: &NodeOptions) -> std::result::Result<openraft::Config, String>
     c.validate().map_err(|e| format!("raft config: {e}"))
 }
 
-/// The term a grown member's first vote is for: its election then takes the term a member alone
-/// reports in its headers (`server::RAFT_TERM`, 2).
-const GROWN_VOTE_TERM: u64 = 1;
-
 /// The file holding a member's ids once it has joined a cluster (`none` mode keeps nothing).
 pub(super) fn member_file(dir: &std::path::Path) -> PathBuf {
     dir.join("member")
@@ -156,25 +152,27 @@ impl RaftNode {
         opts: NodeOptions,
         machine: Arc<dyn Machine>,
     ) -> std::result::Result<Arc<Self>, String> {
-        Self::start_with(opts, machine, false).await
+        Self::start_with(opts, machine, None).await
     }
 
-    /// Starts the node of a member alone that has just grown into a cluster of itself: its
-    /// `<data-dir>/raft` holds a founding snapshot of this member's own state (written by
-    /// [`super::restore::write_member`]), which `machine` therefore already holds, and a vote
-    /// for the term before the one a member alone reports, so that the term this member's
-    /// headers carry does not go back (its election takes the next).
-    pub async fn start_grown(
+    /// Starts the node of a member whose `<data-dir>/raft` was just founded from the state
+    /// `machine` already holds (by [`super::restore::write_member`]: a member alone grown into
+    /// a cluster of itself, or a member forced into a new cluster), so the founding snapshot is
+    /// not loaded again. Its first vote is for `term`, so that the term its headers carry does
+    /// not go back: its election takes the next.
+    pub async fn start_founded(
         opts: NodeOptions,
         machine: Arc<dyn Machine>,
+        term: u64,
     ) -> std::result::Result<Arc<Self>, String> {
-        Self::start_with(opts, machine, true).await
+        Self::start_with(opts, machine, Some(term)).await
     }
 
+    /// `founded`: see [`Self::start_founded`] (the term of its first vote).
     async fn start_with(
         opts: NodeOptions,
         machine: Arc<dyn Machine>,
-        grown: bool,
+        founded: Option<u64>,
     ) -> std::result::Result<Arc<Self>, String> {
         let durable = opts.mode != Mode::None;
         std::fs::create_dir_all(&opts.dir).map_err(|e| format!("{}: {e}", opts.dir.display()))?;
@@ -186,15 +184,18 @@ impl RaftNode {
             flush_interval: opts.flush_interval,
         })
         .map_err(|e| format!("raft log: {e}"))?;
-        if grown && log.is_pristine() {
+        if let Some(term) = founded
+            && log.is_pristine()
+        {
             use openraft::storage::RaftLogStorage;
-            let vote = super::Vote::new(GROWN_VOTE_TERM, opts.member_id);
+            let vote = super::Vote::new(term, opts.member_id);
             log.clone().save_vote(&vote).await.map_err(|e| format!("raft log: {e}"))?;
         }
         let (applied_tx, applied) = watch::channel(0);
         let snap = opts.dir.join("snap");
-        let sm = StateMachine::open(machine, snap, durable, Arc::new(applied_tx), grown)
-            .map_err(|e| format!("raft snapshot: {e}"))?;
+        let sm =
+            StateMachine::open(machine, snap, durable, Arc::new(applied_tx), founded.is_some())
+                .map_err(|e| format!("raft snapshot: {e}"))?;
         let peers = Peers::new(opts.cluster_id, opts.member_id, opts.tls.clone(), opts.election);
         let config = Arc::new(raft_config(&opts)?);
         let pristine = log.is_pristine();

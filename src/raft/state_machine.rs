@@ -81,8 +81,8 @@ pub struct StateMachine {
 impl StateMachine {
     /// Opens the snapshot directory: installs the newest snapshot into the machine (unless
     /// `durable` is off, when old files are removed instead). `holds_newest`: the machine
-    /// already holds the newest snapshot's state (a member alone that just grew into a
-    /// cluster wrote it from its own state), so only its position is taken.
+    /// already holds the newest snapshot's state (it was just written from that state: a
+    /// member founding a cluster of itself, see `restore`), so only its position is taken.
     pub fn open(
         machine: Arc<dyn Machine>,
         dir: PathBuf,
@@ -121,7 +121,7 @@ impl StateMachine {
 }
 
 /// The newest snapshot file in `dir`.
-fn newest(dir: &Path) -> io::Result<Option<PathBuf>> {
+pub fn newest(dir: &Path) -> io::Result<Option<PathBuf>> {
     let mut best: Option<((u64, u64), PathBuf)> = None;
     for e in fs::read_dir(dir)? {
         let e = e?;

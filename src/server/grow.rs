@@ -49,7 +49,11 @@ use super::{Listener, Shared, apply};
 use crate::error::Error;
 use crate::mvcc::persist::OpenError;
 use crate::proto::memetcdpb::MemberAttributes;
-use crate::raft::{Machine, NodeOptions, RaftNode};
+use crate::raft::{Machine, NodeOptions, RaftNode, restore};
+
+/// The term a grown member's first vote is for: its election then takes the term a member
+/// alone reports in its headers.
+const GROWN_VOTE_TERM: u64 = super::RAFT_TERM - 1;
 
 /// How long the one-member cluster may take to elect this member.
 const ELECTION_WAIT: Duration = Duration::from_secs(10);
@@ -133,7 +137,8 @@ async fn found(s: &Arc<Shared>, opts: NodeOptions) -> Result<Arc<RaftNode>, Stri
             std::fs::remove_dir_all(&raft_dir)?;
         }
         let mut job = Some(job);
-        crate::raft::restore::write_member(&raft_dir, member_id, cluster_id, &members, &mut |out| {
+        let at = restore::founding();
+        restore::write_member(&raft_dir, member_id, cluster_id, &members, at, &mut |out| {
             job.take().expect("written once").write(out)
         })
     })
@@ -151,7 +156,7 @@ async fn found(s: &Arc<Shared>, opts: NodeOptions) -> Result<Arc<RaftNode>, Stri
         tracing::error!("wal failpoint {FAILPOINT}: aborting after the founding Raft state");
         std::process::abort();
     }
-    let node = match RaftNode::start_grown(opts, applier).await {
+    let node = match RaftNode::start_founded(opts, applier, GROWN_VOTE_TERM).await {
         Ok(node) => node,
         Err(e) => return Err(undo(e)),
     };

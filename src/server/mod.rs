@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod codec;
 pub mod compactor;
 pub mod convert;
+pub mod force_new_cluster;
 pub mod forward;
 pub mod gateway;
 pub mod grow;
@@ -216,11 +217,15 @@ impl Shared {
     }
 
     /// Starts this member's Raft node (a cluster member): the store is filled from its snapshot
-    /// and log, and from then on every write goes through Raft.
+    /// and log, and from then on every write goes through Raft. With `--force-new-cluster` on a
+    /// member's data, in a new cluster of this member alone ([`force_new_cluster`]).
     pub async fn start_raft(
         self: &Arc<Self>,
         opts: crate::raft::NodeOptions,
     ) -> Result<(), String> {
+        if force_new_cluster::applies(self, &opts) {
+            return force_new_cluster::start(self, opts).await;
+        }
         let applier = Arc::new(apply::Applier { shared: Arc::downgrade(self) });
         let node = crate::raft::RaftNode::start(opts, applier).await?;
         self.raft.set(node).map_err(|_| "the Raft node is started once".to_string())

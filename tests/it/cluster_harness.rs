@@ -164,6 +164,16 @@ impl Cluster {
         self.members[i].server = Some(s);
     }
 
+    /// Restarts member `i` on its data with `extra` flags too (e.g. `--force-new-cluster`).
+    pub async fn restart_with(&mut self, i: usize, extra: &[&str]) {
+        assert!(self.members[i].server.is_none(), "member {i} is running");
+        let mut args = self.args(i, "new");
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let s = self.members[i].dir.start_kind(self.kind, &args).await;
+        self.members[i].server = Some(s);
+    }
+
     /// Restarts the members `which` together (each needs the others to elect a leader).
     pub async fn restart_all(&mut self, which: &[usize]) {
         let starts: Vec<_> = which.iter().map(|&i| self.start_member(i, "new")).collect();

@@ -35,7 +35,7 @@ async fn writer(mut c: Client, stop: Arc<AtomicBool>) -> Vec<(String, i64)> {
 }
 
 /// (member id, cluster id) from member `i`'s Status.
-async fn ids(c: &Cluster, i: usize) -> (u64, u64) {
+pub async fn ids(c: &Cluster, i: usize) -> (u64, u64) {
     let mut raw = c.raw(i).await;
     let h = raw.maint.status(pb::StatusRequest {}).await.unwrap().into_inner().header.unwrap();
     (h.member_id, h.cluster_id)
@@ -43,7 +43,11 @@ async fn ids(c: &Cluster, i: usize) -> (u64, u64) {
 
 /// A member list as names (ids replaced by the names `names` gives), learner flags and URLs
 /// with their ports replaced by member names, sorted: what must look the same on both.
-fn shape(c: &Cluster, names: &BTreeMap<u64, String>, members: &[etcd_client::Member]) -> String {
+pub fn shape(
+    c: &Cluster,
+    names: &BTreeMap<u64, String>,
+    members: &[etcd_client::Member],
+) -> String {
     let port = |u: &str| {
         let p: u16 = u.rsplit(':').next().unwrap().trim_end_matches('/').parse().unwrap();
         let who = c.members.iter().find(|m| m.client_port == p || m.peer_port == p);
@@ -67,14 +71,14 @@ fn shape(c: &Cluster, names: &BTreeMap<u64, String>, members: &[etcd_client::Mem
 }
 
 /// Member `i`'s view of `key`: value and mod revision (serializable: its own state).
-async fn local(c: &mut Client, key: &str) -> Option<(String, i64)> {
+pub async fn local(c: &mut Client, key: &str) -> Option<(String, i64)> {
     let r = c.get(key, Some(GetOptions::new().with_serializable())).await.unwrap();
     r.kvs().first().map(|kv| (kv.value_str().unwrap().to_string(), kv.mod_revision()))
 }
 
 /// Retries a membership change while the cluster is not ready for it yet (etcd wants every
 /// member connected for 5 s first), for at most 30 s.
-async fn when_ready<T, F, Fut>(what: &str, mut f: F) -> T
+pub async fn when_ready<T, F, Fut>(what: &str, mut f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,

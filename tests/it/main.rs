@@ -14,6 +14,7 @@ mod durability;
 mod etcdctl;
 mod faults;
 mod flags;
+mod force_new_cluster;
 mod gateway;
 mod grow;
 mod history;
