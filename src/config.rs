@@ -720,6 +720,11 @@ impl Config {
             election: Duration::from_millis(self.election_timeout.max(1)),
             tls,
             failpoint: self.peer_failpoint.clone(),
+            initial_corrupt_check: self
+                .feature_gates_state()?
+                .get("InitialCorruptCheck")
+                .copied()
+                .unwrap_or(false),
         }))
     }
 
