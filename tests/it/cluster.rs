@@ -648,8 +648,19 @@ async fn join_with_peer_tls(kind: Kind) -> Option<Vec<String>> {
     let slot = c.add_slot();
     let peer = c.peer_url(slot);
     let mut cl = c.client(c.leader().await).await;
-    let opts = etcd_client::MemberAddOptions::new().with_is_learner();
-    cl.member_add([peer.as_str()], Some(opts)).await.expect("member add");
+    // Both refuse an add until every member has been up a while ("unhealthy cluster").
+    let start = Instant::now();
+    loop {
+        let opts = etcd_client::MemberAddOptions::new().with_is_learner();
+        match cl.member_add([peer.as_str()], Some(opts)).await {
+            Ok(_) => break,
+            Err(e) => {
+                assert_eq!(status_of(&e).1, "etcdserver: unhealthy cluster");
+                assert!(start.elapsed() < Duration::from_secs(20), "member add: {e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
     let mut outcomes = Vec::new();
     // A joiner that gives up: etcd at once, mem_etcd after 30 s of asking.
     for (what, own) in [
