@@ -716,24 +716,7 @@ impl Config {
         let members = membership::initial_members(&initial, token);
         let member_id = membership::member_id(&advertised, token, None);
         let ids: Vec<u64> = members.keys().copied().collect();
-        let tls = match (&self.peer_cert_file, &self.peer_key_file) {
-            (Some(c), Some(k)) => {
-                // The certificate presented when calling the others, if it differs.
-                let (c, k) = match (&self.peer_client_cert_file, &self.peer_client_key_file) {
-                    (Some(cc), Some(ck)) => (cc, ck),
-                    (None, None) => (c, k),
-                    _ => {
-                        return Err(
-                            "--peer-client-cert-file and --peer-client-key-file go together".into(),
-                        );
-                    }
-                };
-                let ca = self.peer_trusted_ca_file.as_deref();
-                Some(crate::raft::tls::PeerTls::new(c, k, ca, self.peer_self_signed)?)
-            }
-            (None, None) => None,
-            _ => return Err("--peer-cert-file and --peer-key-file go together".into()),
-        };
+        let tls = crate::server::tls::peer_client(self)?;
         Ok(Some(crate::raft::NodeOptions {
             name: self.name.clone(),
             // A joining member learns its id and its cluster's from the running cluster.
@@ -751,6 +734,11 @@ impl Config {
             election: Duration::from_millis(self.election_timeout.max(1)),
             tls,
             failpoint: self.peer_failpoint.clone(),
+            initial_corrupt_check: self
+                .feature_gates_state()?
+                .get("InitialCorruptCheck")
+                .copied()
+                .unwrap_or(false),
         }))
     }
 

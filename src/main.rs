@@ -117,10 +117,12 @@ fn log_no_effect(config: &Config, no_effect: &[String]) {
             ignored.join(" ")
         );
     }
-    if gates.get("InitialCorruptCheck") == Some(&true) {
+    if gates.get("InitialCorruptCheck") == Some(&true)
+        && config.initial_cluster.as_deref().is_some_and(|c| c.contains(','))
+    {
         tracing::info!(
-            "initial corruption check: the store was rebuilt from its log, whose records are \
-             checksummed (crc32c) as they are read; no member's hash is compared"
+            "initial corruption check: on a restart this member compares its store's hash with \
+             its peers' before it joins them"
         );
     }
     if config.unsafe_no_fsync {

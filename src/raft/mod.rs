@@ -23,6 +23,7 @@
 //! [`faults`] (network faults for tests), [`restore`] (founding a cluster from a backup).
 
 pub mod codec;
+pub mod corrupt;
 pub mod faults;
 pub mod log_store;
 pub mod membership;

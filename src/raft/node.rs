@@ -51,6 +51,9 @@ pub struct NodeOptions {
     pub tls: Option<super::tls::PeerTls>,
     /// `--peer-failpoint`: the file listing members whose calls to refuse (tests only).
     pub failpoint: Option<std::path::PathBuf>,
+    /// The InitialCorruptCheck feature gate: a restarted member compares its store's hash with
+    /// its peers' before it takes part in the cluster (`corrupt::initial_check`).
+    pub initial_corrupt_check: bool,
 }
 
 /// Why a proposal or read did not succeed, in etcd's terms.
@@ -72,7 +75,9 @@ pub struct RaftNode {
     pub id: u64,
     pub cluster_id: u64,
     pub raft: Raft,
-    peers: Arc<Peers>,
+    pub(super) peers: Arc<Peers>,
+    /// The replicated state, for the hash peers ask of it (`corrupt`).
+    pub(super) machine: Arc<dyn Machine>,
     log: LogStore,
     /// The applied index, after each batch of entries applied.
     applied: watch::Receiver<u64>,
@@ -101,7 +106,7 @@ pub struct RaftNode {
 
 /// How long a proposal may take before it is answered "request timed out" (etcd: 5 s plus two
 /// election timeouts).
-fn request_timeout(election: Duration) -> Duration {
+pub(super) fn request_timeout(election: Duration) -> Duration {
     Duration::from_secs(5) + 2 * election
 }
 
@@ -193,9 +198,14 @@ impl RaftNode {
         }
         let (applied_tx, applied) = watch::channel(0);
         let snap = opts.dir.join("snap");
-        let sm =
-            StateMachine::open(machine, snap, durable, Arc::new(applied_tx), founded.is_some())
-                .map_err(|e| format!("raft snapshot: {e}"))?;
+        let sm = StateMachine::open(
+            machine.clone(),
+            snap,
+            durable,
+            Arc::new(applied_tx),
+            founded.is_some(),
+        )
+        .map_err(|e| format!("raft snapshot: {e}"))?;
         let peers = Peers::new(opts.cluster_id, opts.member_id, opts.tls.clone(), opts.election);
         let config = Arc::new(raft_config(&opts)?);
         let pristine = log.is_pristine();
@@ -210,6 +220,7 @@ impl RaftNode {
             cluster_id: opts.cluster_id,
             raft,
             peers,
+            machine,
             log,
             applied,
             role: role.1,
@@ -241,6 +252,26 @@ impl RaftNode {
                 node.raft.runtime_config().elect(false);
                 tokio::spawn(node.clone().join_without_state());
             }
+        }
+        // As etcd's, only a member that had state checks (a new one has nothing to compare),
+        // before it serves its peers; it campaigns in no election meanwhile.
+        if restarted && node.opts.initial_corrupt_check {
+            node.raft.runtime_config().elect(false);
+            let committed = {
+                use openraft::storage::RaftLogStorage;
+                node.log.clone().read_committed().await.map_err(|e| format!("raft log: {e}"))?
+            };
+            // The store as this member left it: its snapshot and the entries it had committed,
+            // which openraft applies as it starts.
+            let mut applied = node.applied.clone();
+            let target = committed.map_or(0, |c| c.index);
+            let _ = tokio::time::timeout(
+                request_timeout(node.opts.election),
+                applied.wait_for(|a| *a >= target),
+            )
+            .await;
+            super::corrupt::initial_check(&node, request_timeout(node.opts.election)).await?;
+            node.raft.runtime_config().elect(true);
         }
         Ok(node)
     }

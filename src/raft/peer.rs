@@ -233,6 +233,27 @@ impl pb::raft_server::Raft for PeerService {
         }))
     }
 
+    async fn hash_kv(
+        &self,
+        req: Request<crate::proto::etcdserverpb::HashKvRequest>,
+    ) -> Result<Response<crate::proto::etcdserverpb::HashKvResponse>, Status> {
+        self.node.check_peer(&req)?;
+        let rev = req.into_inner().revision;
+        let (hash, hash_revision, compact_revision) =
+            self.node.machine.hash_kv(rev).map_err(status)?;
+        Ok(Response::new(crate::proto::etcdserverpb::HashKvResponse {
+            header: Some(crate::proto::etcdserverpb::ResponseHeader {
+                cluster_id: self.node.cluster_id,
+                member_id: self.node.id,
+                revision: hash_revision,
+                raft_term: 0,
+            }),
+            hash,
+            compact_revision,
+            hash_revision,
+        }))
+    }
+
     async fn readmit(
         &self,
         req: Request<pb::ReadmitRequest>,

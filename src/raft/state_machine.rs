@@ -52,6 +52,10 @@ pub trait Machine: Send + Sync + std::fmt::Debug + 'static {
     /// Replaces the whole state with a snapshot's (a member far behind, or a new one): the
     /// machine's bytes start `offset` bytes into the file at `path`.
     fn install(&self, path: &Path, offset: u64) -> io::Result<()>;
+
+    /// The hash of the state's key-value versions at `rev` (0: the current revision), as
+    /// Maintenance.HashKV computes it: (hash, hash revision, compact revision).
+    fn hash_kv(&self, rev: i64) -> crate::error::Result<(u32, i64, i64)>;
 }
 
 /// A snapshot of a fixed state, to be written.

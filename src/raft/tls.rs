@@ -1,16 +1,15 @@
-//! TLS between members, with etcd's peer flags: `--peer-cert-file` and `--peer-key-file` (this
-//! member's certificate, presented to peers and, as a client certificate, when calling them),
-//! `--peer-trusted-ca-file` (the CA peers' certificates must chain to) and
-//! `--peer-client-cert-auth` (peers calling this member must present such a certificate).
-//! Used for `https://` peer URLs; the listening side reuses `server::tls`'s accept loop.
+//! TLS between members, client side: how this member dials `https://` peer URLs. The client
+//! settings are built from etcd's peer flags by `server::tls::peer_client` (from the same
+//! settings as the peer listener's, as etcd's peer transport builds them); the listening side
+//! reuses `server::tls`'s accept loop.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::ClientConfig;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 use tonic::transport::{Channel, Endpoint};
 
 /// How this member connects to https peers.
@@ -31,43 +30,9 @@ pub fn read_certs(path: &Path, flag: &str) -> Result<Vec<CertificateDer<'static>
 }
 
 impl PeerTls {
-    /// The client side of peer TLS from the peer flags: trusts `ca`, presents `cert`/`key`.
-    /// `self_signed`: `cert` was made by `--peer-auto-tls`; as etcd's members with self-signed
-    /// certificates do, this member then accepts any certificate from the peers it calls (each
-    /// made its own, so there is no CA to check them against), still checking that the peer
-    /// holds the key of the certificate it shows.
-    pub fn new(
-        cert: &Path,
-        key: &Path,
-        ca: Option<&Path>,
-        self_signed: bool,
-    ) -> Result<Self, String> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = RootCertStore::empty();
-        if let Some(ca) = ca {
-            for c in read_certs(ca, "--peer-trusted-ca-file")? {
-                roots
-                    .add(c)
-                    .map_err(|e| format!("--peer-trusted-ca-file {}: {e}", ca.display()))?;
-            }
-        }
-        let certs = read_certs(cert, "--peer-cert-file")?;
-        let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
-            format!("--peer-key-file {}: no usable private key: {e}", key.display())
-        })?;
-        let mut config = ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_client_auth_cert(certs, key)
-            .map_err(|e| format!("--peer-cert-file/--peer-key-file: {e}"))?;
-        if self_signed {
-            let verifier =
-                AnyServerCert(config.crypto_provider().signature_verification_algorithms);
-            config.dangerous().set_certificate_verifier(Arc::new(verifier));
-        }
-        config.alpn_protocols = vec![b"h2".to_vec()];
-        Ok(Self { config: Arc::new(config) })
+    /// Dials with `config` (which offers ALPN `h2`, as gRPC needs).
+    pub fn new(config: ClientConfig) -> Self {
+        Self { config: Arc::new(config) }
     }
 
     /// A lazily connecting channel to `endpoint` over TLS.
@@ -87,46 +52,5 @@ impl PeerTls {
             }
         });
         endpoint.connect_with_connector_lazy(connect)
-    }
-}
-
-/// etcd's `InsecureSkipVerify` for self-signed peer certificates (`--peer-auto-tls`): any
-/// certificate is taken, but the handshake signature is still checked against it, so the peer
-/// holds its key.
-#[derive(Debug)]
-struct AnyServerCert(rustls::crypto::WebPkiSupportedAlgorithms);
-
-impl rustls::client::danger::ServerCertVerifier for AnyServerCert {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.supported_schemes()
     }
 }

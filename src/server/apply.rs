@@ -197,6 +197,11 @@ impl Machine for Applier {
         encode(r)
     }
 
+    fn hash_kv(&self, rev: i64) -> crate::error::Result<(u32, i64, i64)> {
+        let Some(s) = self.shared.upgrade() else { return Err(Error::Stopped) };
+        s.store.hash_kv(rev)
+    }
+
     fn snapshot(&self) -> Box<dyn SnapshotJob> {
         let s = self.shared.upgrade().expect("snapshots are taken while the server runs");
         let state = mpb::MachineState {

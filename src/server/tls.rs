@@ -16,7 +16,10 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
-use tokio_rustls::rustls::client::danger::HandshakeSignatureValid;
+use tokio_rustls::rustls::client::WebPkiServerVerifier;
+use tokio_rustls::rustls::client::danger::{
+    HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
+};
 use tokio_rustls::rustls::crypto::{CryptoProvider, ring as rp};
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{
@@ -25,8 +28,8 @@ use tokio_rustls::rustls::pki_types::{
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use tokio_rustls::rustls::{
-    self, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
-    SupportedCipherSuite,
+    self, ClientConfig, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig,
+    SignatureScheme, SupportedCipherSuite,
 };
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
@@ -72,6 +75,128 @@ pub fn peer_server_config(config: &Config) -> Result<Option<Arc<ServerConfig>>, 
     )
 }
 
+/// How this member calls the others over `https://` peer URLs (Raft, forwarded requests, the
+/// probe of a member joining), or `None` without `--peer-cert-file`/`--peer-key-file`. As
+/// etcd's peer transport, it is made from the same settings as the peer listener:
+/// `--tls-min-version`, `--tls-max-version` and `--cipher-suites` hold for these calls too, and
+/// `--peer-cert-allowed-cn`/`--peer-cert-allowed-hostname` are asked of the called member's
+/// certificate as of a calling member's. `--peer-crl-file` is checked by etcd's listener only,
+/// so here too. This member presents `--peer-client-cert-file` if given, else its peer
+/// certificate. With `--peer-auto-tls` (a certificate of its own making) it takes any
+/// certificate from the members it calls (each made its own, so there is no CA to check them
+/// against), still checking that the peer holds its key.
+pub fn peer_client(config: &Config) -> Result<Option<crate::raft::tls::PeerTls>, String> {
+    let (cert, key) = match (&config.peer_cert_file, &config.peer_key_file) {
+        (Some(c), Some(k)) => match (&config.peer_client_cert_file, &config.peer_client_key_file) {
+            (Some(cc), Some(ck)) => (cc, ck),
+            (None, None) => (c, k),
+            _ => {
+                return Err("--peer-client-cert-file and --peer-client-key-file go together".into());
+            }
+        },
+        (None, None) => return Ok(None),
+        _ => return Err("--peer-cert-file and --peer-key-file go together".into()),
+    };
+    let (provider, versions) = provider(config)?;
+    let mut roots = RootCertStore::empty();
+    if let Some(ca) = &config.peer_trusted_ca_file {
+        for c in read_certs(ca, "--peer-trusted-ca-file")? {
+            roots.add(c).map_err(|e| format!("--peer-trusted-ca-file {}: {e}", ca.display()))?;
+        }
+    }
+    let certs = read_certs(cert, "--peer-cert-file")?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| format!("--peer-key-file {}: no usable private key: {e}", key.display()))?;
+    let allowed = AllowList {
+        cns: config.peer_cert_allowed_cn.clone(),
+        hostnames: config.peer_cert_allowed_hostname.clone(),
+    };
+    let algorithms = provider.signature_verification_algorithms;
+    let verifier: Option<Arc<dyn ServerCertVerifier>> = if config.peer_self_signed {
+        Some(Arc::new(PeerServerVerifier { inner: None, allowed, algorithms }))
+    } else if allowed.is_empty() || roots.is_empty() {
+        // rustls' own verifier (with no CA every certificate is refused before the allow-list
+        // would matter).
+        None
+    } else {
+        let inner =
+            WebPkiServerVerifier::builder_with_provider(roots.clone().into(), provider.clone())
+                .build()
+                .map_err(|e| format!("--peer-trusted-ca-file: {e}"))?;
+        Some(Arc::new(PeerServerVerifier { inner: Some(inner), allowed, algorithms }))
+    };
+    let mut tls = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&versions)
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key)
+        .map_err(|e| format!("--peer-cert-file/--peer-key-file: {e}"))?;
+    if let Some(v) = verifier {
+        tls.dangerous().set_certificate_verifier(v);
+    }
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Some(crate::raft::tls::PeerTls::new(tls)))
+}
+
+/// The certificate of a called member, as etcd's peer client checks it: the chain and host
+/// name (none of that with self-signed certificates: Go's `InsecureSkipVerify`), then the
+/// allow-list. Go checks the allow-list against the verified chains only, and there are none
+/// when verification is skipped, so with self-signed certificates and an allow-list every
+/// called member is refused, as in etcd.
+#[derive(Debug)]
+struct PeerServerVerifier {
+    /// webpki's checks against `--peer-trusted-ca-file`; `None` with `--peer-auto-tls`.
+    inner: Option<Arc<WebPkiServerVerifier>>,
+    allowed: AllowList,
+    /// For the handshake signatures when `inner` is `None`.
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for PeerServerVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let verified = match &self.inner {
+            Some(v) => v.verify_server_cert(end_entity, intermediates, server_name, ocsp, now)?,
+            None => ServerCertVerified::assertion(),
+        };
+        if !self.allowed.is_empty()
+            && (self.inner.is_none() || self.allowed.check(end_entity).is_err())
+        {
+            // etcd's words (its check is shared with the listening side).
+            return Err(rustls::Error::General("client certificate authentication failed".into()));
+        }
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
 /// One side's (client or peer) TLS flags.
 struct Side<'a> {
     cert: &'a Option<PathBuf>,
@@ -83,6 +208,12 @@ struct Side<'a> {
     allowed_hostnames: &'a [String],
     /// The flags' infix (`peer-`).
     kind: &'a str,
+}
+
+impl Side<'_> {
+    fn allowed(&self) -> AllowList {
+        AllowList { cns: self.allowed_cns.to_vec(), hostnames: self.allowed_hostnames.to_vec() }
+    }
 }
 
 /// Go's names of the TLS 1.2 suites rustls implements, and the TLS 1.3 ones (which Go, hence
@@ -226,8 +357,7 @@ fn build(side: Side<'_>, config: &Config) -> Result<Option<Arc<ServerConfig>>, S
         builder.with_client_cert_verifier(Arc::new(ClientVerifier {
             inner,
             trusted,
-            allowed_cns: side.allowed_cns.to_vec(),
-            allowed_hostnames: side.allowed_hostnames.to_vec(),
+            allowed: side.allowed(),
         }))
     } else {
         builder.with_no_client_auth()
@@ -260,33 +390,45 @@ struct ClientVerifier {
     inner: Arc<dyn ClientCertVerifier>,
     /// The `--trusted-ca-file` certificates, for the exact-match rule.
     trusted: Vec<CertificateDer<'static>>,
-    allowed_cns: Vec<String>,
-    allowed_hostnames: Vec<String>,
+    allowed: AllowList,
 }
 
-impl ClientVerifier {
-    fn allowed(&self, cert: &CertificateDer<'_>) -> Result<(), rustls::Error> {
-        if !self.allowed_cns.is_empty() {
+/// etcd's `--peer-cert-allowed-cn` / `--*-cert-allowed-hostname`: the certificate the other
+/// side shows must have one of these common names, or be valid for one of these host names
+/// (the two are exclusive). Empty: any verified certificate will do.
+#[derive(Clone, Debug, Default)]
+struct AllowList {
+    cns: Vec<String>,
+    hostnames: Vec<String>,
+}
+
+impl AllowList {
+    fn is_empty(&self) -> bool {
+        self.cns.is_empty() && self.hostnames.is_empty()
+    }
+
+    fn check(&self, cert: &CertificateDer<'_>) -> Result<(), rustls::Error> {
+        if !self.cns.is_empty() {
             let cn = crate::auth::cert::common_name(cert);
-            if !cn.as_ref().is_some_and(|cn| self.allowed_cns.contains(cn)) {
+            if !cn.as_ref().is_some_and(|cn| self.cns.contains(cn)) {
                 return Err(rustls::Error::General(format!(
                     "tls: CommonName authentication failed (CommonName={}, AllowedCNs={:?})",
                     cn.unwrap_or_default(),
-                    self.allowed_cns
+                    self.cns
                 )));
             }
         }
-        if !self.allowed_hostnames.is_empty() {
+        if !self.hostnames.is_empty() {
             let ee = webpki::EndEntityCert::try_from(cert)
                 .map_err(|e| rustls::Error::General(e.to_string()))?;
-            let ok = self.allowed_hostnames.iter().any(|h| {
+            let ok = self.hostnames.iter().any(|h| {
                 ServerName::try_from(h.as_str())
                     .is_ok_and(|n| ee.verify_is_valid_for_subject_name(&n).is_ok())
             });
             if !ok {
                 return Err(rustls::Error::General(format!(
                     "tls: hostname authentication failed (AllowedHostnames={:?})",
-                    self.allowed_hostnames
+                    self.hostnames
                 )));
             }
         }
@@ -313,7 +455,7 @@ impl ClientCertVerifier for ClientVerifier {
             }
             Err(e) => return Err(e),
         };
-        self.allowed(end_entity)?;
+        self.allowed.check(end_entity)?;
         Ok(verified)
     }
 

@@ -626,6 +626,90 @@ async fn members_talk_over_tls_with_the_peer_flags() {
     assert!(n == 0 || buf[0] == 0x15, "a plain-text peer connection was answered: {:?}", &buf[..n]);
 }
 
+/// A member joining a cluster of `kind` over peer TLS, whose running members take peer
+/// certificates with the common name `mem_etcd` and speak TLS 1.2 at most, tries with its own
+/// settings after another: the outcome of each. etcd's peer client is made from the same peer
+/// TLS settings as its listener, so a joiner that allows only the common name `client` (the
+/// running members' certificates say `mem_etcd`) or speaks only TLS 1.3 reaches no member and
+/// gives up; with the running members' settings it joins. `None`: no etcd peer.
+async fn join_with_peer_tls(kind: Kind) -> Option<Vec<String>> {
+    let certs = crate::tls::Certs::new();
+    let flags = [
+        certs.arg("--peer-cert-file", "server.crt"),
+        certs.arg("--peer-key-file", "server.key"),
+        certs.arg("--peer-trusted-ca-file", "ca.crt"),
+        "--peer-client-cert-auth".to_string(),
+        "--peer-cert-allowed-cn=mem_etcd".to_string(),
+        "--tls-max-version=TLS1.2".to_string(),
+        "--wal-mode=buffered".to_string(),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut c = Cluster::start_on(kind, 3, &flags, "https").await?;
+    let slot = c.add_slot();
+    let peer = c.peer_url(slot);
+    let mut cl = c.client(c.leader().await).await;
+    // Both refuse an add until every member has been up a while ("unhealthy cluster").
+    let start = Instant::now();
+    loop {
+        let opts = etcd_client::MemberAddOptions::new().with_is_learner();
+        match cl.member_add([peer.as_str()], Some(opts)).await {
+            Ok(_) => break,
+            Err(e) => {
+                assert_eq!(status_of(&e).1, "etcdserver: unhealthy cluster");
+                assert!(start.elapsed() < Duration::from_secs(20), "member add: {e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+    let mut outcomes = Vec::new();
+    // A joiner that gives up: etcd at once, mem_etcd after 30 s of asking.
+    for (what, own) in [
+        ("allows only CN client", &["--peer-cert-allowed-cn=client"][..]),
+        ("speaks only TLS 1.3", &["--tls-min-version=TLS1.3", "--tls-max-version=TLS1.3"][..]),
+    ] {
+        let mut args = c.join_args(slot);
+        args.extend(own.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        c.members[slot].dir = DataDir::new();
+        let ex = c.members[slot]
+            .dir
+            .start_kind_expecting_failure(kind, &args, Duration::from_secs(60))
+            .await;
+        outcomes.push(format!("{what}: refused (exit success: {})", ex.status.success()));
+    }
+    c.members[slot].dir = DataDir::new();
+    c.join(slot).await;
+    let r = put(&mut c.client(0).await, "joined", "over tls").await;
+    let mut on_new = c.client(slot).await;
+    let start = Instant::now();
+    while get(&mut on_new, "joined", true).await.map(|v| v.1) != Some(r) {
+        assert!(start.elapsed() < Duration::from_secs(20), "the joiner never caught up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    outcomes.push("the running members' settings: joined".into());
+    Some(outcomes)
+}
+
+/// etcd's peer TLS settings hold for the calls a member makes, not only for those it takes:
+/// `--peer-cert-allowed-cn` asks it of the called member's certificate, and `--tls-min-version`
+/// / `--tls-max-version` bound what it offers. Compared with etcd 3.6.
+#[tokio::test]
+async fn peer_tls_settings_apply_to_the_calls_a_member_makes_as_in_etcd() {
+    let mem = join_with_peer_tls(Kind::MemEtcd).await.expect("mem_etcd cluster");
+    assert_eq!(
+        mem,
+        [
+            "allows only CN client: refused (exit success: false)",
+            "speaks only TLS 1.3: refused (exit success: false)",
+            "the running members' settings: joined",
+        ]
+    );
+    match join_with_peer_tls(Kind::Etcd).await {
+        Some(etcd) => assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ"),
+        None => eprintln!("no etcd peer (allowed outside CI): mem_etcd's outcome checked alone"),
+    }
+}
+
 #[tokio::test]
 async fn without_a_leader_health_turns_red_and_leader_requiring_watches_end() {
     let mut c = cluster!(Kind::MemEtcd, 3, ["--wal-mode=none", "--election-timeout=500"]);
@@ -753,4 +837,75 @@ async fn compaction_and_the_nospace_alarm_hold_on_every_member() {
         put(cl, "/c/after", "ok").await;
     }
     c.converged().await;
+}
+
+/// The InitialCorruptCheck feature gate (`--experimental-initial-corrupt-check`): a member
+/// restarting on data that agrees with its peers' starts (after the check passed); one whose
+/// data differs from its peers' at its own revision refuses to start, naming the mismatch, as
+/// etcd's member does. The divergent data is made with the project's own tooling: a snapshot
+/// of another server that took a different value at the same revision, restored (`mem_etcd
+/// snapshot restore`) as that member.
+#[tokio::test]
+async fn a_restarted_member_whose_data_differs_from_its_peers_fails_the_initial_corrupt_check() {
+    let mut c = Cluster::start(Kind::MemEtcd, 3, &["--wal-mode=buffered"]).await.expect("cluster");
+    let mut cl = c.client(0).await;
+    for (k, v) in [("a", "1"), ("b", "2"), ("c", "3")] {
+        put(&mut cl, k, v).await;
+    }
+    c.converged().await;
+    let id2 = format!("{:x}", c.member_id(2).await);
+    let mut args = c.args(2, "new");
+    args.push("--experimental-initial-corrupt-check".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    // The same data: the check runs and passes.
+    c.members[2].server.take().unwrap().stop(Duration::from_secs(10)).await;
+    let s = c.members[2].dir.start_kind(Kind::MemEtcd, &args).await;
+    let start = Instant::now();
+    while s.grep_log("initial corruption checking passed; no corruption").is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(5), "no check logged:\n{}", s.log_tail());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(s.grep_log("found different hash values").is_empty(), "{}", s.log_tail());
+    c.members[2].server = Some(s);
+    c.converged().await;
+    c.members[2].server.take().unwrap().stop(Duration::from_secs(10)).await;
+
+    // Member 2's data replaced by a store that took "b" = "X" at revision 3 (the cluster took
+    // "b" = "2" there).
+    let other = Server::start(Kind::MemEtcd, &[]).await.expect("mem_etcd");
+    let mut oc = other.client().await;
+    oc.put("a", "1", None).await.unwrap();
+    oc.put("b", "X", None).await.unwrap();
+    let file = c.members[2].dir.aside("divergent.db");
+    {
+        use tokio_stream::StreamExt;
+        let mut raw = other.raw().await.unwrap();
+        let mut stream = raw.maint.snapshot(pb::SnapshotRequest {}).await.unwrap().into_inner();
+        let mut bytes = Vec::new();
+        while let Some(m) = stream.next().await {
+            bytes.extend_from_slice(&m.unwrap().blob);
+        }
+        std::fs::write(&file, bytes).unwrap();
+    }
+    let token = args.iter().find(|a| a.starts_with("--initial-cluster-token=")).unwrap();
+    std::fs::remove_dir_all(c.members[2].dir.path()).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mem_etcd"))
+        .args(["snapshot", "restore"])
+        .arg(&file)
+        .arg("--data-dir")
+        .arg(c.members[2].dir.path())
+        .args(["--name=m2", &format!("--initial-cluster={}", c.initial_cluster()), token])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "restore: {}", String::from_utf8_lossy(&out.stderr));
+
+    let ex = c.members[2].dir.start_expecting_failure(&args).await;
+    assert!(!ex.status.success(), "{}", ex.output());
+    let out = ex.output();
+    assert!(out.contains("found different hash values from remote peer"), "{out}");
+    assert!(out.contains(&format!("{id2} found data inconsistency with peers")), "{out}");
+    // The others go on.
+    let r = put(&mut cl, "after", "check").await;
+    assert_eq!(get(&mut c.client(1).await, "after", false).await, Some(("check".into(), r)));
 }

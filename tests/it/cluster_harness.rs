@@ -205,6 +205,14 @@ impl Cluster {
     /// Starts member `i` to join the running cluster (`--initial-cluster-state existing`),
     /// after `member add`: its `--initial-cluster` lists the running members and itself.
     pub async fn join(&mut self, i: usize) {
+        let args = self.join_args(i);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let s = self.members[i].dir.start_kind(self.kind, &args).await;
+        self.members[i].server = Some(s);
+    }
+
+    /// The flags [`Cluster::join`] starts member `i` with.
+    pub fn join_args(&self, i: usize) -> Vec<String> {
         let initial = self
             .members
             .iter()
@@ -213,10 +221,7 @@ impl Cluster {
             .map(|(_, m)| format!("{}={}://127.0.0.1:{}", m.name, self.peer_scheme, m.peer_port))
             .collect::<Vec<_>>()
             .join(",");
-        let args = self.args_with(i, "existing", &initial);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let s = self.members[i].dir.start_kind(self.kind, &args).await;
-        self.members[i].server = Some(s);
+        self.args_with(i, "existing", &initial)
     }
 
     /// Member `i`'s peer failpoint file: the member ids whose peer calls it refuses.

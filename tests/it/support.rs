@@ -701,17 +701,31 @@ impl DataDir {
     /// and returns how it exited and what it wrote. Panics if it logs that it is ready to serve
     /// or is still running after 20 s.
     pub async fn start_expecting_failure(&self, extra: &[&str]) -> Exited {
+        self.start_kind_expecting_failure(Kind::MemEtcd, extra, Duration::from_secs(20)).await
+    }
+
+    /// [`DataDir::start_expecting_failure`] of either kind (a peer must be present: callers
+    /// check first), allowing it `within` to give up.
+    pub async fn start_kind_expecting_failure(
+        &self,
+        kind: Kind,
+        extra: &[&str],
+        within: Duration,
+    ) -> Exited {
         let data = self.data.to_str().expect("utf-8 temp path");
-        let args = Server::command_line(Kind::MemEtcd, extra, true, data);
-        let Spawned { mut child, log, mut ready, readers } =
-            spawn(&mem_etcd_bin(), &args, self.root.path());
+        let args = Server::command_line(kind, extra, true, data);
+        let bin = match kind {
+            Kind::MemEtcd => mem_etcd_bin(),
+            Kind::Etcd => peer_binary("etcd").expect("the caller checked the etcd peer"),
+        };
+        let Spawned { mut child, log, mut ready, readers } = spawn(&bin, &args, self.root.path());
         let start = Instant::now();
         let status = loop {
             if let Some(status) = child.try_wait().expect("try_wait") {
                 break status;
             }
             let served = ready.try_recv().ok();
-            if served.is_some() || start.elapsed() > Duration::from_secs(20) {
+            if served.is_some() || start.elapsed() > within {
                 let _ = child.kill();
                 let _ = child.wait();
                 for r in readers {
@@ -719,10 +733,10 @@ impl DataDir {
                 }
                 let tail = log.lock().unwrap().lines.iter().cloned().collect::<Vec<_>>();
                 panic!(
-                    "mem_etcd {args:?} was expected to refuse to start, but {}; output:\n{}",
+                    "{kind:?} {args:?} was expected to refuse to start, but {}; output:\n{}",
                     match served {
                         Some(addr) => format!("it is serving on {addr}"),
-                        None => "it was still running after 20 s".to_string(),
+                        None => format!("it was still running after {within:?}"),
                     },
                     tail.join("\n")
                 );
