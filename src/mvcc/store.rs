@@ -1053,10 +1053,10 @@ impl TxnCtx<'_> {
         let Some(l) = self.store.leases.get() else { return };
         for op in t.success.iter().chain(&t.failure) {
             match op {
-                RequestOp::Put(p) if p.lease != 0 => {
-                    if self.latest(&p.key).is_none_or(|kv| kv.lease != p.lease) {
-                        l.detach(p.lease, &p.key);
-                    }
+                RequestOp::Put(p)
+                    if p.lease != 0 && self.latest(&p.key).is_none_or(|kv| kv.lease != p.lease) =>
+                {
+                    l.detach(p.lease, &p.key);
                 }
                 RequestOp::Txn(t) => self.release(t),
                 _ => {}
