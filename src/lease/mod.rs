@@ -1,8 +1,8 @@
 //! The lessor (etcd's `lease` package): leases, their TTLs and attached keys, and the expiry
 //! queue.
 //!
-//! The lessor only keeps the books; deleting a revoked or expired lease's keys is a write like
-//! any other, done through the store in one revision (see `Store::revoke`), by the caller.
+//! The lessor only keeps the books; a revoked or expired lease's keys are deleted by the store,
+//! which removes the lease in the same step (see `Store::revoke_lease`).
 //!
 //! **Restart.** Grants and revocations are logged (by the Lease service, in the WAL's `_meta`
 //! stream) and snapshots list every lease with its TTL. A recovered lease gets its full TTL
@@ -34,7 +34,7 @@ struct Lease {
     deadline: Instant,
     /// Keys attached to the lease.
     keys: HashSet<Bytes>,
-    /// Expired or revoked, its keys being deleted: it still exists (so puts naming it are not
+    /// Expired or revoked, its revocation under way: it still exists (so puts naming it are not
     /// refused, as in etcd until the revocation is applied) but can no longer be renewed.
     revoking: bool,
 }
@@ -48,8 +48,8 @@ struct Inner {
     queue: BinaryHeap<Reverse<(Instant, i64)>>,
     /// The next id to try for a grant without one.
     next_id: i64,
-    /// Keys attached to a lease that was already being removed (a put that checked the lease
-    /// just before it went); the expiry loop deletes them too.
+    /// Recovered keys whose lease is gone (see `LeaseIndex::attach`); the expiry loop deletes
+    /// them.
     orphans: Vec<(i64, Bytes)>,
 }
 
@@ -205,38 +205,22 @@ impl Lessor {
         Ok(Renewal::Renewed(ttl))
     }
 
-    /// Starts revoking a lease: returns the keys attached to it, to be deleted by the caller,
-    /// who then calls [`finish`](Self::finish).
-    pub fn revoke(&self, id: i64) -> Result<Vec<Bytes>> {
-        let mut g = self.inner.lock();
-        let l = g.leases.get_mut(&id).ok_or(Error::LeaseNotFound)?;
-        l.revoking = true;
-        Ok(l.keys.iter().cloned().collect())
-    }
-
-    /// [`revoke`](Self::revoke) for a client's LeaseRevoke on a member alone: `Ok(None)` if
-    /// the lease is being revoked already (it expired), which the caller waits out and then
+    /// Starts a client's revocation of a lease on a member alone (the store then revokes it):
+    /// false if it is being revoked already (it expired), which the caller waits out and then
     /// answers "not found", as etcd answers a second revocation in its log.
-    pub fn revoke_first(&self, id: i64) -> Result<Option<Vec<Bytes>>> {
+    pub fn revoke_first(&self, id: i64) -> Result<bool> {
         let mut g = self.inner.lock();
         let l = g.leases.get_mut(&id).ok_or(Error::LeaseNotFound)?;
         if l.revoking {
-            return Ok(None);
+            return Ok(false);
         }
         l.revoking = true;
-        Ok(Some(l.keys.iter().cloned().collect()))
+        Ok(true)
     }
 
-    /// Removes a revoked lease once its keys were deleted; returns keys attached to it since
-    /// (they must go too).
-    pub fn finish(&self, id: i64) -> Vec<Bytes> {
-        let mut g = self.inner.lock();
-        g.leases.remove(&id).map(|l| l.keys.into_iter().collect()).unwrap_or_default()
-    }
-
-    /// Leases whose deadline passed by `now`, marked revoking, with their keys (at most `max`).
-    /// The caller deletes the keys and calls [`finish`](Self::finish).
-    pub fn expire(&self, now: Instant, max: usize) -> Vec<(i64, Vec<Bytes>)> {
+    /// Leases whose deadline passed by `now`, marked revoking (at most `max`); the caller has
+    /// the store revoke them.
+    pub fn expire(&self, now: Instant, max: usize) -> Vec<i64> {
         let mut g = self.inner.lock();
         let mut out = Vec::new();
         while out.len() < max {
@@ -249,7 +233,7 @@ impl Lessor {
             if let Some(l) = g.leases.get_mut(&id).filter(|l| l.deadline == deadline && !l.revoking)
             {
                 l.revoking = true;
-                out.push((id, l.keys.iter().cloned().collect()));
+                out.push(id);
             }
         }
         out
@@ -310,6 +294,34 @@ impl LeaseIndex for Lessor {
         self.inner.lock().leases.contains_key(&id)
     }
 
+    fn reserve(&self, id: i64, key: &[u8]) -> bool {
+        let mut g = self.inner.lock();
+        let Some(l) = g.leases.get_mut(&id) else { return false };
+        // A copy, not the request's view into its decode buffer (which it would pin).
+        if !l.keys.contains(key) {
+            l.keys.insert(Bytes::copy_from_slice(key));
+        }
+        true
+    }
+
+    fn keys(&self, id: i64) -> Option<Vec<Bytes>> {
+        self.inner.lock().leases.get(&id).map(|l| l.keys.iter().cloned().collect())
+    }
+
+    fn remove_if(
+        &self,
+        id: i64,
+        decide: &mut dyn FnMut(&[Bytes]) -> bool,
+    ) -> Option<(bool, Vec<Bytes>)> {
+        let mut g = self.inner.lock();
+        let keys: Vec<Bytes> = g.leases.get(&id)?.keys.iter().cloned().collect();
+        let removed = decide(&keys);
+        if removed {
+            g.leases.remove(&id);
+        }
+        Some((removed, keys))
+    }
+
     fn attach(&self, id: i64, key: &Bytes) {
         let mut g = self.inner.lock();
         match g.leases.get_mut(&id) {
@@ -342,18 +354,95 @@ mod tests {
         l.attach(7, &Bytes::from_static(b"k"));
         tokio::time::advance(Duration::from_secs(3)).await;
         let now = Instant::now();
-        assert_eq!(l.expire(now, 10), vec![(100, vec![])]);
-        assert_eq!(l.renew(100).unwrap(), Renewal::Expiring, "expired, keys being deleted");
-        assert!(l.finish(100).is_empty());
+        assert_eq!(l.expire(now, 10), vec![100]);
+        assert_eq!(l.renew(100).unwrap(), Renewal::Expiring, "expired, being revoked");
+        assert_eq!(l.revoke_first(100), Ok(false), "its expiry revokes it");
+        assert_eq!(l.remove_if(100, &mut |keys| keys.is_empty()), Some((true, vec![])));
         assert_eq!(l.renew(7).unwrap(), Renewal::Renewed(5));
         tokio::time::advance(Duration::from_secs(4)).await;
         assert!(l.expire(Instant::now(), 10).is_empty(), "renewed at 3 s, due at 8 s");
         assert_eq!(l.time_to_live(7, true).unwrap().keys, vec![Bytes::from_static(b"k")]);
         tokio::time::advance(Duration::from_secs(2)).await;
-        assert_eq!(l.expire(Instant::now(), 10), vec![(7, vec![Bytes::from_static(b"k")])]);
-        l.attach(7, &Bytes::from_static(b"late"));
-        assert_eq!(l.finish(7).len(), 2, "keys attached while revoking are handed back too");
+        assert_eq!(l.expire(Instant::now(), 10), vec![7]);
+        assert!(l.reserve(7, b"late"), "a lease being revoked still takes keys");
+        let mut seen = 0;
+        let left = l.remove_if(7, &mut |keys| {
+            seen = keys.len();
+            false
+        });
+        assert_eq!((seen, left.map(|(removed, _)| removed)), (2, Some(false)), "not removed");
+        assert_eq!(l.keys(7).map(|k| k.len()), Some(2));
+        assert_eq!(
+            l.remove_if(7, &mut |_| true).map(|(removed, k)| (removed, k.len())),
+            Some((true, 2))
+        );
+        assert!(!l.reserve(7, b"after"), "gone: refused, and not attached");
+        assert!(l.remove_if(7, &mut |_| true).is_none());
         assert_eq!(l.leases(), vec![101]);
         assert_eq!(l.renew(7).unwrap_err(), Error::LeaseNotFound);
+    }
+
+    /// Puts attaching new keys to a lease race its revocation through the store, on threads,
+    /// with keys in several partitions: each put lands below the revocation's revision (and its
+    /// key goes in that revision) or is refused, and no key of the lease is left.
+    #[test]
+    fn a_revocation_racing_puts_with_its_lease_takes_every_key_in_its_revision() {
+        use crate::mvcc::{PutRequest, RangeRequest, Refused, Store, StoreConfig};
+        let all = |store: &Store, revision: i64| {
+            let r = RangeRequest {
+                key: Bytes::from_static(b"\0"),
+                range_end: Bytes::from_static(b"\0"),
+                revision,
+                ..Default::default()
+            };
+            store.range(&r).expect("range").kvs
+        };
+        for round in 0..40u64 {
+            let store = Arc::new(Store::new(StoreConfig::default()));
+            let l = Lessor::new(1);
+            store.set_lease_index(l.clone());
+            let (id, _) = l.grant(0, 60).unwrap();
+            let writers: Vec<_> = (0..4)
+                .map(|w| {
+                    let store = store.clone();
+                    std::thread::spawn(move || {
+                        let mut acked = Vec::new();
+                        for i in 0..100_000 {
+                            let key = match i % 3 {
+                                0 => format!("/plain/{w}-{i}"),
+                                n => format!("/registry/r{n}/ns/{w}-{i}"),
+                            };
+                            let value = Bytes::from_static(b"v");
+                            let put = PutRequest {
+                                key: key.into(),
+                                value,
+                                lease: id,
+                                ..Default::default()
+                            };
+                            match store.put(put, 32) {
+                                Ok(a) => acked.push(a.response.revision),
+                                Err(Refused::Error(Error::LeaseNotFound)) => return acked,
+                                Err(e) => panic!("put: {e:?}"),
+                            }
+                        }
+                        panic!("no put refused after the revocation");
+                    })
+                })
+                .collect();
+            std::thread::sleep(std::time::Duration::from_micros(100 * (round % 8)));
+            let at = store.revoke_lease(id).expect("the lease exists").response;
+            let mut acked: Vec<i64> =
+                writers.into_iter().flat_map(|w| w.join().expect("writer")).collect();
+            acked.sort();
+            assert!(
+                acked.iter().all(|&r| r < at),
+                "round {round}: puts {acked:?}, revoked at {at}"
+            );
+            store.wait_visible_blocking(store.allocated_revision());
+            let before = all(&store, at - 1);
+            assert_eq!(before.len(), acked.len(), "round {round}: every acknowledged key");
+            assert!(all(&store, at).is_empty(), "round {round}: every key went at {at}");
+            assert!(!l.exists(id) && l.take_orphans().is_empty());
+        }
     }
 }

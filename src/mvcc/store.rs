@@ -59,12 +59,31 @@ impl Default for StoreConfig {
 }
 
 /// What the store needs of the lessor: whether a lease exists, and which keys are attached to
-/// it (so an expiring lease knows what to delete). Called with partition locks held, so it must
-/// not call back into the store.
+/// it (so a revoked lease knows what to delete). Called with partition locks held, so it must
+/// not call back into the store (except through the decision it is handed by `remove_if`).
+///
+/// A key's attachment changes only under its partition's lock: a write attaches the key it puts
+/// when it checks the lease (`reserve`, before its revision is allocated), and a revocation
+/// removes a lease only while it holds the lock of every attached key's partition. So a write
+/// that found the lease has either finished before the revocation's revision, or was refused.
 pub trait LeaseIndex: Send + Sync + std::fmt::Debug {
     fn exists(&self, id: i64) -> bool;
+    /// Attaches `key` to lease `id` if the lease exists, in one step with the check; false if
+    /// it does not.
+    fn reserve(&self, id: i64, key: &[u8]) -> bool;
+    /// Attaches a recovered key (its lease may be gone: then it is deleted as an orphan).
     fn attach(&self, id: i64, key: &Bytes);
     fn detach(&self, id: i64, key: &Bytes);
+    /// The keys attached to lease `id`; `None` if there is no such lease.
+    fn keys(&self, id: i64) -> Option<Vec<Bytes>>;
+    /// Removes lease `id` if `decide`, called with its keys under the lessor's lock (nothing
+    /// attaches or detaches meanwhile), says so. `None` if there is no such lease, else whether
+    /// it was removed, and its keys.
+    fn remove_if(
+        &self,
+        id: i64,
+        decide: &mut dyn FnMut(&[Bytes]) -> bool,
+    ) -> Option<(bool, Vec<Bytes>)>;
 }
 
 /// A write's response and the revision the client must not be answered before.
@@ -359,24 +378,91 @@ impl Store {
         self.leases.get().is_some_and(|l| l.exists(id))
     }
 
-    /// Moves `key` from lease `old` to lease `new` in the lessor's bookkeeping.
-    fn relink(&self, key: &Bytes, old: i64, new: i64) {
-        if old == new {
-            return;
-        }
-        if let Some(l) = self.leases.get() {
-            if old != 0 {
-                l.detach(old, key);
-            }
-            if new != 0 {
-                l.attach(new, key);
-            }
+    /// Attaches `key` to lease `id` if it exists (see [`LeaseIndex`]): a write checking the lease
+    /// it puts a key with, under that key's partition lock.
+    fn lease_reserve(&self, id: i64, key: &[u8]) -> bool {
+        self.leases.get().is_some_and(|l| l.reserve(id, key))
+    }
+
+    /// `key` left lease `old` for lease `new` (attached when the write checked it): detaches it.
+    fn detach_moved(&self, key: &Bytes, old: i64, new: i64) {
+        if old != 0
+            && old != new
+            && let Some(l) = self.leases.get()
+        {
+            l.detach(old, key);
         }
     }
 
-    /// Deletes, in one revision, every key of `keys` still attached to `lease` (lease revocation
-    /// and expiry). Returns the header revision and how many keys went.
-    pub fn revoke(&self, lease: i64, mut keys: Vec<Bytes>) -> Applied<i64> {
+    /// The newest revision handed to a writer, applied or not. An answer that something is
+    /// gone (a lease) is given once readers see this, read after finding it gone: whatever
+    /// removed it allocated its revision first.
+    pub fn allocated_revision(&self) -> i64 {
+        self.commit.clock.allocated()
+    }
+
+    /// Revokes lease `id` (etcd's lessor `Revoke`): deletes every key attached to it in one
+    /// revision and removes it from the lessor in one step with that revision's allocation, with
+    /// the lock of every key's partition held. No write can attach a key to it in between (see
+    /// [`LeaseIndex`]), so nothing outlives it, and a write or lease request that finds it gone
+    /// reads the allocated revision after the deletion's. `None` if there is no such lease.
+    ///
+    /// The response is the header revision: the deletion's, or for a lease without keys the
+    /// newest revision allocated as it went, to be answered once readers see it. Not the one
+    /// readers saw then: the lessor shows a write's detaching of the lease's last key as soon as
+    /// the write applies, before readers see its revision, and a revocation that found no keys
+    /// because of it must not answer a revision before it (the history checker saw a revocation
+    /// answer 14 having found no keys because an update at 15 detached the only one).
+    pub fn revoke_lease(&self, id: i64) -> Option<Applied<i64>> {
+        let leases = self.leases.get()?;
+        let mut keys = leases.keys(id)?;
+        let mut parts: Vec<Arc<Partition>> = Vec::new();
+        loop {
+            for k in &keys {
+                let p = self.partition_for_key(k);
+                if !parts.iter().any(|q| q.id == p.id) {
+                    parts.push(p);
+                }
+            }
+            parts.sort_by_key(|p| p.id);
+            let guards: Vec<_> = parts.iter().map(|p| p.state.write()).collect();
+            let mut ctx = TxnCtx { store: self, parts: &parts, guards, default: None };
+            ctx.default = parts.iter().position(|p| p.id == 0);
+            let (mut rev, mut allocated) = (0, 0);
+            let (removed, all) = leases.remove_if(id, &mut |keys| {
+                // A key attached since we looked may be in a partition we do not hold: look
+                // again with it.
+                if !keys.iter().all(|k| ctx.holds(k)) {
+                    return false;
+                }
+                // Writes allocate before they apply (and detach keys): every write this lease's
+                // keys reflect has a revision at or below this.
+                allocated = self.commit.clock.allocated();
+                if keys.iter().any(|k| ctx.latest(k).is_some_and(|kv| kv.lease == id)) {
+                    rev = self.commit.clock.allocate();
+                }
+                true
+            })?;
+            if !removed {
+                drop(ctx);
+                keys = all;
+                continue;
+            }
+            if rev == 0 {
+                return Some(Applied { response: allocated, visible_at: allocated });
+            }
+            let mut all = all;
+            all.sort();
+            let ops = all.into_iter().map(|key| RequestOp::DeleteLeased { key, lease: id });
+            let t = TxnRequest { compare: vec![], success: ops.collect(), failure: vec![] };
+            let a = self.apply_planned(ctx, None, &t, vec![true], rev, rev - 1);
+            return Some(Applied { response: a.response.revision, visible_at: a.visible_at });
+        }
+    }
+
+    /// Deletes, in one revision, every key of `keys` still attached to `lease`: recovered keys
+    /// whose lease is gone (see [`LeaseIndex::attach`]). Returns the header revision.
+    pub fn delete_orphans(&self, lease: i64, mut keys: Vec<Bytes>) -> Applied<i64> {
         keys.sort();
         keys.dedup();
         let ops = keys.into_iter().map(|key| RequestOp::DeleteLeased { key, lease }).collect();
@@ -718,21 +804,38 @@ impl Store {
         // Evaluate: compares decide the path, per-op checks may fail the whole txn.
         let current = self.commit.clock.allocated();
         let mut path = Vec::new();
-        let writes = ctx.plan(&req, &mut path, current)?;
+        let writes = match ctx.plan(&req, &mut path, current) {
+            Ok(w) => w,
+            Err(e) => {
+                ctx.release(&req);
+                return Err(e.into());
+            }
+        };
         // Under the partition locks: the closing sweep took each of them after setting the
         // flag, so a write that reaches this point after the sweep sees it.
         if writes && direct && self.direct_closed.load(Ordering::Relaxed) {
+            ctx.release(&req);
             drop(ctx);
             drop(table_guard);
             return Err(Refused::Closed(req));
         }
+        let rev = if writes { self.commit.clock.allocate() } else { 0 };
+        Ok(self.apply_planned(ctx, table_guard, &req, path, rev, current))
+    }
 
-        let (rev, base) = if writes {
-            let rev = self.commit.clock.allocate();
-            (rev, rev - 1)
-        } else {
-            (0, current)
-        };
+    /// Applies a planned write (`rev`: its allocated revision, 0 if it writes nothing; `current`:
+    /// the allocated revision it was planned at), then unlocks and completes the revision.
+    fn apply_planned(
+        &self,
+        mut ctx: TxnCtx<'_>,
+        table_guard: Option<parking_lot::RwLockReadGuard<'_, Table>>,
+        req: &TxnRequest,
+        path: Vec<bool>,
+        rev: i64,
+        current: i64,
+    ) -> Applied<TxnResponse> {
+        let writes = rev != 0;
+        let base = if writes { rev - 1 } else { current };
         // Completes the revision even if applying panics, so one bad request cannot wedge
         // every reader behind the watermark.
         let mut completion = writes.then(|| Completion { store: self, rev, events: Vec::new() });
@@ -740,15 +843,15 @@ impl Store {
         let mut path_iter = path.into_iter();
         let mut scratch = Vec::new();
         let events = completion.as_mut().map_or(&mut scratch, |c| &mut c.events);
-        let mut response = ctx.exec(&req, &mut path_iter, rev, base, &mut sub, events);
+        let mut response = ctx.exec(req, &mut path_iter, rev, base, &mut sub, events);
         response.revision = if sub > 0 { base + 1 } else { base };
-        for (p, g) in parts.iter().zip(&ctx.guards) {
+        for (p, g) in ctx.parts.iter().zip(&ctx.guards) {
             p.sync_bytes(g);
         }
         drop(ctx);
         drop(table_guard);
         drop(completion);
-        Ok(Applied { visible_at: response.revision, response })
+        Applied { visible_at: response.revision, response }
     }
 
     /// Compacts history at `rev` (etcd's `Compact`): reads below it fail from now on, and every
@@ -935,6 +1038,32 @@ impl TxnCtx<'_> {
             .collect()
     }
 
+    /// Whether the partition holding `key` is locked.
+    fn holds(&self, key: &[u8]) -> bool {
+        match self.store.keyspace.partition_of(key) {
+            None => self.default.is_some(),
+            Some(prefix) => self.parts.iter().any(|p| &p.prefix[..] == prefix),
+        }
+    }
+
+    /// Undoes what `plan` attached for a write that is not applied: every key a put of `t`
+    /// would attach that is not attached to that lease by its live version. Keys change lease
+    /// only under their partition's lock, which is held, so this is exact.
+    fn release(&self, t: &TxnRequest) {
+        let Some(l) = self.store.leases.get() else { return };
+        for op in t.success.iter().chain(&t.failure) {
+            match op {
+                RequestOp::Put(p)
+                    if p.lease != 0 && self.latest(&p.key).is_none_or(|kv| kv.lease != p.lease) =>
+                {
+                    l.detach(p.lease, &p.key);
+                }
+                RequestOp::Txn(t) => self.release(t),
+                _ => {}
+            }
+        }
+    }
+
     fn latest(&self, key: &[u8]) -> Option<KeyValue> {
         self.guards[self.part_of(key)].get(key, i64::MAX)
     }
@@ -993,7 +1122,9 @@ impl TxnCtx<'_> {
                     if (p.ignore_value || p.ignore_lease) && self.latest(&p.key).is_none() {
                         return Err(Error::KeyNotFound);
                     }
-                    if p.lease != 0 && !self.store.lease_exists(p.lease) {
+                    // Attached now, in one step with the check: a revocation then waits for this
+                    // partition's lock (undone by `release` if the write fails).
+                    if p.lease != 0 && !self.store.lease_reserve(p.lease, &p.key) {
                         return Err(Error::LeaseNotFound);
                     }
                     writes = true;
@@ -1025,7 +1156,7 @@ impl TxnCtx<'_> {
     ) -> Option<KeyValue> {
         let prev = self.guards[i].delete(key, Revision::new(rev, *sub));
         *sub += 1;
-        self.store.relink(key, prev.as_ref().map_or(0, |p| p.lease), 0);
+        self.store.detach_moved(key, prev.as_ref().map_or(0, |p| p.lease), 0);
         let kv = KeyValue { key: key.clone(), mod_revision: rev, ..Default::default() };
         events.push(Event::new(EventKind::Delete, kv, prev.clone()));
         prev
@@ -1081,7 +1212,8 @@ impl TxnCtx<'_> {
                     };
                     let prev = st.put(&key, Revision::new(rev, *sub), value.clone(), lease);
                     *sub += 1;
-                    self.store.relink(&key, prev.as_ref().map_or(0, |p| p.lease), lease);
+                    // Attached to `lease` already, in `plan`.
+                    self.store.detach_moved(&key, prev.as_ref().map_or(0, |p| p.lease), lease);
                     let kv = KeyValue {
                         key,
                         create_revision: prev.as_ref().map_or(rev, |p| p.create_revision),

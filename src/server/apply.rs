@@ -39,17 +39,10 @@ fn txn(s: &Shared, req: pb::TxnRequest) -> Result<pb::TxnResponse> {
     Ok(convert::txn_response(s.store.txn_logged(convert::txn_request(req)?)?.response))
 }
 
-/// Revokes a lease and deletes its keys at once (in a cluster's apply nothing else writes
-/// meanwhile, so no key can attach to it while it goes). Returns the header revision.
+/// Revokes a lease and deletes its keys at once (the one road a member alone takes too).
+/// Returns the header revision.
 fn revoke(s: &Shared, id: i64) -> Result<i64> {
-    let keys = s.lessor.revoke(id)?;
-    if !keys.is_empty() {
-        s.store.revoke(id, keys);
-    }
-    let late = s.lessor.finish(id);
-    if !late.is_empty() {
-        s.store.revoke(id, late);
-    }
+    s.store.revoke_lease(id).ok_or(Error::LeaseNotFound)?;
     Ok(s.store.current_revision())
 }
 

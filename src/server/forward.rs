@@ -49,7 +49,7 @@ impl mpb::forward_server::Forward for ForwardService {
         req: Request<pb::LeaseTimeToLiveRequest>,
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
         self.admit(&req)?;
-        Ok(Response::new(lease::time_to_live(&self.shared, req.into_inner())))
+        Ok(Response::new(lease::time_to_live(&self.shared, req.into_inner()).await))
     }
 
     async fn member_add(

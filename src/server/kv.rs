@@ -65,6 +65,16 @@ impl KvService {
     }
 }
 
+/// A member alone's write refused: "lease not found" is answered once readers see every
+/// revision allocated by then, as the revocation that removed the lease allocated the revision
+/// its keys went at first (so no read after the answer finds a key of the lease).
+async fn refused(s: &Shared, e: Error) -> Status {
+    if e == Error::LeaseNotFound {
+        s.store.wait_visible(s.store.allocated_revision()).await;
+    }
+    e.into()
+}
+
 #[tonic::async_trait]
 impl pb::kv_server::Kv for KvService {
     async fn range(
@@ -117,7 +127,7 @@ impl pb::kv_server::Kv for KvService {
             };
             let applied = match applied {
                 Ok(a) => a,
-                Err(Refused::Error(e)) => return Err(e.into()),
+                Err(Refused::Error(e)) => return Err(refused(&self.shared, e).await),
                 // The member is growing into a cluster: once it has, through Raft.
                 Err(Refused::Closed(r)) => {
                     req = convert::put_back(r);
@@ -194,7 +204,7 @@ impl pb::kv_server::Kv for KvService {
             };
             let applied = match applied {
                 Ok(a) => a,
-                Err(Refused::Error(e)) => return Err(e.into()),
+                Err(Refused::Error(e)) => return Err(refused(&self.shared, e).await),
                 Err(Refused::Closed(t)) => {
                     req = convert::txn_back(t);
                     self.shared.growth_settled().await;

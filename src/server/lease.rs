@@ -34,51 +34,50 @@ impl LeaseService {
     }
 }
 
-/// Deletes revoked leases' keys (each lease's in one revision), waits until readers see them,
-/// removes the leases (deleting, in a further revision, any key attached meanwhile) and logs the
-/// revocations; returns the header revision of the last lease's revocation. Leases are handled
-/// together so that expiring thousands costs a few WAL batches, not one per lease.
+/// Revokes leases on a member alone: the store deletes each lease's keys in one revision and
+/// removes the lease in the same step (`Store::revoke_lease`), so from that revision on the
+/// lease is gone for every other request and no key attached to it outlives it. Then, once
+/// readers see the deletions, the revocations are logged; returns the header revision of the
+/// last. Leases are handled together so that expiring thousands costs a few WAL batches, not
+/// one per lease.
 ///
 /// The header revision is the one the revocation took effect at, as etcd reads it while it
 /// applies the revocation: the revision its keys went at, or, for a lease without keys, the
-/// revision readers saw when the lease went. Never one read later: other clients' writes
-/// meanwhile would raise it past the deletion (the history checker saw a revocation answer
-/// 147 for keys deleted at 142).
-async fn delete_keys(shared: &Shared, leases: Vec<(i64, Vec<bytes::Bytes>)>) -> i64 {
-    let mut deleted = vec![None; leases.len()];
+/// newest revision allocated when the lease went (see `Store::revoke_lease`). Never one read
+/// later: other clients' writes meanwhile would raise it past the deletion (the history checker
+/// saw a revocation answer 147 for keys deleted at 142).
+async fn delete_keys(shared: &Shared, leases: Vec<i64>) -> i64 {
     let mut visible = 0;
-    for ((id, keys), at) in leases.iter().zip(&mut deleted) {
-        if !keys.is_empty() {
-            let applied = shared.store.revoke(*id, keys.clone());
+    let mut rev = 0;
+    let mut gone = Vec::with_capacity(leases.len());
+    for id in leases {
+        // None: gone already (nothing else revokes a lease marked revoking on a member alone).
+        if let Some(applied) = shared.store.revoke_lease(id) {
             visible = visible.max(applied.visible_at);
-            *at = Some(applied.response);
+            rev = applied.response;
+            gone.push(id);
         }
     }
     shared.store.wait_visible(visible).await;
-    let mut logged = None;
-    let mut rev = 0;
-    for ((id, _), at) in leases.iter().zip(deleted) {
-        // Read before the lease goes: every write readers saw by now came before it.
-        let gone_at = shared.store.current_revision();
-        let late = shared.lessor.finish(*id);
-        rev = if late.is_empty() {
-            at.unwrap_or(gone_at)
-        } else {
-            let applied = shared.store.revoke(*id, late);
-            shared.store.wait_visible(applied.visible_at).await;
-            applied.response
-        };
-        // Logged after the keys' deletion: a crash in between leaves a lease without keys,
-        // which expires again after restart, never keys without their lease.
-        if let Some(w) = shared.store.wal() {
-            let id = *id;
+    // Logged after the keys' deletion: a crash in between leaves a lease without keys, which
+    // expires again after restart, never keys without their lease.
+    if let Some(w) = shared.store.wal() {
+        let mut logged = None;
+        for id in gone {
             logged = Some(w.append_meta(|seq| Record::LeaseRevoke { seq, id }));
         }
-    }
-    if let (Some(w), Some(batch)) = (shared.store.wal(), logged) {
-        w.wait_durable(batch).await;
+        if let Some(batch) = logged {
+            w.wait_durable(batch).await;
+        }
     }
     rev
+}
+
+/// Waits until readers see every revision allocated so far. An answer that a lease is gone waits
+/// for this after finding it gone: its revocation allocated the revision its keys went at
+/// before the lease went, so no read after the answer finds them.
+async fn settled(shared: &Shared) {
+    shared.store.wait_visible(shared.store.allocated_revision()).await;
 }
 
 /// Logs a lease grant and waits until it is durable (nothing to do without a WAL).
@@ -98,15 +97,19 @@ const REVOCATION_WAIT: Duration = Duration::from_secs(10);
 pub async fn renew(shared: &Shared, id: i64) -> i64 {
     promoted(shared);
     match shared.lessor.renew(id) {
-        Ok(Renewal::Renewed(ttl)) => ttl,
-        Ok(Renewal::Expiring) => {
-            let give_up = Instant::now() + REVOCATION_WAIT;
-            while shared.lessor.contains(id) && Instant::now() < give_up {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            0
-        }
-        Err(_) => 0,
+        Ok(Renewal::Renewed(ttl)) => return ttl,
+        Ok(Renewal::Expiring) => revoked(shared, id).await,
+        Err(_) => {}
+    }
+    settled(shared).await;
+    0
+}
+
+/// Waits (a bounded time) until a lease being revoked is gone.
+async fn revoked(shared: &Shared, id: i64) {
+    let give_up = Instant::now() + REVOCATION_WAIT;
+    while shared.lessor.contains(id) && Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 
@@ -156,7 +159,7 @@ pub async fn expiry_loop(shared: Arc<Shared>) {
                 delete_keys(&shared, expired).await;
             }
             for (id, key) in shared.lessor.take_orphans() {
-                let rev = shared.store.revoke(id, vec![key]).visible_at;
+                let rev = shared.store.delete_orphans(id, vec![key]).visible_at;
                 shared.store.wait_visible(rev).await;
             }
             if n < EXPIRY_BATCH {
@@ -207,7 +210,7 @@ async fn cluster_expiry_loop(shared: Arc<Shared>, raft: Arc<crate::raft::RaftNod
                 _ = role.changed() => continue,
             }
             let expired = shared.lessor.expire(Instant::now(), EXPIRY_BATCH);
-            let revokes = expired.into_iter().map(|(id, _)| {
+            let revokes = expired.into_iter().map(|id| {
                 let shared = shared.clone();
                 async move {
                     // As root, as etcd's expiry does (`WithRoot`).
@@ -237,11 +240,18 @@ async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(
     while set.join_next().await.is_some() {}
 }
 
-/// LeaseTimeToLive from this member's lessor (a member alone, or the cluster's leader).
-pub fn time_to_live(shared: &Shared, r: pb::LeaseTimeToLiveRequest) -> pb::LeaseTimeToLiveResponse {
+/// LeaseTimeToLive from this member's lessor (a member alone, or the cluster's leader),
+/// answered once readers see every write it may have seen (a key it lists, or the deletion of
+/// the keys of a lease it finds gone).
+pub async fn time_to_live(
+    shared: &Shared,
+    r: pb::LeaseTimeToLiveRequest,
+) -> pb::LeaseTimeToLiveResponse {
     promoted(shared);
+    let found = shared.lessor.time_to_live(r.id, r.keys);
+    settled(shared).await;
     let header = shared.header(0);
-    match shared.lessor.time_to_live(r.id, r.keys) {
+    match found {
         Some(t) => pb::LeaseTimeToLiveResponse {
             header,
             id: r.id,
@@ -353,21 +363,21 @@ impl pb::lease_server::Lease for LeaseService {
             s.fill(&mut r.header);
             return Ok(Response::new(r));
         }
-        let keys = {
+        let first = {
             let _gate = self.shared.auth.write_gate();
             auth::check_lease_revoke(&self.shared, who.as_ref(), id)?;
-            self.shared.lessor.revoke_first(id)?
+            self.shared.lessor.revoke_first(id)
         };
-        let Some(keys) = keys else {
-            // Its expiry got there first and may yet delete keys attached meanwhile: answered
-            // once the lease is gone, so that no answer predates what that revocation did.
-            let give_up = Instant::now() + REVOCATION_WAIT;
-            while self.shared.lessor.contains(id) && Instant::now() < give_up {
-                tokio::time::sleep(Duration::from_millis(2)).await;
+        if first != Ok(true) {
+            // Gone, or its expiry got there first: answered once the lease is gone and readers
+            // see its keys' deletion, so that no answer predates what that revocation did.
+            if first.is_ok() {
+                revoked(&self.shared, id).await;
             }
+            settled(&self.shared).await;
             return Err(Error::LeaseNotFound.into());
-        };
-        let rev = delete_keys(&self.shared, vec![(id, keys)]).await;
+        }
+        let rev = delete_keys(&self.shared, vec![id]).await;
         Ok(Response::new(pb::LeaseRevokeResponse { header: self.shared.header(rev) }))
     }
 
@@ -441,7 +451,7 @@ impl pb::lease_server::Lease for LeaseService {
             self.shared.fill(&mut resp.get_mut().header);
             return Ok(Response::new(resp.into_inner()));
         }
-        Ok(Response::new(time_to_live(&self.shared, r)))
+        Ok(Response::new(time_to_live(&self.shared, r).await))
     }
 
     async fn lease_leases(
@@ -450,6 +460,8 @@ impl pb::lease_server::Lease for LeaseService {
     ) -> Result<Response<pb::LeaseLeasesResponse>, Status> {
         let who = auth::caller(&self.shared, &req).await?;
         let ids = self.shared.lessor.leases();
+        // A lease left out is gone with its keys for every read after the answer.
+        settled(&self.shared).await;
         check_reads(&self.shared, &who, &ids)?;
         let leases = ids.into_iter().map(|id| pb::LeaseStatus { id }).collect();
         Ok(Response::new(pb::LeaseLeasesResponse { header: self.shared.header(0), leases }))

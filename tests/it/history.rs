@@ -46,7 +46,8 @@
 //! default is a few seeds, a few seconds in a debug build;
 //! `MEM_ETCD_HISTORY_SOAK=<seconds>` keeps running new seeds for that long, and
 //! `MEM_ETCD_HISTORY_SEED=<n>` picks the first seed (each run prints its seed and what it
-//! exercised).
+//! exercised); `MEM_ETCD_HISTORY_DUMP=<file>` writes a history the search refuses to
+//! `<file>.seed<n>`, one operation a line in call order (times in ns from the start).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -1936,6 +1937,19 @@ async fn verify(
             for o in ops.iter().filter(|o| o.out == Out::Unknown) {
                 let kind = show_req(&o.req);
                 *unknown.entry(kind.split(' ').next().unwrap_or("").to_string()).or_default() += 1;
+            }
+            // The whole history, for analysing a failure (`MEM_ETCD_HISTORY_DUMP=<file>`).
+            if let Ok(path) = std::env::var("MEM_ETCD_HISTORY_DUMP") {
+                let lines: Vec<String> = ops
+                    .iter()
+                    .enumerate()
+                    .map(|(i, o)| {
+                        let (req, out) = (show_req(&o.req), show_out(&o.out));
+                        format!("#{i} client {} [{}..{}] {req} -> {out}", o.client, o.call, o.ret)
+                    })
+                    .collect();
+                let path = format!("{path}.seed{seed}");
+                std::fs::write(&path, lines.join("\n")).expect("write the history dump");
             }
             panic!("seed {seed}: {e}\n(of unknown outcome: {unknown:?})")
         });

@@ -425,6 +425,97 @@ async fn revoke_deletes_every_attached_key_in_one_revision() {
     no_more_events(&mut w).await;
 }
 
+/// A revocation racing puts that attach new keys to the lease, and TimeToLives of it. etcd
+/// applies a revocation in one step, so each put with the lease comes before it (and its key
+/// goes in the revocation's revision) or after it (refused: "requested lease not found"): every
+/// key of the lease goes in that one revision, which is the revocation's header; no put with the
+/// lease succeeds above it; and once a put is refused or TimeToLive answers -1, no key of the
+/// lease is left to read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn revoke_racing_puts_with_the_lease_takes_effect_in_one_step() {
+    const ROUNDS: usize = 25;
+    const WRITERS: usize = 6;
+    /// Puts each writer tries at most per round (it stops at its first refusal).
+    const TRIES: usize = 400;
+    let s = server!();
+    let mut c = s.client().await;
+    let mut l = lease_client(&s).await;
+    /// No key under `prefix` may still be attached to `lease`.
+    async fn none_left(c: &mut Client, prefix: &str, lease: i64, after: &str) {
+        let left: Vec<Kv> =
+            get_prefix(c, prefix).await.into_iter().filter(|kv| kv.lease == lease).collect();
+        assert!(left.is_empty(), "{after}, keys of lease {lease:x} are still there: {left:?}");
+    }
+    for round in 0..ROUNDS {
+        let lease = grant(&mut l, 0, 60).await;
+        let prefix = format!("/race/{round}/");
+        put_leased(&mut c, &format!("{prefix}first"), "v", lease).await;
+        let mut w = watch_prefix(&mut c, &prefix, 0).await;
+        let start = Arc::new(tokio::sync::Barrier::new(WRITERS + 2));
+        let mut writers = Vec::new();
+        for j in 0..WRITERS {
+            let (mut c, start, prefix) = (c.clone(), start.clone(), prefix.clone());
+            writers.push(tokio::spawn(async move {
+                let mut acked = Vec::new();
+                start.wait().await;
+                for i in 0..TRIES {
+                    let key = format!("{prefix}w{j}-{i}");
+                    match c.put(key.as_str(), "v", with_lease(lease)).await {
+                        Ok(r) => acked.push((key, rev(r.header()))),
+                        Err(e) => {
+                            assert_eq!(
+                                status_of(&e),
+                                (Code::NotFound, E_LEASE_NOT_FOUND.to_string()),
+                                "put {key}"
+                            );
+                            none_left(&mut c, &prefix, lease, "after a put was refused").await;
+                            return acked;
+                        }
+                    }
+                }
+                panic!("{TRIES} puts with lease {lease:x} and none refused after its revocation");
+            }));
+        }
+        let ttl = {
+            let (mut c, mut l, start, prefix) =
+                (c.clone(), l.clone(), start.clone(), prefix.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                for _ in 0..TRIES {
+                    if time_to_live(&mut l, lease, true).await.ttl == -1 {
+                        none_left(&mut c, &prefix, lease, "after TimeToLive said -1").await;
+                        return;
+                    }
+                }
+                panic!("lease {lease:x} outlived {TRIES} TimeToLives after its revocation");
+            })
+        };
+        start.wait().await;
+        // Revoked after 0 to 4 ms of puts, so the race falls at different points.
+        tokio::time::sleep(Duration::from_millis((round % 5) as u64)).await;
+        let r = revoke(&mut l, lease).await.unwrap_or_else(|e| panic!("revoke: {e:?}"));
+        let at = r.header.expect("header").revision;
+        let mut acked = Vec::new();
+        for w in writers {
+            acked.extend(w.await.expect("writer"));
+        }
+        ttl.await.expect("time-to-live poller");
+        for (key, put_at) in &acked {
+            assert!(*put_at < at, "put {key} with lease {lease:x} at {put_at}, revoked at {at}");
+        }
+        // Every acknowledged put, then the deletion of each of those keys and of the first.
+        let got = responses(&mut w, 2 * acked.len() + 1, WAIT).await;
+        let deletes: Vec<Ev> = got.into_iter().flatten().filter(|e| e.delete).collect();
+        let mut keys: Vec<&str> = acked.iter().map(|(k, _)| k.as_str()).collect();
+        let first = format!("{prefix}first");
+        keys.push(&first);
+        assert_eq!(assert_lease_deletes(&deletes, &keys, lease), at, "round {round}");
+        no_more_events(&mut w).await;
+        none_left(&mut c, &prefix, lease, "after the revocation").await;
+        assert!(get_prefix(&mut c, &prefix).await.is_empty());
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // LeaseKeepAlive, LeaseTimeToLive, LeaseLeases
 
