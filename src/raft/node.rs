@@ -1015,7 +1015,7 @@ impl RaftNode {
         })?;
         // Proposed only on the membership the change was computed from.
         let guard =
-            Precondition::LastMembershipLogId { last_membership_log_id: observed.log_id().clone() };
+            Precondition::LastMembershipLogId { last_membership_log_id: *observed.log_id() };
         let raft = self.raft.clone();
         let mut appended = tokio::spawn(async move {
             raft.append_membership(proposed, EntryPayload::Blank, [guard]).await

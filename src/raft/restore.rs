@@ -239,6 +239,9 @@ mod tests {
             self.0.lock().push(format!("install {machine}"));
             Ok(())
         }
+        fn hash_kv(&self, _rev: i64) -> crate::error::Result<(u32, i64, i64)> {
+            unreachable!("not hashed here")
+        }
     }
 
     fn id(term: u64, index: u64) -> LogId {
