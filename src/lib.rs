@@ -36,7 +36,10 @@
 //!   `mvcc::CommitObserver`): live fan-out to synced watchers, catch-up from the event log for
 //!   the others, progress notifications.
 //! - [`lease`]: the lessor, told by the store which keys are attached to which lease (through
-//!   `mvcc::LeaseIndex`); expired leases' keys are deleted through the store's write path.
+//!   `mvcc::LeaseIndex`); a write with a lease attaches its key under the key's partition lock,
+//!   before it gets its revision, and a revocation (a client's or an expiry) removes the lease
+//!   and deletes every key attached to it in one revision, under those keys' partition locks,
+//!   through the store's write path: nothing attaches to a lease once its keys are going.
 //! - [`auth`]: users, roles, key-range permissions, the auth revision, simple and JWT tokens
 //!   (etcd's `server/auth`); the server checks requests against it only while auth is enabled,
 //!   and changes it through the same apply path as writes (the Raft log in a cluster).
