@@ -1,8 +1,9 @@
 //! Clusters of mem_etcd members on Raft, started with etcd's cluster flags, next to clusters of
 //! real etcd 3.6 where behaviour is compared: reads and writes through every member, a
 //! follower's watch, etcdctl's cluster commands, the leader killed in every WAL mode, a
-//! majority lost, membership changes with a member catching up from a snapshot, and leases
-//! across a leader change.
+//! majority lost, membership changes with a member catching up from a snapshot, leases
+//! across a leader change, peer TLS settings on the calls a member makes, and the initial
+//! corruption check refusing a member whose data differs from its peers'.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
