@@ -394,11 +394,16 @@ impl Store {
         }
     }
 
-    /// The newest revision handed to a writer, applied or not. An answer that something is
-    /// gone (a lease) is given once readers see this, read after finding it gone: whatever
-    /// removed it allocated its revision first.
+    /// The newest revision handed to a writer, applied or not.
     pub fn allocated_revision(&self) -> i64 {
         self.commit.clock.allocated()
+    }
+
+    /// Waits until readers see every revision allocated so far. An answer that something is
+    /// gone (a lease) waits for this after finding it gone: whatever removed it allocated its
+    /// revision first, so no read after the answer finds what went with it.
+    pub async fn wait_settled(&self) {
+        self.wait_visible(self.allocated_revision()).await
     }
 
     /// Revokes lease `id` (etcd's lessor `Revoke`): deletes every key attached to it in one

@@ -70,7 +70,7 @@ impl KvService {
 /// its keys went at first (so no read after the answer finds a key of the lease).
 async fn refused(s: &Shared, e: Error) -> Status {
     if e == Error::LeaseNotFound {
-        s.store.wait_visible(s.store.allocated_revision()).await;
+        s.store.wait_settled().await;
     }
     e.into()
 }

@@ -73,13 +73,6 @@ async fn delete_keys(shared: &Shared, leases: Vec<i64>) -> i64 {
     rev
 }
 
-/// Waits until readers see every revision allocated so far. An answer that a lease is gone waits
-/// for this after finding it gone: its revocation allocated the revision its keys went at
-/// before the lease went, so no read after the answer finds them.
-async fn settled(shared: &Shared) {
-    shared.store.wait_visible(shared.store.allocated_revision()).await;
-}
-
 /// Logs a lease grant and waits until it is durable (nothing to do without a WAL).
 async fn log_grant(shared: &Shared, id: i64, ttl: i64) {
     if let Some(w) = shared.store.wal() {
@@ -101,7 +94,7 @@ pub async fn renew(shared: &Shared, id: i64) -> i64 {
         Ok(Renewal::Expiring) => revoked(shared, id).await,
         Err(_) => {}
     }
-    settled(shared).await;
+    shared.store.wait_settled().await;
     0
 }
 
@@ -249,7 +242,7 @@ pub async fn time_to_live(
 ) -> pb::LeaseTimeToLiveResponse {
     promoted(shared);
     let found = shared.lessor.time_to_live(r.id, r.keys);
-    settled(shared).await;
+    shared.store.wait_settled().await;
     let header = shared.header(0);
     match found {
         Some(t) => pb::LeaseTimeToLiveResponse {
@@ -374,7 +367,7 @@ impl pb::lease_server::Lease for LeaseService {
             if first.is_ok() {
                 revoked(&self.shared, id).await;
             }
-            settled(&self.shared).await;
+            self.shared.store.wait_settled().await;
             return Err(Error::LeaseNotFound.into());
         }
         let rev = delete_keys(&self.shared, vec![id]).await;
@@ -461,7 +454,7 @@ impl pb::lease_server::Lease for LeaseService {
         let who = auth::caller(&self.shared, &req).await?;
         let ids = self.shared.lessor.leases();
         // A lease left out is gone with its keys for every read after the answer.
-        settled(&self.shared).await;
+        self.shared.store.wait_settled().await;
         check_reads(&self.shared, &who, &ids)?;
         let leases = ids.into_iter().map(|id| pb::LeaseStatus { id }).collect();
         Ok(Response::new(pb::LeaseLeasesResponse { header: self.shared.header(0), leases }))
