@@ -877,12 +877,7 @@ impl RaftNode {
     pub fn learner_in_sync(&self, id: u64, fraction: f64) -> bool {
         let m = self.metrics();
         let leader_last = m.last_log_index.unwrap_or(0);
-        let matched = m
-            .replication
-            .as_ref()
-            .and_then(|r| r.get(&id).cloned())
-            .flatten()
-            .map_or(0, |l| l.index);
+        let matched = matched_in(&m, id);
         matched as f64 >= leader_last as f64 * fraction && (matched > 0 || leader_last == 0)
     }
 
@@ -912,8 +907,7 @@ impl RaftNode {
 
     /// How far member `id` has replicated this leader's log (0 if unknown).
     fn matched(&self, id: u64) -> u64 {
-        let m = self.metrics();
-        m.replication.as_ref().and_then(|r| r.get(&id).cloned()).flatten().map_or(0, |l| l.index)
+        matched_in(&self.metrics(), id)
     }
 
     /// The membership this member knows: voters, learners and every node's peer URLs.
@@ -1038,14 +1032,7 @@ impl RaftNode {
                 continue;
             }
             let Some(at) = current.log_id().as_ref().map(|l| l.index) else { continue };
-            let replication = m.replication.as_ref();
-            let holding = old
-                .iter()
-                .filter(|v| {
-                    let matched = replication.and_then(|r| r.get(*v).cloned()).flatten();
-                    matched.is_some_and(|l| l.index >= at)
-                })
-                .count();
+            let holding = old.iter().filter(|v| matched_in(&m, **v) >= at).count();
             if holding > old.len() / 2 {
                 return Ok(());
             }
@@ -1097,6 +1084,12 @@ fn not_delivered(s: &tonic::Status) -> bool {
     s.code() == tonic::Code::Unavailable
         && Error::from_message(s.message()).is_none()
         && (s.message().contains("connect") || s.message().contains("Connection refused"))
+}
+
+/// How far member `id` has replicated the log of the leader whose metrics these are (0 if
+/// unknown, or not a leader's). A new entry's index is never 0, so 0 never counts as holding it.
+fn matched_in(m: &openraft::RaftMetrics<TypeConfig>, id: u64) -> u64 {
+    m.replication.as_ref().and_then(|r| r.get(&id).cloned()).flatten().map_or(0, |l| l.index)
 }
 
 /// A membership change's outcome by `deadline`, in etcd's terms.
