@@ -488,6 +488,25 @@ pub struct Config {
     )]
     pub experimental_initial_corrupt_check: Option<bool>,
 
+    /// How often a cluster's leader compares its store's hash with every member's (etcd's
+    /// periodic corruption check); a member whose store differs gets the CORRUPT alarm, which
+    /// refuses writes until it is disarmed. 0 (the default): never.
+    #[arg(long, env = "ETCD_CORRUPT_CHECK_TIME", value_parser = parse_duration)]
+    pub corrupt_check_time: Option<Duration>,
+
+    /// etcd 3.5's name for --corrupt-check-time; wins when given.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME", value_parser = parse_duration)]
+    pub experimental_corrupt_check_time: Option<Duration>,
+
+    /// How often a cluster's leader, with the CompactHashCheck feature gate, compares the
+    /// hash of the store at the last compaction with every member's.
+    #[arg(long, env = "ETCD_COMPACT_HASH_CHECK_TIME", value_parser = parse_duration)]
+    pub compact_hash_check_time: Option<Duration>,
+
+    /// etcd 3.5's name for --compact-hash-check-time; wins when given.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_TIME", value_parser = parse_duration)]
+    pub experimental_compact_hash_check_time: Option<Duration>,
+
     /// Deprecated alias of `--feature-gates=StopGRPCServiceOnDefrag=...`.
     #[arg(
         long,
@@ -739,6 +758,21 @@ impl Config {
                 .get("InitialCorruptCheck")
                 .copied()
                 .unwrap_or(false),
+            corrupt_check: self
+                .experimental_corrupt_check_time
+                .or(self.corrupt_check_time)
+                .filter(|t| !t.is_zero()),
+            compact_hash_check: self
+                .feature_gates_state()?
+                .get("CompactHashCheck")
+                .copied()
+                .unwrap_or(false)
+                .then(|| {
+                    self.experimental_compact_hash_check_time
+                        .or(self.compact_hash_check_time)
+                        .unwrap_or(Duration::from_secs(60))
+                        .max(Duration::from_millis(1))
+                }),
         }))
     }
 
@@ -872,10 +906,6 @@ const NO_EFFECT: &[(&str, Takes)] = {
         ("distributed-tracing-sampling-rate", Value),
         ("experimental-distributed-tracing-sampling-rate", Value),
         // Periodic checks and warnings of etcd's apply loop and hash checks.
-        ("corrupt-check-time", Value),
-        ("experimental-corrupt-check-time", Value),
-        ("compact-hash-check-time", Value),
-        ("experimental-compact-hash-check-time", Value),
         ("downgrade-check-time", Value),
         ("experimental-downgrade-check-time", Value),
         ("warning-apply-duration", Value),

@@ -117,6 +117,8 @@ pub enum Error {
     VerifyOnly,
     /// Something that should not happen (the server log says what).
     Internal,
+    /// A write while the CORRUPT alarm is raised (a member's store differed from the leader's).
+    Corrupt,
 }
 
 /// Every variant, in a fixed order: an error's position here is its code between members
@@ -174,6 +176,7 @@ const ALL: &[Error] = &[
     Error::InvalidAuthMgmt,
     Error::AuthOldRevision,
     Error::NoPasswordUser,
+    Error::Corrupt,
 ];
 
 impl Error {
@@ -196,6 +199,7 @@ impl Error {
             Error::AuthNotEnabled => "etcdserver: authentication is not enabled",
             Error::MemberChangeUnsupported => "etcdserver: not capable",
             Error::NoSpace => "etcdserver: mvcc: database space exceeded",
+            Error::Corrupt => "etcdserver: corrupt cluster",
             // Not an etcd error (etcd's snapshot fails only with its disk); etcd's style.
             Error::SnapshotFailed => "etcdserver: snapshot was not completed (see the server log)",
             // Not an etcd error (etcd stops on a failed WAL write); worded in etcd's style.

@@ -106,7 +106,7 @@ fn log_no_effect(config: &Config, no_effect: &[String]) {
     let gates = config.feature_gates_state().unwrap_or_default();
     for (gate, on) in &gates {
         let default = config::feature_gate_default(gate);
-        if *on != default && *gate != "InitialCorruptCheck" {
+        if *on != default && !["InitialCorruptCheck", "CompactHashCheck"].contains(gate) {
             ignored.push(format!("feature gate {gate}={on}"));
         }
     }

@@ -37,7 +37,7 @@ pub mod tls;
 use bytes::Bytes;
 
 pub use node::{NodeOptions, RaftNode, Role};
-pub use state_machine::{Machine, SnapshotJob};
+pub use state_machine::{KvHash, Machine, SnapshotJob};
 
 /// A proposed request, opaque to Raft: an encoded `memetcdpb::Request`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -54,6 +54,11 @@ pub struct NodeOptions {
     /// The InitialCorruptCheck feature gate: a restarted member compares its store's hash with
     /// its peers' before it takes part in the cluster (`corrupt::initial_check`).
     pub initial_corrupt_check: bool,
+    /// `--corrupt-check-time`: how often the leader compares every member's hash with its own
+    /// (`corrupt::monitor`); `None`: never.
+    pub corrupt_check: Option<Duration>,
+    /// The CompactHashCheck feature gate's `--compact-hash-check-time`; `None`: the gate is off.
+    pub compact_hash_check: Option<Duration>,
 }
 
 /// Why a proposal or read did not succeed, in etcd's terms.
@@ -272,6 +277,10 @@ impl RaftNode {
             .await;
             super::corrupt::initial_check(&node, request_timeout(node.opts.election)).await?;
             node.raft.runtime_config().elect(true);
+        }
+        if node.opts.corrupt_check.is_some() || node.opts.compact_hash_check.is_some() {
+            let (every, compact) = (node.opts.corrupt_check, node.opts.compact_hash_check);
+            tokio::spawn(super::corrupt::monitor(Arc::downgrade(&node), every, compact));
         }
         Ok(node)
     }

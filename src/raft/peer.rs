@@ -239,18 +239,17 @@ impl pb::raft_server::Raft for PeerService {
     ) -> Result<Response<crate::proto::etcdserverpb::HashKvResponse>, Status> {
         self.node.check_peer(&req)?;
         let rev = req.into_inner().revision;
-        let (hash, hash_revision, compact_revision) =
-            self.node.machine.hash_kv(rev).map_err(status)?;
+        let h = self.node.machine.hash_kv(rev).map_err(status)?;
         Ok(Response::new(crate::proto::etcdserverpb::HashKvResponse {
             header: Some(crate::proto::etcdserverpb::ResponseHeader {
                 cluster_id: self.node.cluster_id,
                 member_id: self.node.id,
-                revision: hash_revision,
-                raft_term: 0,
+                revision: h.revision,
+                raft_term: self.node.term(),
             }),
-            hash,
-            compact_revision,
-            hash_revision,
+            hash: h.hash,
+            compact_revision: h.compact_revision,
+            hash_revision: h.hash_revision,
         }))
     }
 

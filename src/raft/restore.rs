@@ -239,7 +239,7 @@ mod tests {
             self.0.lock().push(format!("install {machine}"));
             Ok(())
         }
-        fn hash_kv(&self, _rev: i64) -> crate::error::Result<(u32, i64, i64)> {
+        fn hash_kv(&self, _rev: i64) -> crate::error::Result<crate::raft::KvHash> {
             unreachable!("not hashed here")
         }
     }

@@ -54,8 +54,21 @@ pub trait Machine: Send + Sync + std::fmt::Debug + 'static {
     fn install(&self, path: &Path, offset: u64) -> io::Result<()>;
 
     /// The hash of the state's key-value versions at `rev` (0: the current revision), as
-    /// Maintenance.HashKV computes it: (hash, hash revision, compact revision).
-    fn hash_kv(&self, rev: i64) -> crate::error::Result<(u32, i64, i64)>;
+    /// Maintenance.HashKV computes it.
+    fn hash_kv(&self, rev: i64) -> crate::error::Result<KvHash>;
+}
+
+/// A member's answer to HashKV, which its peers compare with theirs (`corrupt`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvHash {
+    pub hash: u32,
+    /// The revision hashed.
+    pub hash_revision: i64,
+    /// The member's compaction revision: two members' hashes of one revision are equal only
+    /// if they compacted to the same revision.
+    pub compact_revision: i64,
+    /// The member's current revision, once hashed (etcd's response header revision).
+    pub revision: i64,
 }
 
 /// A snapshot of a fixed state, to be written.

@@ -33,6 +33,9 @@ pub struct Alarms {
     active: Mutex<Vec<(u64, i32)>>,
     /// Whether a NOSPACE alarm is in `active`: read by every write, without the lock.
     nospace: AtomicBool,
+    /// Whether a CORRUPT alarm is in `active` (any member's): read by every write, without the
+    /// lock; while it is raised writes are refused, as etcd's corrupt applier refuses them.
+    corrupt: AtomicBool,
     /// The quota in bytes; `None`: no quota (the flag was negative).
     quota: Option<i64>,
     /// This member, which raises the alarms.
@@ -47,7 +50,13 @@ impl Alarms {
             0 => Some(DEFAULT_QUOTA_BYTES),
             q => Some(q),
         };
-        Self { active: Mutex::new(Vec::new()), nospace: AtomicBool::new(false), quota, member }
+        Self {
+            active: Mutex::new(Vec::new()),
+            nospace: AtomicBool::new(false),
+            corrupt: AtomicBool::new(false),
+            quota,
+            member,
+        }
     }
 
     /// The quota Status reports (0 when there is none, as etcd's passthrough quota).
@@ -86,6 +95,16 @@ impl Alarms {
         self.nospace.load(Ordering::Relaxed)
     }
 
+    /// Refuses a write while CORRUPT is raised: etcd's corrupt applier answers puts, deletes,
+    /// txns, compactions, lease grants and revocations so (reads and alarms go on, so that an
+    /// operator can look and disarm).
+    pub fn check_corrupt(&self) -> Result<(), Error> {
+        if self.corrupt.load(Ordering::Relaxed) {
+            return Err(Error::Corrupt);
+        }
+        Ok(())
+    }
+
     /// Replaces every alarm (a snapshot installed).
     pub fn replace(&self, alarms: &[(u64, i32)]) {
         let mut a = self.active.lock();
@@ -122,6 +141,13 @@ impl Alarms {
         }
         a.push((member, alarm));
         self.sync(&a);
+        if alarm == pb::AlarmType::Corrupt as i32 {
+            tracing::error!(
+                member = %format!("{member:x}"),
+                "alarm: CORRUPT raised: this member's store differs from the leader's; writes are \
+                 refused until an operator checks the members and disarms it"
+            );
+        }
         Some((member, alarm))
     }
 
@@ -131,8 +157,12 @@ impl Alarms {
         let at = a.iter().position(|x| *x == (member, alarm))?;
         let gone = a.remove(at);
         self.sync(&a);
-        if alarm == pb::AlarmType::Nospace as i32 {
-            tracing::info!("alarm: NOSPACE disarmed");
+        match pb::AlarmType::try_from(alarm) {
+            Ok(pb::AlarmType::Nospace) => tracing::info!("alarm: NOSPACE disarmed"),
+            Ok(pb::AlarmType::Corrupt) => {
+                tracing::info!(member = %format!("{member:x}"), "alarm: CORRUPT disarmed")
+            }
+            _ => {}
         }
         Some(gone)
     }
@@ -140,6 +170,8 @@ impl Alarms {
     fn sync(&self, active: &[(u64, i32)]) {
         let nospace = active.iter().any(|a| a.1 == pb::AlarmType::Nospace as i32);
         self.nospace.store(nospace, Ordering::Relaxed);
+        let corrupt = active.iter().any(|a| a.1 == pb::AlarmType::Corrupt as i32);
+        self.corrupt.store(corrupt, Ordering::Relaxed);
     }
 
     /// The first active alarm not in `excluded` (names as etcd spells them: NOSPACE, CORRUPT),

@@ -74,7 +74,8 @@ fn nested(revision: i64) -> Option<pb::ResponseHeader> {
 /// Applies one request from the Raft log, sent by `who` (`header`).
 fn apply(s: &Shared, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> {
     // A write that adds data is refused on every member alike while NOSPACE is raised (etcd's
-    // capped applier): the alarm itself went through the log.
+    // capped applier), every write while CORRUPT is (its corrupt applier): the alarms
+    // themselves went through the log.
     let capped = s.alarms.nospace_raised();
     // Permissions are checked here, against the auth state every member holds at this point
     // of the log (etcd's authApplierV3); one atomic load while auth is disabled.
@@ -85,6 +86,7 @@ fn apply(s: &Shared, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> 
             if auth {
                 auth::check_put(s, who.as_ref(), &p)?;
             }
+            s.alarms.check_corrupt()?;
             if capped && super::alarm::put_cost(&p) > 0 {
                 return Err(Error::NoSpace);
             }
@@ -94,23 +96,27 @@ fn apply(s: &Shared, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> 
             if auth {
                 auth::check_delete(s, who.as_ref(), &d)?;
             }
+            s.alarms.check_corrupt()?;
             Resp::DeleteRange(delete_range(s, d)?)
         }
         Req::Txn(t) => {
             if auth {
                 auth::check_txn(s, who.as_ref(), &t)?;
             }
+            s.alarms.check_corrupt()?;
             if capped && super::alarm::txn_cost(&t) > 0 {
                 return Err(Error::NoSpace);
             }
             Resp::Txn(txn(s, t)?)
         }
         Req::Compaction(c) => {
+            s.alarms.check_corrupt()?;
             // It walks every partition: off the runtime's other tasks.
             let done = tokio::task::block_in_place(|| s.store.compact(c.revision))?;
             Resp::Compaction(pb::CompactionResponse { header: nested(done.revision) })
         }
         Req::LeaseGrant(g) => {
+            s.alarms.check_corrupt()?;
             if capped {
                 return Err(Error::NoSpace);
             }
@@ -126,6 +132,7 @@ fn apply(s: &Shared, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> 
         }
         Req::LeaseRevoke(r) => {
             auth::check_lease_revoke(s, who.as_ref(), r.id)?;
+            s.alarms.check_corrupt()?;
             Resp::LeaseRevoke(pb::LeaseRevokeResponse { header: nested(revoke(s, r.id)?) })
         }
         Req::Alarm(a) => Resp::Alarm(alarm(s, &a)),
@@ -190,9 +197,11 @@ impl Machine for Applier {
         encode(r)
     }
 
-    fn hash_kv(&self, rev: i64) -> crate::error::Result<(u32, i64, i64)> {
+    fn hash_kv(&self, rev: i64) -> crate::error::Result<crate::raft::KvHash> {
         let Some(s) = self.shared.upgrade() else { return Err(Error::Stopped) };
-        s.store.hash_kv(rev)
+        let (hash, hash_revision, compact_revision) = s.store.hash_kv(rev)?;
+        let revision = s.store.current_revision();
+        Ok(crate::raft::KvHash { hash, hash_revision, compact_revision, revision })
     }
 
     fn snapshot(&self) -> Box<dyn SnapshotJob> {

@@ -32,6 +32,7 @@ pub fn code(e: &Error) -> Code {
         | Error::NotLeader
         | Error::UnhealthyCluster => Code::Unavailable,
         Error::NoSpace => Code::ResourceExhausted,
+        Error::Corrupt => Code::DataLoss,
         Error::SnapshotFailed | Error::Internal => Code::Internal,
         Error::MemberNotFound => Code::NotFound,
         Error::PeerUrlExists

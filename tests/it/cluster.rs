@@ -910,3 +910,128 @@ async fn a_restarted_member_whose_data_differs_from_its_peers_fails_the_initial_
     let r = put(&mut cl, "after", "check").await;
     assert_eq!(get(&mut c.client(1).await, "after", false).await, Some(("check".into(), r)));
 }
+
+/// etcd's periodic corruption check (`--corrupt-check-time`): the leader compares every
+/// member's hash with its own, and raises the CORRUPT alarm for a member whose store differs;
+/// the alarm refuses writes (`etcdserver: corrupt cluster`) on every member while reads go on.
+/// Healthy members under writes raise nothing. A member's store is made to differ with each
+/// server's own tools: a cluster founded from snapshots (`snapshot restore`), two members from
+/// one server's and the third from another's that took another value at the same revision; the
+/// third starts once the other two have elected a leader. The same test runs against etcd.
+///
+/// `compaction`: the compaction check instead (the CompactHashCheck gate), which compares the
+/// members' hashes at the last compaction revision.
+async fn a_member_whose_store_differs_gets_the_corrupt_alarm(kind: Kind, compaction: bool) {
+    let flags: &[&str] = if compaction {
+        &["--feature-gates=CompactHashCheck=true", "--compact-hash-check-time=1s"]
+    } else {
+        &["--corrupt-check-time=1s"]
+    };
+    let Some(c) = Cluster::start(kind, 3, flags).await else {
+        return;
+    };
+    let alarms = |raw: &mut Raw| {
+        let mut maint = raw.maint.clone();
+        async move {
+            let a = pb::AlarmRequest {
+                action: pb::alarm_request::AlarmAction::Get as i32,
+                member_id: 0,
+                alarm: pb::AlarmType::None as i32,
+            };
+            let r = maint.alarm(a).await.expect("alarm list").into_inner();
+            r.alarms.iter().map(|a| (a.member_id, a.alarm)).collect::<Vec<_>>()
+        }
+    };
+    // Healthy members, checked while writes go on (bounded: 60 puts over about 3 s).
+    let l = c.leader().await;
+    let (mut cl, mut raw) = (c.client(l).await, c.raw(l).await);
+    for i in 0..60 {
+        let rev = put(&mut cl, &format!("load/{i}"), "v").await;
+        if compaction && i % 20 == 10 {
+            cl.compact(rev, None).await.expect("compact");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let done = match compaction {
+        true => "successfully checked hash on whole cluster",
+        false => "finished peer corruption check",
+    };
+    let checks = c.members[l].server.as_ref().unwrap().grep_log(done);
+    assert!(!checks.is_empty(), "the leader ran no check");
+    assert_eq!(alarms(&mut raw).await, vec![], "a false alarm on healthy members");
+    drop(c);
+
+    // Two snapshots at revision 4 that differ in one value.
+    let dir = DataDir::new();
+    let mut files = Vec::new();
+    for value in ["precious-value-0001", "tampered-value-0001"] {
+        let one = Server::start(kind, &[]).await.expect("a server");
+        let mut oc = one.client().await;
+        for (k, v) in [("a", "1"), ("b", "2"), ("k", value)] {
+            oc.put(k, v, None).await.unwrap();
+        }
+        let file = dir.aside(&format!("{value}.db"));
+        let mut raw = one.raw().await.unwrap();
+        let mut stream = raw.maint.snapshot(pb::SnapshotRequest {}).await.unwrap().into_inner();
+        let mut bytes = Vec::new();
+        use tokio_stream::StreamExt;
+        while let Some(m) = stream.next().await {
+            bytes.extend_from_slice(&m.unwrap().blob);
+        }
+        std::fs::write(&file, bytes).unwrap();
+        files.push(file);
+    }
+    let (good, bad) = (files[0].as_path(), files[1].as_path());
+    let mut c = Cluster::from_snapshots(kind, &[good, good, bad], flags);
+    c.restart_all(&[0, 1]).await;
+    let l = c.leader().await;
+    assert_ne!(l, 2);
+    c.restart(2).await;
+    let id = c.member_id(2).await;
+    let (mut cl, mut raw) = (c.client(l).await, c.raw(l).await);
+    if compaction {
+        cl.compact(4, None).await.expect("compact");
+    }
+
+    // The next checks find it.
+    let corrupt = pb::AlarmType::Corrupt as i32;
+    let start = Instant::now();
+    loop {
+        let a = alarms(&mut raw).await;
+        if !a.is_empty() {
+            assert_eq!(a, vec![(id, corrupt)], "the alarm names the member whose store differs");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(15), "no CORRUPT alarm");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Writes are refused on every member, reads go on.
+    let err = raw
+        .kv
+        .put(pb::PutRequest { key: b"after".to_vec().into(), ..Default::default() })
+        .await
+        .expect_err("a write under the CORRUPT alarm");
+    assert_eq!((err.code(), err.message()), (tonic::Code::DataLoss, "etcdserver: corrupt cluster"));
+    let r = cl.get("a", None).await.expect("a read under the CORRUPT alarm");
+    assert_eq!(r.kvs()[0].value(), b"1");
+}
+
+#[tokio::test]
+async fn a_member_whose_store_differs_gets_the_corrupt_alarm_from_the_periodic_check() {
+    a_member_whose_store_differs_gets_the_corrupt_alarm(Kind::MemEtcd, false).await;
+}
+
+#[tokio::test]
+async fn etcd_raises_the_corrupt_alarm_for_a_member_whose_store_differs() {
+    a_member_whose_store_differs_gets_the_corrupt_alarm(Kind::Etcd, false).await;
+}
+
+#[tokio::test]
+async fn a_member_whose_store_differs_gets_the_corrupt_alarm_from_the_compaction_check() {
+    a_member_whose_store_differs_gets_the_corrupt_alarm(Kind::MemEtcd, true).await;
+}
+
+#[tokio::test]
+async fn etcd_raises_the_corrupt_alarm_at_a_compaction_for_a_member_whose_store_differs() {
+    a_member_whose_store_differs_gets_the_corrupt_alarm(Kind::Etcd, true).await;
+}

@@ -77,6 +77,32 @@ impl Cluster {
         Cluster { kind, members, extra, token, peer_scheme }
     }
 
+    /// A cluster of `kind` whose member `i` is restored from the snapshot `files[i]` (with the
+    /// kind's own tool: `mem_etcd snapshot restore` or `etcdutl snapshot restore`), not started.
+    pub fn from_snapshots(kind: Kind, files: &[&std::path::Path], extra: &[&str]) -> Cluster {
+        let c = Self::unstarted(kind, files.len(), extra, "http");
+        let tool = match kind {
+            Kind::MemEtcd => std::path::PathBuf::from(env!("CARGO_BIN_EXE_mem_etcd")),
+            _ => peer_binary("etcdutl").expect("etcdutl"),
+        };
+        for (i, (m, file)) in c.members.iter().zip(files).enumerate() {
+            let mut cmd = std::process::Command::new(&tool);
+            cmd.args(["snapshot", "restore"])
+                .arg(file)
+                .arg("--data-dir")
+                .arg(m.dir.path())
+                .arg(format!("--name={}", m.name))
+                .arg(format!("--initial-cluster={}", c.initial_cluster()))
+                .arg(format!("--initial-cluster-token={}", c.token));
+            if kind != Kind::MemEtcd {
+                cmd.arg(format!("--initial-advertise-peer-urls={}", c.peer_url(i)));
+            }
+            let out = cmd.output().expect("snapshot restore");
+            assert!(out.status.success(), "restore: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        c
+    }
+
     /// A mem_etcd cluster of `n` founded from the snapshot `file` (mem_etcd's or etcd's): every
     /// member's data directory restored with `mem_etcd snapshot restore --initial-cluster`,
     /// then the members started on them.
