@@ -629,10 +629,11 @@ impl Config {
             _ if self.unsafe_no_fsync => (crate::wal::Mode::Buffered, NO_FSYNC_INTERVAL),
             _ => (mode, self.wal_flush_interval),
         };
-        let dir = self
-            .data_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(format!("{}.mem_etcd", self.name)));
+        let dir = crate::data_dir::DataDir::new(
+            self.data_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(format!("{}.mem_etcd", self.name))),
+        );
         crate::wal::Options {
             dir,
             mode,
@@ -675,8 +676,8 @@ impl Config {
     fn node_options(&self, grow: bool) -> Result<Option<crate::raft::NodeOptions>, String> {
         use crate::raft::membership::{self, normalize_url};
         let wal = self.wal_options();
-        let dir = wal.dir.join("raft");
-        let existing_state = wal.mode != crate::wal::Mode::None && dir.join("member").exists();
+        let dir = wal.dir.raft();
+        let existing_state = wal.mode != crate::wal::Mode::None && dir.has_member();
         let advertised: Vec<String> = self
             .initial_advertise_peer_urls
             .iter()
