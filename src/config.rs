@@ -62,7 +62,7 @@ pub struct Config {
     /// written to the OS and fdatasync'd within --wal-flush-interval; fsync: acknowledged once
     /// fdatasync'd (group commit).
     #[arg(long, env = "MEM_ETCD_WAL_MODE", value_enum, default_value = "buffered")]
-    pub wal_mode: WalMode,
+    pub wal_mode: crate::wal::Mode,
 
     /// Shorthand for --wal-mode fsync.
     #[arg(long, env = "MEM_ETCD_FSYNC")]
@@ -550,12 +550,22 @@ pub enum ClusterState {
     Existing,
 }
 
-/// `--wal-mode`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum WalMode {
-    None,
-    Buffered,
-    Fsync,
+/// `--wal-mode` takes the WAL's own [`Mode`](crate::wal::Mode) (the log keeps no command-line
+/// types: its values are listed here).
+impl clap::ValueEnum for crate::wal::Mode {
+    fn value_variants<'a>() -> &'a [Self] {
+        use crate::wal::Mode;
+        &[Mode::None, Mode::Buffered, Mode::Fsync]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        use crate::wal::Mode;
+        Some(clap::builder::PossibleValue::new(match self {
+            Mode::None => "none",
+            Mode::Buffered => "buffered",
+            Mode::Fsync => "fsync",
+        }))
+    }
 }
 
 /// `--auto-compaction-mode`.
@@ -617,11 +627,7 @@ impl Config {
 
     /// The WAL settings these flags ask for.
     pub fn wal_options(&self) -> crate::wal::Options {
-        let mode = match (self.fsync, self.wal_mode) {
-            (true, _) | (_, WalMode::Fsync) => crate::wal::Mode::Fsync,
-            (_, WalMode::Buffered) => crate::wal::Mode::Buffered,
-            (_, WalMode::None) => crate::wal::Mode::None,
-        };
+        let mode = if self.fsync { crate::wal::Mode::Fsync } else { self.wal_mode };
         // --unsafe-no-fsync: written to the OS at once, as in buffered mode, but the background
         // sync waits a day: only shutdown (and snapshots) sync.
         let (mode, flush_interval) = match mode {
