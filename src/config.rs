@@ -78,7 +78,8 @@ pub struct Config {
     #[arg(long, env = "MEM_ETCD_WAL_FLUSH_INTERVAL", default_value = "10ms", value_parser = parse_duration)]
     pub wal_flush_interval: Duration,
 
-    /// WAL segment size: a segment is closed and a new one started past it.
+    /// WAL segment size: a segment is closed and a new one started past it (a member alone's
+    /// WAL; a cluster member's Raft log).
     #[arg(long, env = "MEM_ETCD_WAL_SEGMENT_BYTES", default_value_t = 64 << 20)]
     pub wal_segment_bytes: u64,
 

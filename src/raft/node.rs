@@ -41,6 +41,7 @@ pub struct NodeOptions {
     /// `<data-dir>/raft`.
     pub dir: RaftDir,
     pub mode: Mode,
+    /// `--wal-segment-bytes`: the Raft log starts a new segment past this size.
     pub segment_bytes: u64,
     pub flush_interval: Duration,
     /// A snapshot is taken once this many bytes were logged since the last one (or the
@@ -181,7 +182,7 @@ impl RaftNode {
         let log = LogStore::open(&LogOptions {
             dir: opts.dir.log(),
             mode: opts.mode,
-            segment_bytes: 64 << 20,
+            segment_bytes: opts.segment_bytes,
             flush_interval: opts.flush_interval,
         })
         .map_err(|e| format!("raft log: {e}"))?;
