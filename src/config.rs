@@ -62,7 +62,7 @@ pub struct Config {
     /// written to the OS and fdatasync'd within --wal-flush-interval; fsync: acknowledged once
     /// fdatasync'd (group commit).
     #[arg(long, env = "MEM_ETCD_WAL_MODE", value_enum, default_value = "buffered")]
-    pub wal_mode: WalMode,
+    pub wal_mode: crate::wal::Mode,
 
     /// Shorthand for --wal-mode fsync.
     #[arg(long, env = "MEM_ETCD_FSYNC")]
@@ -78,7 +78,8 @@ pub struct Config {
     #[arg(long, env = "MEM_ETCD_WAL_FLUSH_INTERVAL", default_value = "10ms", value_parser = parse_duration)]
     pub wal_flush_interval: Duration,
 
-    /// WAL segment size: a segment is closed and a new one started past it.
+    /// WAL segment size: a segment is closed and a new one started past it (a member alone's
+    /// WAL; a cluster member's Raft log).
     #[arg(long, env = "MEM_ETCD_WAL_SEGMENT_BYTES", default_value_t = 64 << 20)]
     pub wal_segment_bytes: u64,
 
@@ -569,12 +570,22 @@ pub enum ClusterState {
     Existing,
 }
 
-/// `--wal-mode`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum WalMode {
-    None,
-    Buffered,
-    Fsync,
+/// `--wal-mode` takes the WAL's own [`Mode`](crate::wal::Mode) (the log keeps no command-line
+/// types: its values are listed here).
+impl clap::ValueEnum for crate::wal::Mode {
+    fn value_variants<'a>() -> &'a [Self] {
+        use crate::wal::Mode;
+        &[Mode::None, Mode::Buffered, Mode::Fsync]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        use crate::wal::Mode;
+        Some(clap::builder::PossibleValue::new(match self {
+            Mode::None => "none",
+            Mode::Buffered => "buffered",
+            Mode::Fsync => "fsync",
+        }))
+    }
 }
 
 /// `--auto-compaction-mode`.
@@ -636,11 +647,7 @@ impl Config {
 
     /// The WAL settings these flags ask for.
     pub fn wal_options(&self) -> crate::wal::Options {
-        let mode = match (self.fsync, self.wal_mode) {
-            (true, _) | (_, WalMode::Fsync) => crate::wal::Mode::Fsync,
-            (_, WalMode::Buffered) => crate::wal::Mode::Buffered,
-            (_, WalMode::None) => crate::wal::Mode::None,
-        };
+        let mode = if self.fsync { crate::wal::Mode::Fsync } else { self.wal_mode };
         // --unsafe-no-fsync: written to the OS at once, as in buffered mode, but the background
         // sync waits a day: only shutdown (and snapshots) sync.
         let (mode, flush_interval) = match mode {
@@ -648,10 +655,11 @@ impl Config {
             _ if self.unsafe_no_fsync => (crate::wal::Mode::Buffered, NO_FSYNC_INTERVAL),
             _ => (mode, self.wal_flush_interval),
         };
-        let dir = self
-            .data_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(format!("{}.mem_etcd", self.name)));
+        let dir = crate::data_dir::DataDir::new(
+            self.data_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(format!("{}.mem_etcd", self.name))),
+        );
         crate::wal::Options {
             dir,
             mode,
@@ -694,8 +702,8 @@ impl Config {
     fn node_options(&self, grow: bool) -> Result<Option<crate::raft::NodeOptions>, String> {
         use crate::raft::membership::{self, normalize_url};
         let wal = self.wal_options();
-        let dir = wal.dir.join("raft");
-        let existing_state = wal.mode != crate::wal::Mode::None && dir.join("member").exists();
+        let dir = wal.dir.raft();
+        let existing_state = wal.mode != crate::wal::Mode::None && dir.has_member();
         let advertised: Vec<String> = self
             .initial_advertise_peer_urls
             .iter()

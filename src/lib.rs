@@ -4,7 +4,7 @@
 //!
 //! ## Architecture
 //! Dependencies point one way: `server` → (`raft`, `watch`, `lease`, `auth`) → `mvcc` →
-//! `wal`, and everything → (`revision`, `keyspace`, `error`, `metrics`, `duration`); `raft`
+//! `wal`, and everything → (`revision`, `keyspace`, `error`, `metrics`, `duration`, `data_dir`); `raft`
 //! uses only `wal`'s file framing below it. The storage layers never see gRPC types; `raft` sees
 //! requests only as bytes and reaches the store through the [`raft::Machine`] the server
 //! implements.
@@ -51,6 +51,8 @@
 //! - [`backend`]: etcd's own storage format (a bbolt database with etcd's buckets), read from
 //!   an etcd snapshot.db by `mem_etcd snapshot restore` and written by `mem_etcd snapshot
 //!   export`, so data moves between etcd and mem_etcd with its revisions; never used to serve.
+//! - [`data_dir`]: the layout of `--data-dir` and the atomic replacement of its small files,
+//!   used by `wal`, `raft` and `server` alike.
 //!
 //! ## The write path
 //! validate → lock partitions → evaluate compares → allocate revision → apply → encode WAL
@@ -103,6 +105,7 @@
 pub mod auth;
 pub mod backend;
 pub mod config;
+pub mod data_dir;
 pub mod duration;
 pub mod error;
 pub mod keyspace;

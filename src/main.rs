@@ -168,13 +168,12 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
     // while doing so.
     let wal = config.wal_options();
     if wal.mode != mem_etcd::wal::Mode::None
-        && let Err(e) = mem_etcd::raft::restore::settle(&wal.dir.join("raft"))
+        && let Err(e) = mem_etcd::raft::restore::settle(&wal.dir.raft())
     {
         fail(format!("{}: {e}", wal.dir.display()));
     }
     let mut cluster = config.cluster().unwrap_or_else(|e| fail(e));
-    let member_state = wal.mode != mem_etcd::wal::Mode::None
-        && mem_etcd::raft::restore::has_member(&wal.dir.join("raft"));
+    let member_state = wal.mode != mem_etcd::wal::Mode::None && wal.dir.raft().has_member();
     if config.force_new_cluster && !member_state {
         tracing::info!(
             "--force-new-cluster: the data directory holds no cluster member's state; nothing to \
@@ -234,7 +233,7 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
 /// `<data-dir>/fixtures/{client,peer}` (as etcd) stands for them. Given certificates win, as in
 /// etcd.
 fn auto_tls(config: &mut Config) -> Result<(), String> {
-    let fixtures = config.wal_options().dir.join("fixtures");
+    let fixtures = config.wal_options().dir.fixtures();
     let years = config.self_signed_cert_validity;
     if config.auto_tls {
         if config.cert_file.is_some() || config.key_file.is_some() {

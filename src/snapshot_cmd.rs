@@ -12,6 +12,7 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::backend::schema;
+use crate::data_dir::DataDir;
 use crate::raft::membership::{InitialMember, cluster_id, initial_members, parse_initial_cluster};
 use crate::raft::restore::{founding, write_member};
 use crate::wal::backup::BackupError;
@@ -119,7 +120,7 @@ fn restore_member(
     };
     let machine_state = prost::Message::encode_to_vec(&machine_state);
     backup::into_new_dir(dir, &mut |dir| {
-        let raft_dir = dir.join("raft");
+        let raft_dir = DataDir::new(dir).raft();
         let write = &mut |out: &mut dyn Write| {
             out.write_all(&(machine_state.len() as u32).to_le_bytes())?;
             out.write_all(&machine_state)?;
@@ -170,13 +171,14 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
                 // A member alone keeps its auth state in a file of its own.
                 Ok(None) if etcd => {
                     let auth = |dir: &Path, a: &schema::AuthState| {
-                        crate::server::auth::save(&dir.join("auth"), &a.to_auth())
+                        crate::server::auth::save(&DataDir::new(dir).auth_file(), &a.to_auth())
                     };
                     schema::restore(&file, &data_dir, skip_hash_check, &auth)
                 }
                 Ok(None) => {
                     let auth = |dir: &Path, state: &bytes::Bytes| {
-                        crate::server::auth::save(&dir.join("auth"), &decode_auth(state)?)
+                        let path = DataDir::new(dir).auth_file();
+                        crate::server::auth::save(&path, &decode_auth(state)?)
                     };
                     backup::restore(&file, &data_dir, skip_hash_check, &auth)
                 }

@@ -6,11 +6,13 @@
 //! - [`store`]: the partitions, the revision clock and the one write path;
 //! - [`request`]: the KV API's requests and responses, free of any wire format;
 //! - [`validate`]: etcd's request checks;
+//! - [`event`]: a change to a key as watchers see it;
 //! - [`event_log`]: every committed revision's events, for watchers;
 //! - [`persist`]: recovery from the WAL into the store, and snapshots of the store;
 //! - [`backup`]: backups of the store at one revision (Maintenance.Snapshot).
 
 pub mod backup;
+pub mod event;
 pub mod event_log;
 pub mod index;
 pub mod key_index;
@@ -20,7 +22,8 @@ pub mod request;
 pub mod store;
 pub mod validate;
 
-pub use event_log::{CommitObserver, Event, EventKind, EventLog, RevisionEvents};
+pub use event::{Event, EventKind, RevisionEvents};
+pub use event_log::{CommitObserver, EventLog};
 pub use request::*;
 pub use store::LeaseIndex;
 pub use store::{Applied, Compacted, HistoryPin, Refused, Store, StoreConfig};

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use hashbrown::{DefaultHashBuilder, HashSet, HashTable};
 use parking_lot::RwLock;
 
-use super::event_log::{Event, EventKind};
+use super::event::{Event, EventKind};
 use super::index::{Keys, OrderedIndex};
 use super::key_index::{KeyHistory, KeyRecord, record_cost};
 use super::request::KeyValue;

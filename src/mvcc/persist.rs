@@ -34,7 +34,7 @@ impl Store {
                 Recovered { rev: 1, compacted: -1, ..Default::default() },
             ));
         }
-        if opts.dir.join("member").join("wal").exists() {
+        if opts.dir.is_etcd() {
             return Err(format!(
                 "{} holds an etcd data directory; mem_etcd keeps its own format: give it a \
                  directory of its own (restore etcd data with `etcdctl snapshot` tooling)",

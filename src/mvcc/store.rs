@@ -32,7 +32,8 @@ use bytes::Bytes;
 use hashbrown::HashMap;
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 
-use super::event_log::{CommitObserver, Event, EventKind, EventLog, RevisionEvents};
+use super::event::{Event, EventKind, RevisionEvents};
+use super::event_log::{CommitObserver, EventLog};
 use super::partition::{Partition, PartitionState};
 use super::request::*;
 use super::validate;

@@ -266,7 +266,7 @@ fn compaction_keeps_live_keys_and_frees_superseded_versions() {
 
 fn wal_options(dir: &std::path::Path, snapshot_bytes: u64) -> crate::wal::Options {
     crate::wal::Options {
-        dir: dir.to_path_buf(),
+        dir: crate::data_dir::DataDir::new(dir),
         mode: crate::wal::Mode::Buffered,
         exclude: vec![b("/registry/events/")],
         flush_interval: std::time::Duration::from_millis(5),

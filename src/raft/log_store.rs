@@ -34,6 +34,7 @@ use parking_lot::{Condvar, Mutex};
 use prost::Message;
 
 use super::{CommittedLeaderId, Entry, LogId, Proposal, TypeConfig, Vote, codec};
+use crate::data_dir::sync_dir;
 use crate::proto::memetcdpb as pb;
 use crate::wal::Mode;
 use crate::wal::record::{Decoder, FILE_HEADER_LEN, Framer, put_bytes, put_uvarint};
@@ -428,7 +429,7 @@ impl LogStore {
         }
         seg.older = keep;
         if deleted {
-            segment::sync_dir(&d.dir)?;
+            sync_dir(&d.dir)?;
         }
         Ok(())
     }
@@ -470,7 +471,7 @@ fn load(dir: &Path, segs: &[(PathBuf, u64, u64)], repair: bool) -> io::Result<Me
                     tracing::warn!(file = %path.display(), offset, reason, "raft log: torn tail cut off");
                     // Cut short while being created: it holds nothing.
                     fs::remove_file(path)?;
-                    segment::sync_dir(dir)?;
+                    sync_dir(dir)?;
                 } else {
                     tracing::warn!(file = %path.display(), offset, reason, "raft log: torn tail cut off");
                     segment::truncate(path, *offset)?;
@@ -549,7 +550,7 @@ fn new_segment(
     let mut file = OpenOptions::new().create_new(true).append(true).open(&path)?;
     file.write_all(&buf)?;
     file.sync_all()?;
-    segment::sync_dir(dir)?;
+    sync_dir(dir)?;
     Ok(Segment { file, path, seq, size: buf.len() as u64, older, first })
 }
 

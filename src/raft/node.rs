@@ -3,7 +3,6 @@
 //! follower), linearizable read barriers, membership changes and leader transfer.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -20,6 +19,7 @@ use super::membership::InitialMember;
 use super::network::{Network, Peers, RaftClient};
 use super::state_machine::{Machine, StateMachine};
 use super::{PeerNode, Proposal, Raft, TypeConfig};
+use crate::data_dir::RaftDir;
 use crate::error::Error;
 use crate::proto::memetcdpb as pb;
 use crate::wal::Mode;
@@ -39,8 +39,9 @@ pub struct NodeOptions {
     /// `--initial-cluster-state new` (false: `existing`, join a running cluster).
     pub new_cluster: bool,
     /// `<data-dir>/raft`.
-    pub dir: PathBuf,
+    pub dir: RaftDir,
     pub mode: Mode,
+    /// `--wal-segment-bytes`: the Raft log starts a new segment past this size.
     pub segment_bytes: u64,
     pub flush_interval: Duration,
     /// A snapshot is taken once this many bytes were logged since the last one (or the
@@ -149,11 +150,6 @@ fn raft_config(o: &NodeOptions) -> std::result::Result<openraft::Config, String>
     c.validate().map_err(|e| format!("raft config: {e}"))
 }
 
-/// The file holding a member's ids once it has joined a cluster (`none` mode keeps nothing).
-pub(super) fn member_file(dir: &std::path::Path) -> PathBuf {
-    dir.join("member")
-}
-
 impl RaftNode {
     /// Starts this member's node: a restarted member resumes from its log and snapshot; a new
     /// one founds the cluster with the other `--initial-cluster` members or waits to be
@@ -185,12 +181,13 @@ impl RaftNode {
         founded: Option<u64>,
     ) -> std::result::Result<Arc<Self>, String> {
         let durable = opts.mode != Mode::None;
-        std::fs::create_dir_all(&opts.dir).map_err(|e| format!("{}: {e}", opts.dir.display()))?;
-        let restarted = durable && member_file(&opts.dir).exists();
+        let dir = opts.dir.path();
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let restarted = durable && opts.dir.has_member();
         let log = LogStore::open(&LogOptions {
-            dir: opts.dir.join("log"),
+            dir: opts.dir.log(),
             mode: opts.mode,
-            segment_bytes: 64 << 20,
+            segment_bytes: opts.segment_bytes,
             flush_interval: opts.flush_interval,
         })
         .map_err(|e| format!("raft log: {e}"))?;
@@ -202,7 +199,7 @@ impl RaftNode {
             log.clone().save_vote(&vote).await.map_err(|e| format!("raft log: {e}"))?;
         }
         let (applied_tx, applied) = watch::channel(0);
-        let snap = opts.dir.join("snap");
+        let snap = opts.dir.snapshots();
         let sm = StateMachine::open(
             machine.clone(),
             snap,
@@ -245,9 +242,9 @@ impl RaftNode {
             if durable {
                 // The ids are kept from now on: a restart resumes this member, whatever flags
                 // it is given (as etcd ignores --initial-* once it has a data directory).
-                let text = format!("{:x} {:x}\n", node.id, node.cluster_id);
-                let path = member_file(&node.opts.dir);
-                std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+                let dir = &node.opts.dir;
+                dir.write_member(node.id, node.cluster_id)
+                    .map_err(|e| format!("{}: {e}", dir.display()))?;
                 if node.opts.new_cluster {
                     node.found().await?;
                 }
@@ -290,15 +287,9 @@ impl RaftNode {
     /// running cluster (`existing`) asks the members of `--initial-cluster` for them, and is
     /// refused start-up if none answers within 30 s or none knows its peer URLs.
     pub async fn resolve_ids(opts: &mut NodeOptions) -> std::result::Result<(), String> {
-        let file = member_file(&opts.dir);
-        if opts.mode != Mode::None && file.exists() {
-            let text =
-                std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-            let ids: Vec<u64> =
-                text.split_whitespace().filter_map(|w| u64::from_str_radix(w, 16).ok()).collect();
-            let [member, cluster] = ids[..] else {
-                return Err(format!("{}: not a member file", file.display()));
-            };
+        if opts.mode != Mode::None
+            && let Some((member, cluster)) = opts.dir.read_member()?
+        {
             (opts.member_id, opts.cluster_id) = (member, cluster);
             return Ok(());
         }

@@ -16,13 +16,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use openraft::EntryPayload;
 
 use super::{CommittedLeaderId, LogId, Membership, PeerNode, SnapshotMeta, StoredMembership};
-use super::{Machine, log_store, node, state_machine};
-use crate::wal::segment::sync_dir;
+use super::{Machine, log_store, state_machine};
+use crate::data_dir::{RaftDir, sync_dir};
 
 /// Where openraft's `initialize` puts the founding membership: the position of a cluster
 /// founded from nothing but the snapshot.
@@ -35,14 +35,14 @@ pub fn founding() -> LogId {
 /// URLs) whose machine bytes `machine` writes (as [`super::Machine::install`] reads them), then
 /// the member file, last, since its presence is what makes a start resume rather than found.
 pub fn write_member(
-    dir: &Path,
+    dir: &RaftDir,
     member_id: u64,
     cluster_id: u64,
     members: &BTreeMap<u64, Vec<String>>,
     at: LogId,
     machine: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<()> {
-    let snap = dir.join("snap");
+    let snap = dir.snapshots();
     fs::create_dir_all(&snap)?;
     let voters: BTreeSet<u64> = members.keys().copied().collect();
     let nodes: BTreeMap<u64, PeerNode> =
@@ -60,16 +60,7 @@ pub fn write_member(
     out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     fs::rename(&tmp, snap.join(state_machine::file_name(&meta.last_log_id)))?;
     sync_dir(&snap)?;
-    let member = node::member_file(dir);
-    let mut f = File::create(&member)?;
-    f.write_all(format!("{member_id:x} {cluster_id:x}\n").as_bytes())?;
-    f.sync_all()?;
-    sync_dir(dir)
-}
-
-/// Whether `dir` (`<data-dir>/raft`) holds a cluster member's state.
-pub fn has_member(dir: &Path) -> bool {
-    node::member_file(dir).exists()
+    dir.write_member(member_id, cluster_id)
 }
 
 /// What a member's committed state is, as [`replay_committed`] rebuilt it.
@@ -93,11 +84,11 @@ pub struct Replayed {
 /// be committed (they may be a deposed leader's, never acknowledged) and are left out, as etcd
 /// leaves out the entries past the commit index of its WAL's hard state when it forces a new
 /// cluster. The files are only read.
-pub fn replay_committed(dir: &Path, machine: &dyn Machine) -> io::Result<Replayed> {
-    let log = log_store::read_local(&dir.join("log"))?;
+pub fn replay_committed(dir: &RaftDir, machine: &dyn Machine) -> io::Result<Replayed> {
+    let log = log_store::read_local(&dir.log())?;
     let mut applied = None;
     let mut membership = Membership::default();
-    let snap = dir.join("snap");
+    let snap = dir.snapshots();
     if let Some(path) = snap.exists().then(|| state_machine::newest(&snap)).transpose()?.flatten() {
         let (meta, offset) = state_machine::open_snapshot(&path)?;
         machine.install(&path, offset)?;
@@ -152,57 +143,49 @@ pub fn replay_committed(dir: &Path, machine: &dyn Machine) -> io::Result<Replaye
     Ok(Replayed { applied, term, membership, discarded })
 }
 
-/// `<data-dir>/raft.new` (a replacement being written) or `raft.old` (the replaced state, until
-/// it is removed) for `dir` = `<data-dir>/raft`.
-fn beside(dir: &Path, suffix: &str) -> PathBuf {
-    let mut name = dir.file_name().unwrap_or_default().to_os_string();
-    name.push(suffix);
-    dir.with_file_name(name)
-}
-
 /// [`write_member`] in place of the Raft state `dir` holds, crash-safely: the new state is
 /// written beside it in full (member file last), then takes its place by two renames; at every
 /// moment a start finds one complete state, the old or the new, once [`settle`] has run.
 pub fn replace_member(
-    dir: &Path,
+    dir: &RaftDir,
     member_id: u64,
     cluster_id: u64,
     members: &BTreeMap<u64, Vec<String>>,
     at: LogId,
     machine: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<()> {
-    let (new, old) = (beside(dir, ".new"), beside(dir, ".old"));
-    for leftover in [&new, &old] {
+    let (new, old) = (dir.beside(".new"), dir.beside(".old"));
+    for leftover in [new.path(), old.path()] {
         if leftover.exists() {
             fs::remove_dir_all(leftover)?;
         }
     }
     write_member(&new, member_id, cluster_id, members, at, machine)?;
-    let parent = dir.parent().unwrap_or(Path::new("."));
-    fs::rename(dir, &old)?;
-    fs::rename(&new, dir)?;
+    let parent = dir.path().parent().unwrap_or(Path::new("."));
+    fs::rename(dir.path(), old.path())?;
+    fs::rename(new.path(), dir.path())?;
     sync_dir(parent)?;
-    fs::remove_dir_all(&old)
+    fs::remove_dir_all(old.path())
 }
 
 /// At start, before anything reads `dir` (`<data-dir>/raft`): finishes a [`replace_member`] a
 /// crash interrupted after the new state was complete, or drops the unfinished new state (the
 /// old one is still in place); then removes what is left of the replaced one.
-pub fn settle(dir: &Path) -> io::Result<()> {
-    let (new, old) = (beside(dir, ".new"), beside(dir, ".old"));
-    let parent = dir.parent().unwrap_or(Path::new("."));
-    if !dir.exists() {
-        let from = if has_member(&new) { &new } else { &old };
-        if from.exists() {
+pub fn settle(dir: &RaftDir) -> io::Result<()> {
+    let (new, old) = (dir.beside(".new"), dir.beside(".old"));
+    let parent = dir.path().parent().unwrap_or(Path::new("."));
+    if !dir.path().exists() {
+        let from = if new.has_member() { &new } else { &old };
+        if from.path().exists() {
             tracing::warn!(
                 from = %from.display(),
                 "raft: finishing a replacement of this member's Raft state that a crash interrupted"
             );
-            fs::rename(from, dir)?;
+            fs::rename(from.path(), dir.path())?;
             sync_dir(parent)?;
         }
     }
-    for leftover in [&new, &old] {
+    for leftover in [new.path(), old.path()] {
         if leftover.exists() {
             fs::remove_dir_all(leftover)?;
         }
@@ -217,6 +200,7 @@ mod tests {
     use parking_lot::Mutex;
 
     use super::*;
+    use crate::data_dir::DataDir;
     use crate::raft::log_store::{LogOptions, LogStore};
     use crate::raft::{Entry, Proposal, SnapshotJob, TypeConfig, Vote};
     use crate::wal::Mode;
@@ -258,10 +242,10 @@ mod tests {
     }
 
     /// A member's log: the founding membership, then `a`..`e` at 1..=5, committed up to 3.
-    async fn member_log(dir: &Path) {
+    async fn member_log(dir: &RaftDir) {
         use openraft::type_config::TypeConfigExt;
         let opts = LogOptions {
-            dir: dir.join("log"),
+            dir: dir.log(),
             mode: Mode::Buffered,
             segment_bytes: 1 << 20,
             flush_interval: std::time::Duration::from_millis(5),
@@ -287,7 +271,7 @@ mod tests {
     #[tokio::test]
     async fn a_member_replays_what_it_had_committed_and_drops_the_rest() {
         let dir = tempfile::tempdir().unwrap();
-        let raft = dir.path().join("raft");
+        let raft = DataDir::new(dir.path()).raft();
         member_log(&raft).await;
         let m = Recorder::default();
         let r = replay_committed(&raft, &m).unwrap();
@@ -307,15 +291,15 @@ mod tests {
     #[tokio::test]
     async fn a_replaced_state_survives_a_crash_at_any_step() {
         let dir = tempfile::tempdir().unwrap();
-        let raft = dir.path().join("raft");
+        let raft = DataDir::new(dir.path()).raft();
         member_log(&raft).await;
-        fs::write(node::member_file(&raft), "2 9\n").unwrap();
+        raft.write_member(2, 9).unwrap();
         let me = BTreeMap::from([(2, vec!["http://m2".to_string()])]);
         let mut write = |out: &mut dyn Write| out.write_all(b"N");
         replace_member(&raft, 2, 9, &me, id(2, 3), &mut write).unwrap();
-        let (new, old) = (beside(&raft, ".new"), beside(&raft, ".old"));
-        assert!(has_member(&raft) && !new.exists() && !old.exists());
-        let replaced = |raft: &Path| {
+        let (new, old) = (raft.beside(".new"), raft.beside(".old"));
+        assert!(raft.has_member() && !new.path().exists() && !old.path().exists());
+        let replaced = |raft: &RaftDir| {
             let m = Recorder::default();
             let r = replay_committed(raft, &m).unwrap();
             assert_eq!(*m.0.lock(), ["install N"]);
@@ -323,15 +307,15 @@ mod tests {
         };
         assert_eq!(replaced(&raft), Some(id(2, 3)));
         // A crash between the two renames: the new state is complete and takes the place.
-        fs::rename(&raft, &new).unwrap();
-        fs::create_dir_all(&old).unwrap();
+        fs::rename(raft.path(), new.path()).unwrap();
+        fs::create_dir_all(old.path()).unwrap();
         settle(&raft).unwrap();
-        assert!(has_member(&raft) && !new.exists() && !old.exists());
+        assert!(raft.has_member() && !new.path().exists() && !old.path().exists());
         assert_eq!(replaced(&raft), Some(id(2, 3)));
         // A crash while the new state was written: the old one stays.
-        fs::create_dir_all(new.join("snap")).unwrap();
+        fs::create_dir_all(new.snapshots()).unwrap();
         settle(&raft).unwrap();
-        assert!(has_member(&raft) && !new.exists());
+        assert!(raft.has_member() && !new.path().exists());
         assert_eq!(replaced(&raft), Some(id(2, 3)));
     }
 }

@@ -31,8 +31,8 @@ use prost::Message;
 use tokio_stream::{Stream, StreamExt};
 
 use super::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig, codec};
+use crate::data_dir::sync_dir;
 use crate::proto::memetcdpb as pb;
-use crate::wal::segment::sync_dir;
 
 const MAGIC: &[u8; 8] = b"MEMETCDS";
 const VERSION: u32 = 1;

@@ -243,10 +243,8 @@ pub fn to_op(r: mpb::AuthRequest) -> Option<Op> {
 /// The auth file of a member alone: the whole auth state, replaced atomically on each change.
 pub fn auth_file(s: &Shared) -> Option<PathBuf> {
     let o = s.config.wal_options();
-    (o.mode != crate::wal::Mode::None).then(|| o.dir.join(AUTH_FILE))
+    (o.mode != crate::wal::Mode::None).then(|| o.dir.auth_file())
 }
-
-const AUTH_FILE: &str = "auth";
 
 /// Reads a member alone's auth state, if it has one.
 pub fn load(path: &Path) -> std::io::Result<Option<auth::AuthState>> {
@@ -259,19 +257,10 @@ pub fn load(path: &Path) -> std::io::Result<Option<auth::AuthState>> {
     }
 }
 
-/// Writes the state to a new file, syncs it and renames it over the old one, so that a crash
-/// leaves either the old or the new state, never a mix.
+/// Replaces the auth file with `state` atomically: a crash leaves either the old or the new
+/// state, never a mix.
 pub fn save(path: &Path, state: &auth::AuthState) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(&auth::codec::encode(state))?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
+    crate::data_dir::write_atomic(path, &auth::codec::encode(state))
 }
 
 /// Makes a change of auth state as `who`: through the log in a cluster; on a member alone

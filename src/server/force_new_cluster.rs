@@ -41,9 +41,7 @@ const ELECTION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Whether the flags ask for a new cluster and `opts`'s data directory holds a cluster
 /// member's state (without one the flag does nothing, as in etcd).
 pub fn applies(s: &Shared, opts: &NodeOptions) -> bool {
-    s.config.force_new_cluster
-        && opts.mode != crate::wal::Mode::None
-        && restore::has_member(&opts.dir)
+    s.config.force_new_cluster && opts.mode != crate::wal::Mode::None && opts.dir.has_member()
 }
 
 /// Makes this member the only member of a new cluster from its committed state and starts its

@@ -37,7 +37,6 @@
 //! `--wal-exclude-prefix`: a Raft snapshot must hold every key.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +45,7 @@ use tonic::Status;
 use tonic::transport::server::TcpIncoming;
 
 use super::{Listener, Shared, apply};
+use crate::data_dir::{DataDir, sync_dir};
 use crate::error::Error;
 use crate::mvcc::persist::OpenError;
 use crate::proto::memetcdpb::MemberAttributes;
@@ -121,8 +121,8 @@ async fn found(s: &Arc<Shared>, opts: NodeOptions) -> Result<Arc<RaftNode>, Stri
     let undo = |e: String| {
         s.members.lock().clear();
         // The member file first: without it the rest is ignored.
-        let _ = std::fs::remove_file(dir.join("member"));
-        let _ = std::fs::remove_dir_all(&dir);
+        let _ = dir.remove_member();
+        let _ = std::fs::remove_dir_all(dir.path());
         e
     };
     let applier = Arc::new(apply::Applier { shared: Arc::downgrade(s) });
@@ -133,8 +133,8 @@ async fn found(s: &Arc<Shared>, opts: NodeOptions) -> Result<Arc<RaftNode>, Stri
     let written = tokio::task::spawn_blocking(move || {
         // What an earlier attempt left (it has no member file, or this member would have
         // started as a cluster member).
-        if raft_dir.exists() {
-            std::fs::remove_dir_all(&raft_dir)?;
+        if raft_dir.path().exists() {
+            std::fs::remove_dir_all(raft_dir.path())?;
         }
         let mut job = Some(job);
         let at = restore::founding();
@@ -196,11 +196,11 @@ fn serve_peers(s: &Arc<Shared>, l: Listener) {
 /// At the start of a cluster member: a member alone that grew leaves its WAL and auth file
 /// behind (it kept writing them until it stopped); once its Raft member file exists they hold
 /// nothing the Raft state does not, and go.
-pub(super) fn retire_alone_state(dir: &Path) -> Result<(), OpenError> {
-    if !dir.join("raft").join("member").exists() {
+pub(super) fn retire_alone_state(dir: &DataDir) -> Result<(), OpenError> {
+    if !dir.raft().has_member() {
         return Ok(());
     }
-    let wal = dir.join("wal");
+    let wal = dir.wal();
     if wal.exists() {
         tracing::info!(
             wal = %wal.display(),
@@ -209,10 +209,10 @@ pub(super) fn retire_alone_state(dir: &Path) -> Result<(), OpenError> {
         );
         std::fs::remove_dir_all(&wal).map_err(|e| format!("{}: {e}", wal.display()))?;
     }
-    let auth = dir.join("auth");
+    let auth = dir.auth_file();
     if auth.exists() {
         std::fs::remove_file(&auth).map_err(|e| format!("{}: {e}", auth.display()))?;
     }
-    crate::wal::segment::sync_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    sync_dir(dir.path()).map_err(|e| format!("{}: {e}", dir.display()))?;
     Ok(())
 }

@@ -113,7 +113,7 @@ impl Shared {
             if wal_options.mode != crate::wal::Mode::None {
                 grow::retire_alone_state(&wal_options.dir)?;
             }
-            if wal_options.dir.join("wal").exists() {
+            if wal_options.dir.wal().exists() {
                 return Err(format!(
                     "{} holds the data of a member alone (a WAL); a cluster member keeps its \
                      state in a Raft log: give it a directory of its own (and move the data \
@@ -138,7 +138,7 @@ impl Shared {
         // A member alone keeps its auth state in a file of its own; a cluster member gets it
         // from its Raft log and snapshots.
         let auth_path = (cluster.is_none() && wal_options.mode != crate::wal::Mode::None)
-            .then(|| wal_options.dir.join("auth"));
+            .then(|| wal_options.dir.auth_file());
         let (store, recovered) = Store::open(store_config, wal_options)?;
         let hub = Arc::new(WatchHub::new(
             store.keyspace().clone(),
@@ -531,7 +531,7 @@ fn raft_snapshots(
 /// A peer listener's service: Raft's messages and the leader-only client requests.
 fn peer_router(shared: &Arc<Shared>) -> tonic::transport::server::Router {
     let raft = shared.raft().expect("peer listeners serve a cluster member").clone();
-    let snap_dir = shared.config.wal_options().dir.join("raft").join("snap");
+    let snap_dir = shared.config.wal_options().dir.raft().snapshots();
     let peer = crate::proto::memetcdpb::raft_server::RaftServer::new(
         crate::raft::peer::PeerService::new(raft, snap_dir),
     )

@@ -38,9 +38,10 @@ use std::path::Path;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
-use super::record::{self, FRAME_LEN, MAX_BODY, Record, Version};
-use super::segment::sync_dir;
+use super::frame::{Bad, Frame, Frames};
+use super::record::{self, Record, Version};
 use super::snapshot::{PartitionWriter, SnapshotWriter};
+use crate::data_dir::{DataDir, sync_dir};
 
 /// First bytes of a backup. Not the WAL's magic: a backup is one file holding every partition,
 /// a WAL snapshot file holds one.
@@ -297,26 +298,19 @@ pub fn read_at(
         sha256 = hex(&got);
     }
     f.seek(SeekFrom::Start(offset + HEADER_LEN as u64)).map_err(io_err)?;
-    let mut r = BufReader::with_capacity(1 << 20, f);
+    let r = BufReader::with_capacity(1 << 20, f);
     let mut out = Summary { rev: -1, size, sha256, ..Default::default() };
-    let mut offset = HEADER_LEN as u64;
+    let mut frames = Frames::new(r, HEADER_LEN as u64);
     let mut count = 0u64;
     let at = |offset: u64, what: String| err(format!("{name}: at offset {offset}: {what}"));
     loop {
-        let mut frame = [0u8; FRAME_LEN];
-        r.read_exact(&mut frame).map_err(|_| at(offset, "the snapshot ends early".into()))?;
-        let len = u32::from_le_bytes(frame[..4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(frame[4..].try_into().expect("4 bytes"));
-        if len == 0 || len > MAX_BODY {
-            return Err(at(offset, format!("impossible record length {len}")));
-        }
-        let mut body = vec![0u8; len];
-        r.read_exact(&mut body).map_err(|_| at(offset, "the snapshot ends early".into()))?;
-        if crc32c::crc32c(&body) != crc {
-            return Err(at(offset, "record checksum mismatch".into()));
-        }
-        let rec = Record::decode(&Bytes::from(body))
-            .ok_or_else(|| at(offset, "record does not decode".into()))?;
+        let offset = frames.offset();
+        let rec = match frames.next(Record::decode).map_err(io_err)? {
+            Frame::Good(rec) => rec,
+            Frame::End | Frame::Short => return Err(at(offset, "the snapshot ends early".into())),
+            Frame::Bad(Bad::Checksum) => return Err(at(offset, "record checksum mismatch".into())),
+            Frame::Bad(bad) => return Err(at(offset, bad.to_string())),
+        };
         match rec {
             Record::SnapHeader { rev, compacted, prefix, .. } => {
                 if out.rev >= 0 && (rev, compacted) != (out.rev, out.compacted) {
@@ -347,7 +341,6 @@ pub fn read_at(
             other => return Err(at(offset, format!("unexpected record {}", kind(&other)))),
         }
         count += 1;
-        offset += (FRAME_LEN + len) as u64;
     }
 }
 
@@ -439,8 +432,9 @@ pub fn write_data_dir(
     leases: &[(i64, i64)],
 ) -> Result<(), BackupError> {
     let io_err = |e: io::Error| err(format!("{}: {e}", dir.display()));
-    let _lock = super::lock_dir(dir).map_err(io_err)?;
-    let w = SnapshotWriter::new(dir, rev, compacted, 0).map_err(io_err)?;
+    let data_dir = DataDir::new(dir);
+    let _lock = super::lock_dir(&data_dir).map_err(io_err)?;
+    let w = SnapshotWriter::new(&data_dir, rev, compacted, 0).map_err(io_err)?;
     // Recovery puts every key in its partition whatever the file it comes from; one file is
     // enough.
     let mut part = w.partition(&Bytes::new()).map_err(io_err)?;
@@ -464,8 +458,9 @@ fn restore_into(file: &Path, dir: &Path, skip_hash_check: bool) -> Result<Summar
         match item {
             Item::Partition { prefix, rev, compacted } => {
                 if out.is_none() {
-                    let lock = super::lock_dir(dir).map_err(io_err)?;
-                    let w = SnapshotWriter::new(dir, rev, compacted, 0).map_err(io_err)?;
+                    let data_dir = DataDir::new(dir);
+                    let lock = super::lock_dir(&data_dir).map_err(io_err)?;
+                    let w = SnapshotWriter::new(&data_dir, rev, compacted, 0).map_err(io_err)?;
                     out = Some((lock, w));
                 }
                 if let Some(p) = part.take() {

@@ -1,13 +1,14 @@
 //! The write-ahead log (etcd's `wal` package, one log per resource kind).
 //!
-//! # Layout
+//! # Layout (of [`DataDir`])
 //! ```text
 //! <data-dir>/LOCK                      held while a server runs on the directory
 //! <data-dir>/wal/<stream>/<seq>-<first>.wal
 //! <data-dir>/snap/<revision>/<stream>.snap, leases.snap
 //! ```
 //! A stream is one partition's log (`+registry+pods+`, `_default`) or `_meta` (lease grants
-//! and revocations, compactions). Record format: [`record`]; files: [`segment`].
+//! and revocations, compactions). Record format: [`record`], read back by [`frame`]; files:
+//! [`segment`].
 //!
 //! # Where it sits in the write path
 //! The store applies a txn, encodes its changes as one record per partition touched (off any
@@ -31,6 +32,7 @@
 //! batch are acknowledged once it goes through. Nothing acknowledged is lost.
 
 pub mod backup;
+pub mod frame;
 pub mod record;
 pub mod recover;
 pub mod segment;
@@ -38,7 +40,7 @@ pub mod snapshot;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -50,7 +52,8 @@ use parking_lot::{Condvar, Mutex};
 use tokio::sync::Notify;
 
 use self::record::{Framer, Record};
-use self::segment::{META_STREAM, segment_file_name, stream_name, sync_dir};
+use self::segment::{META_STREAM, segment_file_name, stream_name};
+use crate::data_dir::{DataDir, sync_dir};
 use crate::metrics::Histogram;
 
 /// When a write counts as done.
@@ -67,7 +70,7 @@ pub enum Mode {
 /// WAL settings (from the command line).
 #[derive(Clone, Debug)]
 pub struct Options {
-    pub dir: PathBuf,
+    pub dir: DataDir,
     pub mode: Mode,
     /// Keys starting with one of these are not logged (their revisions still are).
     pub exclude: Vec<Bytes>,
@@ -83,6 +86,36 @@ pub struct Options {
     /// Fault injection for tests: a file whose content (`enospc`, `short`) makes writes fail.
     pub failpoint: Option<PathBuf>,
 }
+
+/// A recovery that cannot go on. Here, below `recover` and `snapshot`, since loading a
+/// snapshot (which recovery does first) fails the same ways.
+#[derive(Debug)]
+pub enum RecoverError {
+    Io(PathBuf, io::Error),
+    /// A bad record before the end of a stream.
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for RecoverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecoverError::Io(p, e) => write!(f, "{}: {e}", p.display()),
+            RecoverError::Corrupt { path, offset, reason } => write!(
+                f,
+                "corrupt WAL record in {} at offset {offset}: {reason}; start with --wal-repair \
+                 to truncate the log there (dropping that record and everything after it in \
+                 this stream)",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RecoverError {}
 
 /// Told when revisions became durable (the store, which then publishes them).
 pub trait DurableSink: Send + Sync {
@@ -259,7 +292,7 @@ impl Wal {
     /// A log over `opts.dir` continuing after recovery: `meta_seq` is the last meta sequence
     /// number recovered, `rev` the recovered revision. Call [`Wal::start`] to run the writer.
     pub fn new(opts: Options, meta_seq: u64, rev: i64) -> io::Result<Arc<Self>> {
-        fs::create_dir_all(opts.dir.join("wal").join(META_STREAM))?;
+        fs::create_dir_all(opts.dir.wal().join(META_STREAM))?;
         let p = Pending { bufs: vec![(Vec::new(), 0)], batch: 1, ..Default::default() };
         Ok(Arc::new(Self {
             pending: Mutex::new(p),
@@ -775,7 +808,7 @@ impl WriterState {
 
 fn stream_dir(wal: &Wal, i: usize) -> PathBuf {
     let name = if i == 0 { META_STREAM.to_string() } else { stream_name(&wal.streams.lock().1[i]) };
-    wal.opts.dir.join("wal").join(name)
+    wal.opts.dir.wal().join(name)
 }
 
 /// The newest existing segment's sequence number in stream `i` (after a restart, new
@@ -824,9 +857,9 @@ fn sync_all(files: &[Arc<File>]) -> io::Result<()> {
 }
 
 /// Takes the data directory's lock, so two servers never write the same log.
-pub fn lock_dir(dir: &Path) -> io::Result<File> {
-    fs::create_dir_all(dir)?;
-    let f = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("LOCK"))?;
+pub fn lock_dir(dir: &DataDir) -> io::Result<File> {
+    fs::create_dir_all(dir.path())?;
+    let f = OpenOptions::new().create(true).truncate(false).write(true).open(dir.lock_file())?;
     match f.try_lock() {
         Ok(()) => Ok(f),
         Err(fs::TryLockError::WouldBlock) => Err(io::Error::other(format!(

@@ -10,14 +10,16 @@
 use std::collections::VecDeque;
 use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use bytes::Bytes;
 
+use super::RecoverError;
 use super::record::{self, FILE_HEADER_LEN, Op, Record, Version};
 use super::segment::{self, End, META_STREAM, SegmentFile};
 use super::snapshot;
+use crate::data_dir::DataDir;
 
 /// Where recovered state goes (the store). Calls come in this order: snapshot keys, then
 /// revisions in order.
@@ -45,35 +47,6 @@ pub struct Recovered {
     pub bytes: u64,
 }
 
-/// A recovery that cannot go on.
-#[derive(Debug)]
-pub enum RecoverError {
-    Io(PathBuf, io::Error),
-    /// A bad record before the end of a stream.
-    Corrupt {
-        path: PathBuf,
-        offset: u64,
-        reason: String,
-    },
-}
-
-impl std::fmt::Display for RecoverError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RecoverError::Io(p, e) => write!(f, "{}: {e}", p.display()),
-            RecoverError::Corrupt { path, offset, reason } => write!(
-                f,
-                "corrupt WAL record in {} at offset {offset}: {reason}; start with --wal-repair \
-                 to truncate the log there (dropping that record and everything after it in \
-                 this stream)",
-                path.display()
-            ),
-        }
-    }
-}
-
-impl std::error::Error for RecoverError {}
-
 fn io_err(p: &Path) -> impl FnOnce(io::Error) -> RecoverError + '_ {
     move |e| RecoverError::Io(p.to_path_buf(), e)
 }
@@ -90,7 +63,7 @@ struct Cursor {
 
 /// Reads a data directory into `replay`.
 pub fn recover(
-    dir: &Path,
+    dir: &DataDir,
     repair: bool,
     replay: &mut dyn Replay,
 ) -> Result<Recovered, RecoverError> {
@@ -99,7 +72,7 @@ pub fn recover(
     let mut leases = std::collections::BTreeMap::new();
 
     // 1. The newest complete snapshot.
-    let snap = snapshot::newest(dir).map_err(io_err(dir))?;
+    let snap = snapshot::newest(dir).map_err(io_err(dir.path()))?;
     let mut base = 1;
     if let Some(s) = &snap {
         let h = snapshot::load(s, &mut |prefix, key, versions| {
@@ -115,7 +88,7 @@ pub fn recover(
     let snap_meta_seq = out.meta_seq;
 
     // 2. Meta records after the snapshot: leases and compactions.
-    let wal = dir.join("wal");
+    let wal = dir.wal();
     let meta_dir = wal.join(META_STREAM);
     if meta_dir.exists() {
         let mut segs: VecDeque<_> =
@@ -333,6 +306,8 @@ fn read_segment(
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
     use crate::wal::record::{self, Op, Record};
     use crate::wal::segment::{segment_file_name, stream_name};
@@ -358,7 +333,7 @@ mod tests {
     }
 
     fn write_stream(dir: &Path, prefix: &[u8], records: &[Record]) -> PathBuf {
-        let d = dir.join("wal").join(stream_name(prefix));
+        let d = DataDir::new(dir).wal().join(stream_name(prefix));
         fs::create_dir_all(&d).unwrap();
         let mut data = record::file_header().to_vec();
         for r in records {
@@ -389,7 +364,7 @@ mod tests {
         );
         write_stream(dir.path(), cms, &[put(3, 1, "/registry/configmaps/x")]);
         let mut c = Collect::default();
-        let r = recover(dir.path(), false, &mut c).unwrap();
+        let r = recover(&DataDir::new(dir.path()), false, &mut c).unwrap();
         assert_eq!(r.rev, 3, "the state of revision 3: revision 4 is incomplete");
         let revs: Vec<i64> = c.txns.iter().map(|t| t.1).collect();
         assert_eq!(revs, [2, 3]);
@@ -398,7 +373,7 @@ mod tests {
         let left = segment::read_file(&p).unwrap();
         assert_eq!(left.records.len(), 1);
         let mut c2 = Collect::default();
-        assert_eq!(recover(dir.path(), false, &mut c2).unwrap().rev, 3);
+        assert_eq!(recover(&DataDir::new(dir.path()), false, &mut c2).unwrap().rev, 3);
     }
 
     #[test]
@@ -406,7 +381,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         write_stream(dir.path(), b"", &[put(2, 1, "a"), put(4, 1, "c")]);
         let mut c = Collect::default();
-        assert_eq!(recover(dir.path(), false, &mut c).unwrap().rev, 2);
+        assert_eq!(recover(&DataDir::new(dir.path()), false, &mut c).unwrap().rev, 2);
     }
 
     #[test]
@@ -417,14 +392,14 @@ mod tests {
         let second = segment::read_file(&p).unwrap().records[1].0 as usize;
         data[second + 12] ^= 0x55;
         fs::write(&p, &data).unwrap();
-        let err = recover(dir.path(), false, &mut Collect::default()).unwrap_err();
+        let err = recover(&DataDir::new(dir.path()), false, &mut Collect::default()).unwrap_err();
         let msg = err.to_string();
         assert!(
             msg.contains(&p.display().to_string()) && msg.contains(&format!("offset {second}")),
             "{msg}"
         );
         let mut c = Collect::default();
-        let r = recover(dir.path(), true, &mut c).unwrap();
+        let r = recover(&DataDir::new(dir.path()), true, &mut c).unwrap();
         assert_eq!(r.rev, 2, "repair keeps what precedes the bad record");
         assert_eq!(fs::metadata(&p).unwrap().len(), second as u64);
     }

@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
-use super::record::{self, FILE_HEADER_LEN, FRAME_LEN, MAX_BODY, Record};
+use super::frame::{Frame, Frames};
+use super::record::{self, FILE_HEADER_LEN, Record};
 
 /// The stream of lease grants, revocations and compactions.
 pub const META_STREAM: &str = "_meta";
@@ -153,72 +154,38 @@ pub fn parse<R>(
         let reason = format!("format version {found}, this build reads {version}");
         return FileRecords { records, end: End::Corrupt { offset: 0, reason, records_after: 0 } };
     }
-    let mut pos = hl;
+    let mut frames = Frames::new(&data[hl..], hl as u64);
     let end = loop {
-        match frame_at(data, pos, &decode) {
+        let pos = frames.offset();
+        match frames.next(&decode).expect("reading memory") {
             Frame::End => break End::Clean,
-            Frame::Good(next, rec) => {
-                records.push((pos as u64, rec));
-                pos = next;
-            }
+            Frame::Good(rec) => records.push((pos, rec)),
             Frame::Short => {
-                break End::Torn { offset: pos as u64, reason: "record cut short".into() };
+                break End::Torn { offset: pos, reason: "record cut short".into() };
             }
-            Frame::Bad(next, reason) => {
+            Frame::Bad(bad) => {
                 // A bad last record, or zeroes to the end (a filesystem that extended the file
                 // before the data reached it), is a torn write; anything else is corruption.
+                let reason = bad.to_string();
+                let next = (frames.offset() > pos).then_some(frames.offset() as usize);
                 let last = next.is_some_and(|n| n == data.len());
-                if last || data[pos..].iter().all(|&b| b == 0) {
-                    break End::Torn { offset: pos as u64, reason };
+                if last || data[pos as usize..].iter().all(|&b| b == 0) {
+                    break End::Torn { offset: pos, reason };
                 }
                 let records_after = next.map_or(0, |n| count_after(data, n, &decode));
-                break End::Corrupt { offset: pos as u64, reason, records_after };
+                break End::Corrupt { offset: pos, reason, records_after };
             }
         }
     };
     FileRecords { records, end }
 }
 
-enum Frame<R> {
-    End,
-    Short,
-    Good(usize, R),
-    /// A bad record: where the next one would start (if its length is believable), and why.
-    Bad(Option<usize>, String),
-}
-
-fn frame_at<R>(data: &[u8], pos: usize, decode: &impl Fn(&Bytes) -> Option<R>) -> Frame<R> {
-    if pos == data.len() {
-        return Frame::End;
-    }
-    if data.len() - pos < FRAME_LEN {
-        return Frame::Short;
-    }
-    let len = u32::from_le_bytes(data[pos..pos + 4].try_into().expect("4 bytes")) as usize;
-    let crc = u32::from_le_bytes(data[pos + 4..pos + 8].try_into().expect("4 bytes"));
-    if len == 0 || len > MAX_BODY {
-        return Frame::Bad(None, format!("impossible record length {len}"));
-    }
-    let end = pos + FRAME_LEN + len;
-    if end > data.len() {
-        return Frame::Short;
-    }
-    let body = &data[pos + FRAME_LEN..end];
-    if crc32c::crc32c(body) != crc {
-        return Frame::Bad(Some(end), "checksum mismatch".into());
-    }
-    match decode(&Bytes::copy_from_slice(body)) {
-        Some(r) => Frame::Good(end, r),
-        None => Frame::Bad(Some(end), "record does not decode".into()),
-    }
-}
-
-/// How many good records follow `pos` (to say what a repair drops).
-fn count_after<R>(data: &[u8], mut pos: usize, decode: &impl Fn(&Bytes) -> Option<R>) -> u64 {
+/// How many good records follow `from` (to say what a repair drops).
+fn count_after<R>(data: &[u8], from: usize, decode: impl Fn(&Bytes) -> Option<R>) -> u64 {
+    let mut frames = Frames::new(&data[from..], from as u64);
     let mut n = 0;
-    while let Frame::Good(next, _) = frame_at(data, pos, decode) {
+    while let Ok(Frame::Good(_)) = frames.next(&decode) {
         n += 1;
-        pos = next;
     }
     n
 }
@@ -228,11 +195,6 @@ pub fn truncate(path: &Path, offset: u64) -> io::Result<()> {
     let f = fs::OpenOptions::new().write(true).open(path)?;
     f.set_len(offset)?;
     f.sync_all()
-}
-
-/// Makes a directory's entries (created, renamed or removed files) durable.
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    fs::File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]
@@ -288,7 +250,7 @@ mod tests {
         // A flipped byte in the second record: corruption, with three good records after.
         let mut bad_mid = data.clone();
         let second = clean.records[1].0 as usize;
-        bad_mid[second + FRAME_LEN + 1] ^= 0xff;
+        bad_mid[second + record::FRAME_LEN + 1] ^= 0xff;
         let r = wal(&bad_mid);
         assert_eq!(r.records.len(), 1);
         assert!(

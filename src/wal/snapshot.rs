@@ -14,21 +14,22 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
-use super::Wal;
-use super::record::{self, FILE_HEADER_LEN, FRAME_LEN, MAX_BODY, Record, Version};
-use super::recover::RecoverError;
-use super::segment::{self, META_STREAM, stream_name, sync_dir};
+use super::frame::{Frame, Frames};
+use super::record::{self, FILE_HEADER_LEN, FRAME_LEN, Record, Version};
+use super::segment::{self, META_STREAM, stream_name};
+use super::{RecoverError, Wal};
+use crate::data_dir::{DataDir, sync_dir};
 
 const LEASES_FILE: &str = "leases.snap";
 
 /// The newest complete snapshot directory.
-pub fn newest(dir: &Path) -> io::Result<Option<PathBuf>> {
+pub fn newest(dir: &DataDir) -> io::Result<Option<PathBuf>> {
     Ok(list(dir)?.pop().map(|(_, p)| p))
 }
 
 /// Complete snapshot directories, oldest first.
-fn list(dir: &Path) -> io::Result<Vec<(i64, PathBuf)>> {
-    let snap = dir.join("snap");
+fn list(dir: &DataDir) -> io::Result<Vec<(i64, PathBuf)>> {
+    let snap = dir.snapshots();
     let mut out = Vec::new();
     if !snap.exists() {
         return Ok(out);
@@ -114,23 +115,18 @@ fn read_snapshot_file(
     if head != record::file_header() {
         return Err(corrupt(0, "not a mem_etcd snapshot of this format version".into()));
     }
-    let mut offset = FILE_HEADER_LEN;
+    let mut frames = Frames::new(r, FILE_HEADER_LEN);
     let mut count = 0u64;
     loop {
-        let mut frame = [0u8; FRAME_LEN];
-        r.read_exact(&mut frame).map_err(|_| corrupt(offset, "snapshot ends early".into()))?;
-        let len = u32::from_le_bytes(frame[..4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(frame[4..].try_into().expect("4 bytes"));
-        if len == 0 || len > MAX_BODY {
-            return Err(corrupt(offset, format!("impossible record length {len}")));
-        }
-        let mut body = vec![0u8; len];
-        r.read_exact(&mut body).map_err(|_| corrupt(offset, "snapshot ends early".into()))?;
-        if crc32c::crc32c(&body) != crc {
-            return Err(corrupt(offset, "checksum mismatch".into()));
-        }
-        let rec = Record::decode(&Bytes::from(body))
-            .ok_or_else(|| corrupt(offset, "record does not decode".into()))?;
+        let offset = frames.offset();
+        let rec = match frames.next(Record::decode) {
+            Ok(Frame::Good(rec)) => rec,
+            Ok(Frame::End | Frame::Short) => {
+                return Err(corrupt(offset, "snapshot ends early".into()));
+            }
+            Ok(Frame::Bad(bad)) => return Err(corrupt(offset, bad.to_string())),
+            Err(e) => return Err(RecoverError::Io(path.into(), e)),
+        };
         if let Record::SnapEnd { records } = rec {
             if records != count {
                 return Err(corrupt(offset, format!("{count} records, end says {records}")));
@@ -139,7 +135,6 @@ fn read_snapshot_file(
         }
         f(rec).map_err(|e| corrupt(offset, e))?;
         count += 1;
-        offset += (FRAME_LEN + len) as u64;
     }
 }
 
@@ -164,8 +159,8 @@ pub struct PartitionWriter {
 
 impl SnapshotWriter {
     /// Starts a snapshot of the state at `rev` covering meta records up to `meta_seq`.
-    pub fn new(data_dir: &Path, rev: i64, compacted: i64, meta_seq: u64) -> io::Result<Self> {
-        let snap = data_dir.join("snap");
+    pub fn new(data_dir: &DataDir, rev: i64, compacted: i64, meta_seq: u64) -> io::Result<Self> {
+        let snap = data_dir.snapshots();
         fs::create_dir_all(&snap)?;
         let name = format!("{:016x}", rev as u64);
         let tmp = snap.join(format!("{name}.tmp"));
@@ -223,7 +218,7 @@ impl SnapshotWriter {
         fs::rename(&self.tmp, &self.done)?;
         let snap = self.done.parent().expect("snap dir");
         sync_dir(snap)?;
-        for (rev, path) in list(wal.options().dir.as_path())? {
+        for (rev, path) in list(&wal.options().dir)? {
             if rev < self.rev {
                 fs::remove_dir_all(path)?;
             }
@@ -235,7 +230,7 @@ impl SnapshotWriter {
                 fs::remove_dir_all(path)?;
             }
         }
-        let waldir = wal.options().dir.join("wal");
+        let waldir = wal.options().dir.wal();
         let mut removed = 0;
         for e in fs::read_dir(&waldir)? {
             let dir = e?.path();

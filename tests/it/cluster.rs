@@ -2,8 +2,9 @@
 //! real etcd 3.6 where behaviour is compared: reads and writes through every member, a
 //! follower's watch, etcdctl's cluster commands, the leader killed in every WAL mode, a
 //! majority lost, membership changes with a member catching up from a snapshot, leases
-//! across a leader change, peer TLS settings on the calls a member makes, and the initial
-//! corruption check refusing a member whose data differs from its peers'.
+//! across a leader change, peer TLS settings on the calls a member makes, the initial
+//! corruption check refusing a member whose data differs from its peers', and the Raft log's
+//! segments sized by --wal-segment-bytes and all read back on a restart.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -431,6 +432,49 @@ async fn a_follower_killed_in_none_mode_comes_back_empty_and_catches_up() {
 #[tokio::test]
 async fn a_follower_killed_in_buffered_mode_catches_up() {
     member_killed("buffered", false).await;
+}
+
+/// The Raft log's segments, by `--wal-segment-bytes` (4 KiB here, the smallest it takes): a
+/// few hundred writes roll every member's log over many times, and a restart of every member
+/// (killed, so nothing is written at shutdown) reads every segment back: each acknowledged
+/// write is on each member at the revision it was acknowledged with.
+#[tokio::test]
+async fn small_wal_segments_roll_the_raft_log_and_a_restart_reads_them_all() {
+    let mut c = cluster!(Kind::MemEtcd, 3, ["--wal-mode=buffered", "--wal-segment-bytes=4096"]);
+    let mut cl = c.client(c.leader().await).await;
+    let value = "v".repeat(200);
+    let mut acked = BTreeMap::new();
+    for i in 0..300 {
+        let key = format!("/seg/{i:04}");
+        acked.insert(key.clone(), put(&mut cl, &key, &value).await);
+    }
+    let rev = c.converged().await;
+    for (i, m) in c.members.iter().enumerate() {
+        let log = m.dir.path().join("raft").join("log");
+        let segments = std::fs::read_dir(&log)
+            .unwrap_or_else(|e| panic!("{}: {e}", log.display()))
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".log"))
+            .count();
+        // About 300 entries of some 250 bytes each: 60 KiB of log in 4 KiB segments.
+        assert!(segments >= 10, "m{i}: {segments} segments in {}", log.display());
+    }
+    for i in 0..3 {
+        let _ = c.kill9(i);
+    }
+    c.restart_all(&[0, 1, 2]).await;
+    assert_eq!(c.converged().await, rev, "the restarted members are at the revision they left");
+    for i in 0..3 {
+        let mut cl = c.client(i).await;
+        let opts = GetOptions::new().with_prefix().with_serializable();
+        let all = cl.get("/seg/", Some(opts)).await.unwrap();
+        let held: BTreeMap<String, i64> = all
+            .kvs()
+            .iter()
+            .map(|kv| (kv.key_str().unwrap().to_string(), kv.mod_revision()))
+            .collect();
+        assert_eq!(held, acked, "m{i} after the restart");
+        assert!(all.kvs().iter().all(|kv| kv.value_str().unwrap() == value), "m{i}");
+    }
 }
 
 /// With a majority down a write fails with one of etcd's errors, never with a success.

@@ -1,0 +1,199 @@
+//! The data directory (`--data-dir`): where every file a member keeps lives, and how its small
+//! files are replaced.
+//!
+//! It exists so that the layout is written down once: the WAL, the Raft state, the restore
+//! tool and the server all find their files here, rather than each joining names onto the
+//! directory (which had let two writers of one file disagree on whether to fsync it).
+//!
+//! ```text
+//! <data-dir>/LOCK          held while a server runs on the directory
+//! <data-dir>/wal/          a member alone's write-ahead log (`wal`), a stream per directory
+//! <data-dir>/snap/         a member alone's snapshots (`wal::snapshot`)
+//! <data-dir>/auth          a member alone's auth state
+//! <data-dir>/raft/         a cluster member's Raft state (see [`RaftDir`])
+//! <data-dir>/raft.new/     a replacement of it being written (`raft::restore`)
+//! <data-dir>/raft.old/     the replaced one, until it is removed
+//! <data-dir>/fixtures/     --auto-tls and --peer-auto-tls certificates (`client/`, `peer/`)
+//! ```
+//! The files inside `wal/`, `snap/` and `raft/{log,snap}/` are named by the modules that write
+//! them (`wal::segment`, `wal::snapshot`, `raft::log_store`, `raft::state_machine`).
+//!
+//! Depends on nothing above `std`: the WAL, Raft and the server all use it.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// A member's data directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataDir {
+    root: PathBuf,
+}
+
+impl DataDir {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// The directory itself.
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn display(&self) -> std::path::Display<'_> {
+        self.root.display()
+    }
+
+    /// The file a running server holds locked.
+    pub fn lock_file(&self) -> PathBuf {
+        self.root.join("LOCK")
+    }
+
+    /// A member alone's write-ahead log: one directory per stream.
+    pub fn wal(&self) -> PathBuf {
+        self.root.join("wal")
+    }
+
+    /// A member alone's snapshots: one directory per snapshot.
+    pub fn snapshots(&self) -> PathBuf {
+        self.root.join("snap")
+    }
+
+    /// A member alone's auth state (a cluster member's is in its Raft state).
+    pub fn auth_file(&self) -> PathBuf {
+        self.root.join("auth")
+    }
+
+    /// A cluster member's Raft state.
+    pub fn raft(&self) -> RaftDir {
+        RaftDir::new(self.root.join("raft"))
+    }
+
+    /// Where the self-signed certificates of --auto-tls and --peer-auto-tls go.
+    pub fn fixtures(&self) -> PathBuf {
+        self.root.join("fixtures")
+    }
+
+    /// Whether this is an etcd data directory (its WAL is `member/wal`), which mem_etcd does
+    /// not read.
+    pub fn is_etcd(&self) -> bool {
+        self.root.join("member").join("wal").exists()
+    }
+}
+
+/// A cluster member's Raft state: `<data-dir>/raft`, or a replacement being written beside it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RaftDir {
+    root: PathBuf,
+}
+
+impl RaftDir {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn display(&self) -> std::path::Display<'_> {
+        self.root.display()
+    }
+
+    /// `raft.new` (`suffix` ".new", a replacement being written) or `raft.old` (".old", the
+    /// replaced state until it is removed), beside this one.
+    pub fn beside(&self, suffix: &str) -> RaftDir {
+        let mut name = self.root.file_name().unwrap_or_default().to_os_string();
+        name.push(suffix);
+        RaftDir::new(self.root.with_file_name(name))
+    }
+
+    /// The Raft log's segments (`raft::log_store`).
+    pub fn log(&self) -> PathBuf {
+        self.root.join("log")
+    }
+
+    /// The Raft snapshots (`raft::state_machine`).
+    pub fn snapshots(&self) -> PathBuf {
+        self.root.join("snap")
+    }
+
+    /// The file holding the member's id and its cluster's once it has joined a cluster. Its
+    /// presence is what makes a start resume rather than found or join.
+    fn member_file(&self) -> PathBuf {
+        self.root.join("member")
+    }
+
+    /// Whether this holds a cluster member's state (its member file).
+    pub fn has_member(&self) -> bool {
+        self.member_file().exists()
+    }
+
+    /// Writes the member file (atomically and durably, see [`write_atomic`]).
+    pub fn write_member(&self, member_id: u64, cluster_id: u64) -> io::Result<()> {
+        write_atomic(&self.member_file(), format!("{member_id:x} {cluster_id:x}\n").as_bytes())
+    }
+
+    /// The member's id and its cluster's, if the member file exists.
+    pub fn read_member(&self) -> Result<Option<(u64, u64)>, String> {
+        let file = self.member_file();
+        let text = match fs::read_to_string(&file) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("{}: {e}", file.display())),
+        };
+        let ids: Vec<u64> =
+            text.split_whitespace().filter_map(|w| u64::from_str_radix(w, 16).ok()).collect();
+        match ids[..] {
+            [member, cluster] => Ok(Some((member, cluster))),
+            _ => Err(format!("{}: not a member file", file.display())),
+        }
+    }
+
+    /// Removes the member file: what is left of the directory is then ignored by a start.
+    pub fn remove_member(&self) -> io::Result<()> {
+        fs::remove_file(self.member_file())
+    }
+}
+
+/// Replaces the small file `path` with `bytes` so that a crash leaves the old content or the
+/// new, never a mix or nothing, and the new one survives a power loss once this returns: written
+/// to `<path>.tmp`, synced, renamed over `path`, then the directory synced.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    fs::rename(&tmp, path)?;
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => sync_dir(dir),
+        _ => sync_dir(Path::new(".")),
+    }
+}
+
+/// Makes a directory's entries (created, renamed or removed files) durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_member_file_is_replaced_whole_and_reads_back() {
+        let d = tempfile::tempdir().unwrap();
+        let raft = DataDir::new(d.path()).raft();
+        fs::create_dir_all(raft.path()).unwrap();
+        assert_eq!(raft.read_member().unwrap(), None);
+        assert!(!raft.has_member());
+        raft.write_member(0xabc, 0x123).unwrap();
+        raft.write_member(0x2, 0x9).unwrap();
+        assert_eq!(raft.read_member().unwrap(), Some((2, 9)));
+        assert_eq!(fs::read_to_string(d.path().join("raft/member")).unwrap(), "2 9\n");
+        assert!(!d.path().join("raft/member.tmp").exists());
+        fs::write(d.path().join("raft/member"), "2\n").unwrap();
+        assert!(raft.read_member().unwrap_err().contains("not a member file"));
+        assert_eq!(raft.beside(".new").path(), d.path().join("raft.new"));
+    }
+}
