@@ -306,9 +306,10 @@ async fn compact_hash_check(node: &Arc<RaftNode>, checked: &mut i64) {
         tracing::info!(number_of_hashes_checked = 1, "finished compaction hash check");
         return;
     }
-    // The members outside a majority that agrees are the corrupt ones; without such a
-    // majority nobody can tell which, and the alarm is raised for the cluster (member 0).
-    let quorum = (peers.len() + 1) / 2 + 1;
+    // The members outside a majority (of the peers and the leader) that agrees are the corrupt
+    // ones; without such a majority nobody can tell which, and the alarm is raised for the
+    // cluster (member 0).
+    let quorum = peers.len().div_ceil(2) + 1;
     let majority = groups.iter().find(|(_, m)| m.len() >= quorum).map(|(hash, _)| *hash);
     if majority.is_none() {
         tracing::error!(
