@@ -743,7 +743,6 @@ impl Config {
         let members = membership::initial_members(&initial, token);
         let member_id = membership::member_id(&advertised, token, None);
         let ids: Vec<u64> = members.keys().copied().collect();
-        let tls = crate::server::tls::peer_client(self)?;
         Ok(Some(crate::raft::NodeOptions {
             name: self.name.clone(),
             // A joining member learns its id and its cluster's from the running cluster.
@@ -759,7 +758,8 @@ impl Config {
             snapshot_bytes: wal.snapshot_bytes,
             heartbeat: Duration::from_millis(self.heartbeat_interval.max(1)),
             election: Duration::from_millis(self.election_timeout.max(1)),
-            tls,
+            // The caller's: TLS settings are the server's to build (`server::tls::peer_client`).
+            tls: None,
             failpoint: self.peer_failpoint.clone(),
             initial_corrupt_check: self
                 .feature_gates_state()?
@@ -1233,7 +1233,6 @@ impl Config {
         if versions == [TlsVersion::Tls13] && !self.cipher_suites.is_empty() {
             return Err("cipher suites cannot be configured when only TLS1.3 is enabled".into());
         }
-        crate::server::tls::cipher_suites(&self.cipher_suites)?;
         match self.logger.as_str() {
             "zap" => {}
             "capnslog" => return Err("--logger=capnslog is removed in v3.5".into()),

@@ -39,6 +39,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         print!("{}", version_lines(&config.emulated_version));
         return Ok(());
     }
+    // Checked with the flags, as etcd checks them (the names are the TLS layer's to know).
+    if let Err(e) = mem_etcd::server::tls::cipher_suites(&config.cipher_suites) {
+        eprintln!("mem_etcd: cannot start: {e}");
+        std::process::exit(1);
+    }
     let outputs = log_outputs::LogOutputs::open(&config.log_outputs)?;
     let ansi = outputs.is_stderr_only() && std::io::stderr().is_terminal();
     let filter = EnvFilter::try_new(log_filter(&config.log_level))?;
@@ -173,6 +178,9 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
         fail(format!("{}: {e}", wal.dir.display()));
     }
     let mut cluster = config.cluster().unwrap_or_else(|e| fail(e));
+    if let Some(node) = &mut cluster {
+        node.tls = mem_etcd::server::tls::peer_client(&config).unwrap_or_else(|e| fail(e));
+    }
     let member_state = wal.mode != mem_etcd::wal::Mode::None && wal.dir.raft().has_member();
     if config.force_new_cluster && !member_state {
         tracing::info!(

@@ -73,7 +73,8 @@ pub async fn grow(s: &Arc<Shared>) -> Result<(), Status> {
     if wal.mode == crate::wal::Mode::None || !wal.exclude.is_empty() {
         return Err(Error::MemberChangeUnsupported.into());
     }
-    let opts = s.config.grown_cluster().map_err(Status::failed_precondition)?;
+    let mut opts = s.config.grown_cluster().map_err(Status::failed_precondition)?;
+    opts.tls = super::tls::peer_client(&s.config).map_err(Status::failed_precondition)?;
     let peer_tls =
         super::tls::peer_server_config(&s.config).map_err(Status::failed_precondition)?;
     let mut listeners = Vec::new();
