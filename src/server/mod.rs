@@ -483,7 +483,6 @@ pub async fn serve(
             .await
         })
     });
-    let cluster_tasks = shared.raft().cloned().map(|raft| raft_snapshots(&shared, raft));
     // Listeners stop accepting at once and let requests in flight finish; watch and keep-alive
     // streams never finish on their own, so connections still open after the grace period
     // are closed (etcd does the same).
@@ -507,25 +506,10 @@ pub async fn serve(
     }
     expiry.abort();
     snapshots.abort();
-    if let Some(t) = cluster_tasks {
-        t.abort();
-    }
     if let Some(c) = compactor {
         c.abort();
     }
     Ok(())
-}
-
-/// Takes Raft snapshots as the log grows (a cluster member).
-fn raft_snapshots(
-    shared: &Arc<Shared>,
-    raft: Arc<crate::raft::RaftNode>,
-) -> tokio::task::JoinHandle<()> {
-    let size = {
-        let s = shared.clone();
-        move || s.store.size_bytes() as u64
-    };
-    tokio::spawn(raft.snapshot_loop(size))
 }
 
 /// A peer listener's service: Raft's messages and the leader-only client requests.
@@ -581,14 +565,22 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// How often the snapshot loop checks whether a snapshot is due.
 const SNAPSHOT_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Writes a snapshot whenever enough was logged since the last one (see `wal::Options`).
+/// Takes snapshots as the logs grow, so that they (and restart time) stay bounded: the WAL's
+/// (a member alone's, or the one a member that grew into a cluster keeps writing until it
+/// restarts: a member that never restarts must not fill its disk), whenever enough was logged
+/// since the last one (see `wal::Options`), and the Raft log's (a cluster member's, see
+/// `RaftNode::snapshot_if_due`).
 async fn snapshot_loop(shared: Arc<Shared>) {
+    // Where the Raft log stood at its last snapshot, once this member is in a cluster.
+    let mut raft_mark = None;
     loop {
         tokio::time::sleep(SNAPSHOT_CHECK).await;
-        // A member alone that grew into a cluster still writes its WAL until it restarts:
-        // snapshots keep bounding it (a member that never restarts must not fill its disk).
-        let Some(wal) = shared.store.wal() else { return };
-        if !wal.snapshot_due(shared.store.size_bytes() as u64) {
+        let size = shared.store.size_bytes() as u64;
+        if let Some(raft) = shared.raft() {
+            let mark = raft_mark.get_or_insert_with(|| raft.snapshot_mark());
+            raft.snapshot_if_due(mark, size).await;
+        }
+        if !shared.store.wal().is_some_and(|wal| wal.snapshot_due(size)) {
             continue;
         }
         let s = shared.clone();
