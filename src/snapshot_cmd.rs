@@ -170,13 +170,16 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
                 // A member alone keeps its auth state in a file of its own.
                 Ok(None) if etcd => {
                     let auth = |dir: &Path, a: &schema::AuthState| {
-                        crate::server::auth::save(&dir.join("auth"), &a.to_auth())
+                        crate::auth::file::save(&dir.join(crate::auth::file::NAME), &a.to_auth())
                     };
                     schema::restore(&file, &data_dir, skip_hash_check, &auth)
                 }
                 Ok(None) => {
                     let auth = |dir: &Path, state: &bytes::Bytes| {
-                        crate::server::auth::save(&dir.join("auth"), &decode_auth(state)?)
+                        crate::auth::file::save(
+                            &dir.join(crate::auth::file::NAME),
+                            &decode_auth(state)?,
+                        )
                     };
                     backup::restore(&file, &data_dir, skip_hash_check, &auth)
                 }
