@@ -10,10 +10,13 @@
 //! implements.
 //!
 //! - [`server`]: the gRPC services (KV, Watch, Lease, Maintenance, Cluster, Auth) over tonic.
-//!   Each handler converts the wire request into the store's types, calls the store (a member
-//!   alone) or proposes the request to Raft (a cluster member), fills the response header, and
-//!   translates errors through the single table in `server::status`. `server::apply` is the one
-//!   place requests change state, for both. Around them: TLS for https listeners
+//!   Each handler checks the request and who sent it, then reads the store, or hands a change
+//!   of state to `server::submit`, the one entry point of every change (a client's, and the
+//!   server's own: lease expiry, auto-compaction), which applies it in place through the
+//!   store's parallel write path on a member alone, and on a cluster member proposes it to
+//!   Raft, every member applying it from the log (`server::apply`); both roads give the same
+//!   answer. The handler fills the response header; errors are translated through the single
+//!   table in `server::status`. Around them: TLS for https listeners
 //!   (`server::tls`), the HTTP endpoints and gRPC call counting in front of the routes
 //!   (`server::http`, `server::metrics`), alarms and the space quota checked before writes that
 //!   add data (`server::alarm`), auto-compaction (`server::compactor`), Maintenance.Snapshot,
@@ -42,7 +45,8 @@
 //!   through the store's write path: nothing attaches to a lease once its keys are going.
 //! - [`auth`]: users, roles, key-range permissions, the auth revision, simple and JWT tokens
 //!   (etcd's `server/auth`); the server checks requests against it only while auth is enabled,
-//!   and changes it through the same apply path as writes (the Raft log in a cluster).
+//!   and changes it through the same entry point as writes (`server::submit`: the Raft log in
+//!   a cluster).
 //! - [`wal`]: the write-ahead log of a member alone under `--data-dir`: one stream of segment
 //!   files per partition plus `_meta` (leases, compactions), written by one thread with group
 //!   commit (buffered: acknowledged once written to the OS; fsync: once fdatasync'd), snapshots

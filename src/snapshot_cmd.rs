@@ -171,14 +171,14 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
                 // A member alone keeps its auth state in a file of its own.
                 Ok(None) if etcd => {
                     let auth = |dir: &Path, a: &schema::AuthState| {
-                        crate::server::auth::save(&DataDir::new(dir).auth_file(), &a.to_auth())
+                        crate::auth::file::save(&DataDir::new(dir).auth_file(), &a.to_auth())
                     };
                     schema::restore(&file, &data_dir, skip_hash_check, &auth)
                 }
                 Ok(None) => {
                     let auth = |dir: &Path, state: &bytes::Bytes| {
                         let path = DataDir::new(dir).auth_file();
-                        crate::server::auth::save(&path, &decode_auth(state)?)
+                        crate::auth::file::save(&path, &decode_auth(state)?)
                     };
                     backup::restore(&file, &data_dir, skip_hash_check, &auth)
                 }

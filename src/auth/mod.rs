@@ -5,6 +5,7 @@
 pub mod cert;
 pub mod codec;
 mod der;
+pub mod file;
 pub mod jwt;
 pub mod perm;
 pub mod store;

@@ -4,8 +4,8 @@
 //! The lessor only keeps the books; a revoked or expired lease's keys are deleted by the store,
 //! which removes the lease in the same step (see `Store::revoke_lease`).
 //!
-//! **Restart.** Grants and revocations are logged (by the Lease service, in the WAL's `_meta`
-//! stream) and snapshots list every lease with its TTL. A recovered lease gets its full TTL
+//! **Restart.** A member alone's grants and revocations are logged (by `server::submit`, in
+//! the WAL's `_meta` stream) and snapshots list every lease with its TTL. A recovered lease gets its full TTL
 //! again from the moment of recovery, as etcd does: remaining TTLs are not persisted, so a
 //! restart can only extend a lease, never cut it short.
 
@@ -25,6 +25,8 @@ use crate::mvcc::LeaseIndex;
 pub const MAX_TTL: i64 = 9_000_000_000;
 /// etcd's smallest TTL with its default timing (1.5 election timeouts, rounded up to seconds).
 pub const MIN_TTL: i64 = 2;
+/// How long a renewal or revocation of a lease being revoked waits for that revocation.
+pub const REVOCATION_WAIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug)]
 struct Lease {
@@ -252,6 +254,16 @@ impl Lessor {
     /// Whether lease `id` still exists (revoking leases included).
     pub fn contains(&self, id: i64) -> bool {
         self.inner.lock().leases.contains_key(&id)
+    }
+
+    /// Waits (at most [`REVOCATION_WAIT`]) until lease `id` is gone: one being revoked, by
+    /// whoever revokes it (a renewal or a second revocation is answered once its keys are gone,
+    /// as etcd's renew waits for the revocation).
+    pub async fn wait_gone(&self, id: i64) {
+        let give_up = Instant::now() + REVOCATION_WAIT;
+        while self.contains(id) && Instant::now() < give_up {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
     }
 
     pub fn time_to_live(&self, id: i64, with_keys: bool) -> Option<TimeToLive> {

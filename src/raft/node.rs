@@ -131,7 +131,7 @@ fn raft_config(o: &NodeOptions) -> std::result::Result<openraft::Config, String>
         heartbeat_interval: hb,
         election_timeout_min: el / 2,
         election_timeout_max: el,
-        // Snapshots are triggered by `snapshot_loop`, by bytes logged, as the WAL's are.
+        // Snapshots are triggered by `snapshot_if_due`, by bytes logged, as the WAL's are.
         snapshot_policy: openraft::SnapshotPolicy::Never,
         // Entries kept after a snapshot, so a follower slightly behind catches up from the log
         // rather than by a snapshot (etcd keeps 5,000).
@@ -148,6 +148,15 @@ fn raft_config(o: &NodeOptions) -> std::result::Result<openraft::Config, String>
         ..Default::default()
     };
     c.validate().map_err(|e| format!("raft config: {e}"))
+}
+
+/// Where the log stood at the last snapshot ([`RaftNode::snapshot_mark`]).
+#[derive(Debug)]
+pub struct SnapshotMark {
+    /// Bytes appended to the log by then.
+    logged: u64,
+    /// The last snapshot then.
+    snapshot: Option<super::LogId>,
 }
 
 impl RaftNode {
@@ -1050,24 +1059,26 @@ impl RaftNode {
         }
     }
 
-    /// Takes a snapshot once enough was logged since the last one, so the log (and restart
-    /// time) stays bounded; openraft then purges what it covers.
-    pub async fn snapshot_loop(self: Arc<Self>, machine_size: impl Fn() -> u64 + Send + 'static) {
-        let mut at_last = self.log.appended_bytes();
-        let mut last_snapshot = self.metrics().snapshot;
-        loop {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            let snap = self.metrics().snapshot;
-            if snap != last_snapshot {
-                // Taken (or installed from the leader) since we last looked.
-                last_snapshot = snap;
-                at_last = self.log.appended_bytes();
-            }
-            let logged = self.log.appended_bytes() - at_last;
-            if logged >= self.opts.snapshot_bytes.max(machine_size()) {
-                at_last = self.log.appended_bytes();
-                let _ = self.raft.trigger().snapshot().await;
-            }
+    /// Where the log stood at the last snapshot, for [`RaftNode::snapshot_if_due`] (its
+    /// caller keeps it between checks).
+    pub fn snapshot_mark(&self) -> SnapshotMark {
+        SnapshotMark { logged: self.log.appended_bytes(), snapshot: self.metrics().snapshot }
+    }
+
+    /// Takes a snapshot if enough was logged since the last one (`mark`, updated), so the log
+    /// (and restart time) stays bounded; openraft then purges what it covers. Called by the
+    /// server's snapshot loop, which checks the WAL's snapshots alike.
+    pub async fn snapshot_if_due(&self, mark: &mut SnapshotMark, machine_size: u64) {
+        let snap = self.metrics().snapshot;
+        if snap != mark.snapshot {
+            // Taken (or installed from the leader) since we last looked.
+            mark.snapshot = snap;
+            mark.logged = self.log.appended_bytes();
+        }
+        let logged = self.log.appended_bytes() - mark.logged;
+        if logged >= self.opts.snapshot_bytes.max(machine_size) {
+            mark.logged = self.log.appended_bytes();
+            let _ = self.raft.trigger().snapshot().await;
         }
     }
 

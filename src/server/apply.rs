@@ -1,11 +1,13 @@
-//! Applying requests to the store (etcd's `etcdserver/apply`): the one place a request becomes
-//! a change of state.
+//! Applying requests from the Raft log (etcd's `etcdserver/apply`): a cluster member's state
+//! machine ([`Applier`], which Raft drives), and the road of a request into the log
+//! ([`propose`]).
 //!
-//! A member alone applies requests straight from its handlers, through the store's write path.
-//! In a cluster the handlers propose the request to Raft instead ([`propose`]), and every
-//! member applies it from the log through the same write path ([`Applier`], the state machine
-//! Raft drives), in log order, so that every member holds the same revisions, histories and
-//! events.
+//! Every change of state enters through `server::submit`. On a cluster member it is proposed
+//! here, and every member applies it from the log through the store's write path, in log
+//! order, so that every member holds the same revisions, histories and events; on a member
+//! alone `server::submit` applies it in place through the same write path (the parallel one),
+//! sharing the pieces below that do not depend on the log: the permission checks
+//! (`server::apply_auth`), [`revoke`] and [`alarm`].
 
 use std::io::{self, Read, Write};
 use std::path::Path;
@@ -14,7 +16,8 @@ use std::sync::{Arc, Weak};
 use bytes::Bytes;
 use prost::Message;
 
-use super::{Shared, auth, convert};
+use super::{Shared, apply_auth, convert};
+use crate::auth::AuthInfo;
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb as pb;
 use crate::proto::memetcdpb as mpb;
@@ -39,11 +42,36 @@ fn txn(s: &Shared, req: pb::TxnRequest) -> Result<pb::TxnResponse> {
     Ok(convert::txn_response(s.store.txn_logged(convert::txn_request(req)?)?.response))
 }
 
-/// Revokes a lease and deletes its keys at once (the one road a member alone takes too).
-/// Returns the header revision.
-fn revoke(s: &Shared, id: i64) -> Result<i64> {
-    s.store.revoke_lease(id).ok_or(Error::LeaseNotFound)?;
-    Ok(s.store.current_revision())
+/// Leases revoked with their keys ([`revoke`]).
+#[derive(Debug, Default)]
+pub struct Revoked {
+    /// The leases that were there to revoke.
+    pub gone: Vec<i64>,
+    /// The header revision of the last: the revision it took effect at (etcd reads it while it
+    /// applies the revocation), its keys' deletion or, for a lease without keys, the newest
+    /// revision allocated as it went (see `Store::revoke_lease`). Never one read later: other
+    /// clients' writes meanwhile would raise it past the deletion (the history checker saw a
+    /// revocation answer 147 for keys deleted at 142).
+    pub revision: i64,
+    /// Readers must see this revision before anyone is told.
+    pub visible_at: i64,
+}
+
+/// Revokes leases, the one revocation of a lease (a client's or an expiry, from the log or on
+/// a member alone): the store deletes each lease's keys in one revision and removes the lease
+/// in the same step (`Store::revoke_lease`), so from that revision on the lease is gone for
+/// every other request and no key attached to it outlives it. A lease that is not there is
+/// left out of [`Revoked::gone`].
+pub fn revoke(s: &Shared, leases: Vec<i64>) -> Revoked {
+    let mut r = Revoked { gone: Vec::with_capacity(leases.len()), ..Default::default() };
+    for id in leases {
+        if let Some(applied) = s.store.revoke_lease(id) {
+            r.visible_at = r.visible_at.max(applied.visible_at);
+            r.revision = applied.response;
+            r.gone.push(id);
+        }
+    }
+    r
 }
 
 /// An alarm request: activate and deactivate change state, get reads it.
@@ -67,8 +95,23 @@ pub fn alarm(s: &Shared, r: &pb::AlarmRequest) -> pb::AlarmResponse {
 
 /// A response header holding only a revision: the member answering the client fills in the
 /// rest (its ids, the term).
-fn nested(revision: i64) -> Option<pb::ResponseHeader> {
+pub fn nested(revision: i64) -> Option<pb::ResponseHeader> {
     Some(pb::ResponseHeader { revision, ..Default::default() })
+}
+
+/// The proposal header for `who` (absent while auth is disabled or for no credentials).
+pub fn header(who: &Option<AuthInfo>) -> Option<mpb::AuthHeader> {
+    who.as_ref().map(|w| mpb::AuthHeader { username: w.username.clone(), revision: w.revision })
+}
+
+/// Who a request from the log comes from.
+fn from_header(h: &Option<mpb::AuthHeader>) -> Option<AuthInfo> {
+    h.as_ref().map(|h| AuthInfo { username: h.username.clone(), revision: h.revision })
+}
+
+/// The identity of a member's own changes (lease expiry: etcd's `WithRoot`).
+pub fn root() -> Option<AuthInfo> {
+    Some(AuthInfo { username: crate::auth::store::ROOT.into(), revision: u64::MAX })
 }
 
 /// Applies one request from the Raft log, sent by `who` (`header`).
@@ -80,11 +123,11 @@ fn apply(s: &Shared, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> 
     // Permissions are checked here, against the auth state every member holds at this point
     // of the log (etcd's authApplierV3); one atomic load while auth is disabled.
     let auth = s.auth.is_enabled();
-    let who = auth::from_header(&header);
+    let who = from_header(&header);
     Ok(match req {
         Req::Put(p) => {
             if auth {
-                auth::check_put(s, who.as_ref(), &p)?;
+                apply_auth::check_put(s, who.as_ref(), &p)?;
             }
             s.alarms.check_corrupt()?;
             if capped && super::alarm::put_cost(&p) > 0 {
@@ -94,14 +137,14 @@ fn apply(s: &Shared, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> 
         }
         Req::DeleteRange(d) => {
             if auth {
-                auth::check_delete(s, who.as_ref(), &d)?;
+                apply_auth::check_delete(s, who.as_ref(), &d)?;
             }
             s.alarms.check_corrupt()?;
             Resp::DeleteRange(delete_range(s, d)?)
         }
         Req::Txn(t) => {
             if auth {
-                auth::check_txn(s, who.as_ref(), &t)?;
+                apply_auth::check_txn(s, who.as_ref(), &t)?;
             }
             s.alarms.check_corrupt()?;
             if capped && super::alarm::txn_cost(&t) > 0 {
@@ -131,9 +174,13 @@ fn apply(s: &Shared, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> 
             })
         }
         Req::LeaseRevoke(r) => {
-            auth::check_lease_revoke(s, who.as_ref(), r.id)?;
+            apply_auth::check_lease_revoke(s, who.as_ref(), r.id)?;
             s.alarms.check_corrupt()?;
-            Resp::LeaseRevoke(pb::LeaseRevokeResponse { header: nested(revoke(s, r.id)?) })
+            let revoked = revoke(s, vec![r.id]);
+            if revoked.gone.is_empty() {
+                return Err(Error::LeaseNotFound);
+            }
+            Resp::LeaseRevoke(pb::LeaseRevokeResponse { header: nested(revoked.revision) })
         }
         Req::Alarm(a) => Resp::Alarm(alarm(s, &a)),
         Req::MemberAttributes(m) => {
@@ -141,7 +188,7 @@ fn apply(s: &Shared, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> 
             Resp::Done(mpb::Empty {})
         }
         Req::Auth(a) => {
-            let op = auth::to_op(a).ok_or(Error::Internal)?;
+            let op = convert::auth_op(a).ok_or(Error::Internal)?;
             Resp::Auth(s.auth.apply(&who.unwrap_or_default(), op)?)
         }
     })
@@ -305,23 +352,4 @@ pub async fn linearizable(s: &Shared) -> Result<()> {
         return Err(Error::LearnerRpc);
     }
     raft.linearizable().await
-}
-
-/// In a cluster: the quota check before a write that adds `cost` bytes is proposed. Going
-/// over the quota proposes the NOSPACE alarm, so that every member raises it (etcd's quota
-/// applier does the same).
-pub async fn quota(s: &Shared, cost: usize) -> Result<()> {
-    // The alarm itself is checked when the write is applied (every member alike, in log order):
-    // this member's view of it may lag behind a disarm that came first in the log.
-    if s.alarms.exceeds_quota(&s.store, cost) {
-        let raise = pb::AlarmRequest {
-            action: pb::alarm_request::AlarmAction::Activate as i32,
-            member_id: s.member_id,
-            alarm: pb::AlarmType::Nospace as i32,
-        };
-        tracing::warn!(size_bytes = s.store.size_bytes(), "alarm: NOSPACE raised for the cluster");
-        propose(s, Req::Alarm(raise)).await?;
-        return Err(Error::NoSpace);
-    }
-    Ok(())
 }

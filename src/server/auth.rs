@@ -1,24 +1,23 @@
 //! The Auth service, and who a request comes from (etcd's `v3rpc/auth.go` and
 //! `AuthInfoFromCtx`): the token in gRPC metadata `token`, checked against the auth store.
 //!
-//! Changes of auth state go through the one apply path (`server::apply` in a cluster, through
-//! the Raft log; on a member alone applied here and written to the auth file before the
-//! answer). Passwords are hashed here, by the member the client called, before proposing.
+//! Changes of auth state are submitted as every change of state is (`server::submit`: through
+//! the Raft log in a cluster; on a member alone applied in place and written to its auth file
+//! before the answer). Passwords are hashed here, by the member the client called, before the
+//! change is submitted.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
+use super::submit::submit;
 use super::{Shared, apply};
-use crate::auth::{self, AuthInfo, Op, PermType, Permission};
+use crate::auth::{self, AuthInfo};
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb as pb;
 use crate::proto::memetcdpb as mpb;
-use crate::proto::memetcdpb::request::Request as Req;
-use crate::proto::memetcdpb::response::Response as Resp;
 
 /// The metadata key etcd's clients put the token under, and the gateway's alternative.
 const TOKEN_KEY: &str = "token";
@@ -122,179 +121,13 @@ pub async fn admin<T>(s: &Shared, req: &Request<T>) -> Result<Option<AuthInfo>> 
     Ok(who)
 }
 
-/// The proposal header for `who` (absent while auth is disabled or for no credentials).
-pub fn header(who: &Option<AuthInfo>) -> Option<mpb::AuthHeader> {
-    who.as_ref().map(|w| mpb::AuthHeader { username: w.username.clone(), revision: w.revision })
-}
-
-/// The identity a member's own proposals carry (lease expiry: etcd's `WithRoot`).
-pub fn root_header() -> mpb::AuthHeader {
-    mpb::AuthHeader { username: auth::store::ROOT.into(), revision: u64::MAX }
-}
-
-pub fn from_header(h: &Option<mpb::AuthHeader>) -> Option<AuthInfo> {
-    h.as_ref().map(|h| AuthInfo { username: h.username.clone(), revision: h.revision })
-}
-
-// ----- permission checks of writes (etcd's authApplierV3), at apply time -----
-
-/// A lease's keys may be written by `who` (root may always): attaching to it or revoking it.
-fn check_lease(s: &Shared, who: Option<&AuthInfo>, id: i64) -> Result<()> {
-    if id == 0 {
-        return Ok(());
-    }
-    let Some(ttl) = s.lessor.time_to_live(id, true) else { return Ok(()) };
-    if s.auth.check_admin(who).is_ok() {
-        return Ok(());
-    }
-    for k in &ttl.keys {
-        s.auth.check_range(who, k, b"", true)?;
-    }
-    Ok(())
-}
-
-pub fn check_put(s: &Shared, who: Option<&AuthInfo>, r: &pb::PutRequest) -> Result<()> {
-    s.auth.check_range(who, &r.key, b"", true)?;
-    check_lease(s, who, r.lease)?;
-    if r.prev_kv {
-        s.auth.check_range(who, &r.key, b"", false)?;
-    }
-    Ok(())
-}
-
-pub fn check_delete(s: &Shared, who: Option<&AuthInfo>, r: &pb::DeleteRangeRequest) -> Result<()> {
-    s.auth.check_range(who, &r.key, &r.range_end, true)?;
-    if r.prev_kv {
-        s.auth.check_range(who, &r.key, &r.range_end, false)?;
-    }
-    Ok(())
-}
-
-pub fn check_txn(s: &Shared, who: Option<&AuthInfo>, t: &pb::TxnRequest) -> Result<()> {
-    use pb::request_op::Request as Op;
-    for c in &t.compare {
-        s.auth.check_range(who, &c.key, &c.range_end, false)?;
-    }
-    for op in t.success.iter().chain(&t.failure) {
-        match &op.request {
-            Some(Op::RequestRange(r)) => s.auth.check_range(who, &r.key, &r.range_end, false)?,
-            Some(Op::RequestPut(p)) => check_put(s, who, p)?,
-            Some(Op::RequestDeleteRange(d)) => check_delete(s, who, d)?,
-            Some(Op::RequestTxn(t)) => check_txn(s, who, t)?,
-            None => {}
-        }
-    }
-    Ok(())
-}
-
-pub fn check_lease_revoke(s: &Shared, who: Option<&AuthInfo>, id: i64) -> Result<()> {
-    if !s.auth.is_enabled() {
-        return Ok(());
-    }
-    // etcd's check at apply: only when the lease exists; revision and user are checked by
-    // the key checks (or by the admin check).
-    if s.auth.check_admin(who).is_err() {
-        let ttl = s.lessor.time_to_live(id, true);
-        for k in ttl.iter().flat_map(|t| &t.keys) {
-            s.auth.check_range(who, k, b"", true)?;
-        }
-    }
-    Ok(())
-}
-
-// ----- changes of auth state -----
-
-/// The log's form of a change (passwords already hashed).
-pub fn to_op(r: mpb::AuthRequest) -> Option<Op> {
-    use mpb::auth_request::Op as A;
-    Some(match r.op? {
-        A::Enable(_) => Op::Enable,
-        A::Disable(_) => Op::Disable,
-        A::UserAdd(u) => Op::UserAdd {
-            name: u.name,
-            hash: u.hashed_password.into_bytes(),
-            no_password: u.options.is_some_and(|o| o.no_password),
-        },
-        A::UserDelete(u) => Op::UserDelete { name: u.name },
-        A::UserChangePassword(u) => {
-            Op::UserChangePassword { name: u.name, hash: u.hashed_password.into_bytes() }
-        }
-        A::UserGrantRole(g) => Op::UserGrantRole { user: g.user, role: g.role },
-        A::UserRevokeRole(g) => Op::UserRevokeRole { name: g.name, role: g.role },
-        A::RoleAdd(r) => Op::RoleAdd { name: r.name },
-        A::RoleDelete(r) => Op::RoleDelete { role: r.role },
-        A::RoleGrantPermission(g) => Op::RoleGrantPermission {
-            name: g.name,
-            perm: g.perm.map(|p| Permission {
-                perm_type: PermType::from_i32(p.perm_type),
-                key: p.key.to_vec(),
-                range_end: p.range_end.to_vec(),
-            }),
-        },
-        A::RoleRevokePermission(r) => Op::RoleRevokePermission {
-            role: r.role,
-            key: r.key.to_vec(),
-            range_end: r.range_end.to_vec(),
-        },
-        A::Authenticate(a) => Op::Authenticate { name: a.name, prefix: a.token_prefix },
-    })
-}
-
-/// The auth file of a member alone: the whole auth state, replaced atomically on each change.
-pub fn auth_file(s: &Shared) -> Option<PathBuf> {
-    let o = s.config.wal_options();
-    (o.mode != crate::wal::Mode::None).then(|| o.dir.auth_file())
-}
-
-/// Reads a member alone's auth state, if it has one.
-pub fn load(path: &Path) -> std::io::Result<Option<auth::AuthState>> {
-    match std::fs::read(path) {
-        Ok(b) => auth::codec::decode(&b)
-            .map(Some)
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "bad auth file")),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// Replaces the auth file with `state` atomically: a crash leaves either the old or the new
-/// state, never a mix.
-pub fn save(path: &Path, state: &auth::AuthState) -> std::io::Result<()> {
-    crate::data_dir::write_atomic(path, &auth::codec::encode(state))
-}
-
-/// Makes a change of auth state as `who`: through the log in a cluster; on a member alone
-/// applied and written to the auth file before answering. Returns Authenticate's token.
-async fn change(s: &Shared, who: &Option<AuthInfo>, r: mpb::AuthRequest) -> Result<String> {
-    // A member alone stays one until the change is written (see `Shared::alone`).
-    let _alone = s.alone_writes().await;
-    if s.raft().is_some() {
-        return match apply::propose_as(s, Req::Auth(r), header(who)).await? {
-            Resp::Auth(token) => Ok(token),
-            _ => Err(Error::Internal),
-        };
-    }
-    let op = to_op(r).ok_or(Error::Internal)?;
-    // Tokens are not persisted (they go with a restart, as in etcd): nothing to write.
-    let persists = !matches!(op, Op::Authenticate { .. });
-    // One change at a time: the file is written in the order the changes were applied.
-    let _g = s.auth_changes.lock().await;
-    let caller = who.clone().unwrap_or_default();
-    let path = auth_file(s).filter(|_| persists);
-    // The state before, to go back to if the change cannot be written: a change answered
-    // with an error must not stay in force (changes are rare; the copy is cheap).
-    let before = path.as_ref().map(|_| s.auth.export());
-    let token = s.auth.apply(&caller, op)?;
-    if let (Some(path), Some(before)) = (path, before) {
-        let state = s.auth.export();
-        let written = tokio::task::block_in_place(|| save(&path, &state));
-        if let Err(e) = written {
-            tracing::error!(error = %e, path = %path.display(), "auth: the auth file could not be written; the change is undone");
-            s.auth.undo(before);
-            return Err(Error::WalUnavailable);
-        }
-    }
-    Ok(token)
+/// Makes a change of auth state as `who` ([`submit`]); returns Authenticate's token.
+async fn change(
+    s: &Arc<Shared>,
+    who: &Option<AuthInfo>,
+    r: mpb::auth_request::Op,
+) -> Result<String> {
+    submit(s, who, mpb::AuthRequest { op: Some(r) }).await
 }
 
 #[derive(Debug)]
@@ -314,7 +147,7 @@ impl AuthService {
     {
         let s = &self.shared;
         let who = caller(s, req).await?;
-        change(s, &who, mpb::AuthRequest { op: Some(r) }).await?;
+        change(s, &who, r).await?;
         let mut resp = T::default();
         *resp.header_mut() = s.header(0);
         Ok(resp)
@@ -418,7 +251,7 @@ impl pb::auth_server::Auth for AuthService {
                 token_prefix: auth::AuthStore::token_prefix(),
             };
             let op = mpb::auth_request::Op::Authenticate(a);
-            let token = change(s, &None, mpb::AuthRequest { op: Some(op) }).await?;
+            let token = change(s, &None, op).await?;
             // The password was checked against a state that changed meanwhile: check again
             // (etcd's loop).
             if checked == s.auth.revision() {
@@ -443,12 +276,7 @@ impl pb::auth_server::Auth for AuthService {
             r.password.clear();
             r.hashed_password.clear();
         }
-        change(
-            &self.shared,
-            &who,
-            mpb::AuthRequest { op: Some(mpb::auth_request::Op::UserAdd(r)) },
-        )
-        .await?;
+        change(&self.shared, &who, mpb::auth_request::Op::UserAdd(r)).await?;
         Ok(Response::new(pb::AuthUserAddResponse { header: self.shared.header(0) }))
     }
 
@@ -463,7 +291,7 @@ impl pb::auth_server::Auth for AuthService {
             r.hashed_password = hash(&self.shared, std::mem::take(&mut r.password)).await?;
         }
         let op = mpb::auth_request::Op::UserChangePassword(r);
-        change(&self.shared, &who, mpb::AuthRequest { op: Some(op) }).await?;
+        change(&self.shared, &who, op).await?;
         Ok(Response::new(pb::AuthUserChangePasswordResponse { header: self.shared.header(0) }))
     }
 

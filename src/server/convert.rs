@@ -253,3 +253,41 @@ pub fn txn_response(r: mvcc::TxnResponse) -> pb::TxnResponse {
             .collect(),
     }
 }
+
+/// A change of auth state in the log's form (passwords already hashed), as the auth store
+/// applies it.
+pub fn auth_op(r: crate::proto::memetcdpb::AuthRequest) -> Option<crate::auth::Op> {
+    use crate::auth::{Op, PermType, Permission};
+    use crate::proto::memetcdpb::auth_request::Op as A;
+    Some(match r.op? {
+        A::Enable(_) => Op::Enable,
+        A::Disable(_) => Op::Disable,
+        A::UserAdd(u) => Op::UserAdd {
+            name: u.name,
+            hash: u.hashed_password.into_bytes(),
+            no_password: u.options.is_some_and(|o| o.no_password),
+        },
+        A::UserDelete(u) => Op::UserDelete { name: u.name },
+        A::UserChangePassword(u) => {
+            Op::UserChangePassword { name: u.name, hash: u.hashed_password.into_bytes() }
+        }
+        A::UserGrantRole(g) => Op::UserGrantRole { user: g.user, role: g.role },
+        A::UserRevokeRole(g) => Op::UserRevokeRole { name: g.name, role: g.role },
+        A::RoleAdd(r) => Op::RoleAdd { name: r.name },
+        A::RoleDelete(r) => Op::RoleDelete { role: r.role },
+        A::RoleGrantPermission(g) => Op::RoleGrantPermission {
+            name: g.name,
+            perm: g.perm.map(|p| Permission {
+                perm_type: PermType::from_i32(p.perm_type),
+                key: p.key.to_vec(),
+                range_end: p.range_end.to_vec(),
+            }),
+        },
+        A::RoleRevokePermission(r) => Op::RoleRevokePermission {
+            role: r.role,
+            key: r.key.to_vec(),
+            range_end: r.range_end.to_vec(),
+        },
+        A::Authenticate(a) => Op::Authenticate { name: a.name, prefix: a.token_prefix },
+    })
+}

@@ -9,19 +9,15 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::submit::{Expiry, submit};
 use super::{Shared, apply, auth};
 use crate::auth::AuthInfo;
 use crate::error::Error;
 use crate::lease::Renewal;
 use crate::proto::etcdserverpb as pb;
-use crate::proto::memetcdpb::request::Request as Req;
-use crate::proto::memetcdpb::response::Response as Resp;
-use crate::wal::record::Record;
 
 /// The longest the expiry loop sleeps (etcd checks every 500 ms).
 const EXPIRY_TICK: Duration = Duration::from_millis(500);
-/// Leases revoked per pass before the loop lets other work run.
-const EXPIRY_BATCH: usize = 1000;
 
 #[derive(Debug)]
 pub struct LeaseService {
@@ -34,56 +30,6 @@ impl LeaseService {
     }
 }
 
-/// Revokes leases on a member alone: the store deletes each lease's keys in one revision and
-/// removes the lease in the same step (`Store::revoke_lease`), so from that revision on the
-/// lease is gone for every other request and no key attached to it outlives it. Then, once
-/// readers see the deletions, the revocations are logged; returns the header revision of the
-/// last. Leases are handled together so that expiring thousands costs a few WAL batches, not
-/// one per lease.
-///
-/// The header revision is the one the revocation took effect at, as etcd reads it while it
-/// applies the revocation: the revision its keys went at, or, for a lease without keys, the
-/// newest revision allocated when the lease went (see `Store::revoke_lease`). Never one read
-/// later: other clients' writes meanwhile would raise it past the deletion (the history checker
-/// saw a revocation answer 147 for keys deleted at 142).
-async fn delete_keys(shared: &Shared, leases: Vec<i64>) -> i64 {
-    let mut visible = 0;
-    let mut rev = 0;
-    let mut gone = Vec::with_capacity(leases.len());
-    for id in leases {
-        // None: gone already (nothing else revokes a lease marked revoking on a member alone).
-        if let Some(applied) = shared.store.revoke_lease(id) {
-            visible = visible.max(applied.visible_at);
-            rev = applied.response;
-            gone.push(id);
-        }
-    }
-    shared.store.wait_visible(visible).await;
-    // Logged after the keys' deletion: a crash in between leaves a lease without keys, which
-    // expires again after restart, never keys without their lease.
-    if let Some(w) = shared.store.wal() {
-        let mut logged = None;
-        for id in gone {
-            logged = Some(w.append_meta(|seq| Record::LeaseRevoke { seq, id }));
-        }
-        if let Some(batch) = logged {
-            w.wait_durable(batch).await;
-        }
-    }
-    rev
-}
-
-/// Logs a lease grant and waits until it is durable (nothing to do without a WAL).
-async fn log_grant(shared: &Shared, id: i64, ttl: i64) {
-    if let Some(w) = shared.store.wal() {
-        let batch = w.append_meta(|seq| Record::LeaseGrant { seq, id, ttl });
-        w.wait_durable(batch).await;
-    }
-}
-
-/// How long a renewal of an expiring lease waits for its revocation to finish.
-const REVOCATION_WAIT: Duration = Duration::from_secs(10);
-
 /// Renews a lease on this member (which holds the deadlines: a member alone, or a cluster's
 /// leader) and returns the TTL; 0 for an unknown lease, and for an expiring one once its keys
 /// are gone (etcd's renew waits for the revocation).
@@ -91,19 +37,11 @@ pub async fn renew(shared: &Shared, id: i64) -> i64 {
     promoted(shared);
     match shared.lessor.renew(id) {
         Ok(Renewal::Renewed(ttl)) => return ttl,
-        Ok(Renewal::Expiring) => revoked(shared, id).await,
+        Ok(Renewal::Expiring) => shared.lessor.wait_gone(id).await,
         Err(_) => {}
     }
     shared.store.wait_settled().await;
     0
-}
-
-/// Waits (a bounded time) until a lease being revoked is gone.
-async fn revoked(shared: &Shared, id: i64) {
-    let give_up = Instant::now() + REVOCATION_WAIT;
-    while shared.lessor.contains(id) && Instant::now() < give_up {
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
 }
 
 /// Renews a lease where the deadlines are kept: here, or at the cluster's leader.
@@ -130,36 +68,43 @@ async fn renew_anywhere(shared: &Shared, id: i64) -> Result<i64, Status> {
     }
 }
 
-/// Revokes expired leases until the server stops: each lease's keys go in one revision, and
-/// watchers see DELETE events with prev_kv. In a cluster only the leader expires leases, by
-/// proposing their revocation; it first gives every lease its full TTL (etcd's `Promote`), so
-/// that no lease expires because of an election.
+/// Revokes expired leases until the server stops ([`Expiry`]). In a cluster only the leader
+/// expires leases; it first gives every lease its full TTL (etcd's `Promote`), so that no
+/// lease expires because of an election, and a member that stops leading forgets which
+/// leases it had started to expire.
 pub async fn expiry_loop(shared: Arc<Shared>) {
+    // This member's role, once it is a cluster member (from the start, or once it has grown).
+    let mut role = None;
     loop {
-        // A member alone that grew into a cluster expires leases as a cluster member.
-        if let Some(raft) = shared.raft().cloned() {
-            return cluster_expiry_loop(shared, raft).await;
+        if role.is_none() {
+            role = shared.raft().map(|r| r.role());
+        }
+        if let Some(role) = role.as_mut() {
+            if !role.borrow_and_update().is_leader {
+                shared.lessor.demote();
+                // Followers wait to lead (the node stopped: nothing more to expire).
+                if role.wait_for(|r| r.is_leader).await.is_err() {
+                    return;
+                }
+            }
+            promoted(&shared);
         }
         let now = Instant::now();
         let wake =
             shared.lessor.next_deadline().map_or(now + EXPIRY_TICK, |d| d.min(now + EXPIRY_TICK));
-        tokio::time::sleep_until(wake.max(now + Duration::from_millis(1))).await;
-        let Some(_alone) = shared.alone_writes().await else { continue };
-        loop {
-            let expired = shared.lessor.expire(Instant::now(), EXPIRY_BATCH);
-            let n = expired.len();
-            if n > 0 {
-                delete_keys(&shared, expired).await;
-            }
-            for (id, key) in shared.lessor.take_orphans() {
-                let rev = shared.store.delete_orphans(id, vec![key]).visible_at;
-                shared.store.wait_visible(rev).await;
-            }
-            if n < EXPIRY_BATCH {
-                break;
-            }
-            tokio::task::yield_now().await;
+        let sleep = tokio::time::sleep_until(wake.max(now + Duration::from_millis(1)));
+        match role.as_mut() {
+            Some(role) => tokio::select! {
+                _ = sleep => {}
+                changed = role.changed() => match changed {
+                    Ok(()) => continue,
+                    Err(_) => return,
+                },
+            },
+            None => sleep.await,
         }
+        let expiry = Expiry { retry_after: EXPIRY_TICK };
+        let _ = submit(&shared, &apply::root(), expiry).await;
     }
 }
 
@@ -184,53 +129,6 @@ pub fn promoted(shared: &Shared) {
             "lease: this member leads; every lease renewed to its full TTL"
         );
     }
-}
-
-async fn cluster_expiry_loop(shared: Arc<Shared>, raft: Arc<crate::raft::RaftNode>) {
-    let mut role = raft.role();
-    loop {
-        // Followers wait to lead.
-        let _ = role.wait_for(|r| r.is_leader).await;
-        promoted(&shared);
-        while role.borrow().is_leader {
-            let now = Instant::now();
-            let wake = shared
-                .lessor
-                .next_deadline()
-                .map_or(now + EXPIRY_TICK, |d| d.min(now + EXPIRY_TICK));
-            tokio::select! {
-                _ = tokio::time::sleep_until(wake.max(now + Duration::from_millis(1))) => {}
-                _ = role.changed() => continue,
-            }
-            let expired = shared.lessor.expire(Instant::now(), EXPIRY_BATCH);
-            let revokes = expired.into_iter().map(|id| {
-                let shared = shared.clone();
-                async move {
-                    // As root, as etcd's expiry does (`WithRoot`).
-                    let revoke = Req::LeaseRevoke(pb::LeaseRevokeRequest { id });
-                    let r = apply::propose_as(&shared, revoke, Some(auth::root_header())).await;
-                    if let Err(e) = r {
-                        // Tried again shortly (or by the next leader).
-                        tracing::debug!(lease = id, error = %e, "lease: expiry not proposed");
-                        shared.lessor.retry_expiry(id, EXPIRY_TICK);
-                    }
-                }
-            });
-            futures_join_all(revokes).await;
-        }
-        shared.lessor.demote();
-    }
-}
-
-/// Runs the futures concurrently and waits for all.
-async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(
-    futs: impl Iterator<Item = F>,
-) {
-    let mut set = tokio::task::JoinSet::new();
-    for f in futs {
-        set.spawn(f);
-    }
-    while set.join_next().await.is_some() {}
 }
 
 /// LeaseTimeToLive from this member's lessor (a member alone, or the cluster's leader),
@@ -299,79 +197,22 @@ impl pb::lease_server::Lease for LeaseService {
         &self,
         req: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
-        // Any authenticated user may grant (etcd's requireAuthInfo), before the proposal.
+        // Any authenticated user may grant (etcd's requireAuthInfo), before the change.
         let who = auth::authenticated(&self.shared, &req).await?;
-        let r = req.into_inner();
-        // A member alone stays one until the grant is logged (see `Shared::alone`).
-        let _alone = self.shared.alone_writes().await;
-        if self.shared.raft().is_some() {
-            let s = &self.shared;
-            if r.ttl > crate::lease::MAX_TTL {
-                return Err(Error::LeaseTtlTooLarge.into());
-            }
-            apply::quota(s, super::alarm::lease_cost()).await?;
-            let id = if r.id == 0 { s.lessor.fresh_id() } else { r.id };
-            let grant = pb::LeaseGrantRequest { id, ttl: r.ttl };
-            let h = auth::header(&who);
-            let Resp::LeaseGrant(mut g) = apply::propose_as(s, Req::LeaseGrant(grant), h).await?
-            else {
-                return Err(Error::Internal.into());
-            };
-            s.fill(&mut g.header);
-            return Ok(Response::new(g));
-        }
-        self.shared.alarms.check_space(&self.shared.store, super::alarm::lease_cost())?;
-        if self.shared.store.wal().is_some_and(|w| !w.writable()) {
-            return Err(crate::error::Error::WalUnavailable.into());
-        }
-        let (id, ttl) = self.shared.lessor.grant(r.id, r.ttl)?;
-        // The revision the grant took effect at (etcd reads it as it applies the grant), not
-        // one read after the WAL wait, which other clients' writes may have raised.
-        let rev = self.shared.store.current_revision();
-        log_grant(&self.shared, id, ttl).await;
-        Ok(Response::new(pb::LeaseGrantResponse {
-            header: self.shared.header(rev),
-            id,
-            ttl,
-            error: String::new(),
-        }))
+        let mut g = submit(&self.shared, &who, req.into_inner()).await?;
+        self.shared.fill(&mut g.header);
+        Ok(Response::new(g))
     }
 
     async fn lease_revoke(
         &self,
         req: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
-        // Someone, checked here; whether they may write the lease's keys, at apply.
+        // Someone, checked here; whether they may write the lease's keys, where it is applied.
         let who = auth::authenticated(&self.shared, &req).await?;
-        let id = req.into_inner().id;
-        let _alone = self.shared.alone_writes().await;
-        if self.shared.raft().is_some() {
-            let s = &self.shared;
-            let r = pb::LeaseRevokeRequest { id };
-            let h = auth::header(&who);
-            let Resp::LeaseRevoke(mut r) = apply::propose_as(s, Req::LeaseRevoke(r), h).await?
-            else {
-                return Err(Error::Internal.into());
-            };
-            s.fill(&mut r.header);
-            return Ok(Response::new(r));
-        }
-        let first = {
-            let _gate = self.shared.auth.write_gate();
-            auth::check_lease_revoke(&self.shared, who.as_ref(), id)?;
-            self.shared.lessor.revoke_first(id)
-        };
-        if first != Ok(true) {
-            // Gone, or its expiry got there first: answered once the lease is gone and readers
-            // see its keys' deletion, so that no answer predates what that revocation did.
-            if first.is_ok() {
-                revoked(&self.shared, id).await;
-            }
-            self.shared.store.wait_settled().await;
-            return Err(Error::LeaseNotFound.into());
-        }
-        let rev = delete_keys(&self.shared, vec![id]).await;
-        Ok(Response::new(pb::LeaseRevokeResponse { header: self.shared.header(rev) }))
+        let mut r = submit(&self.shared, &who, req.into_inner()).await?;
+        self.shared.fill(&mut r.header);
+        Ok(Response::new(r))
     }
 
     type LeaseKeepAliveStream = KeepAliveStream;

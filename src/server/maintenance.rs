@@ -9,12 +9,10 @@ use std::time::Duration;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
-use super::apply::{self, propose};
+use super::submit::submit;
 use super::{RAFT_TERM, Shared, auth};
 use crate::error::Error;
 use crate::proto::etcdserverpb as pb;
-use crate::proto::memetcdpb::request::Request as Req;
-use crate::proto::memetcdpb::response::Response as Resp;
 
 #[derive(Debug)]
 pub struct MaintenanceService {
@@ -35,23 +33,14 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         &self,
         req: Request<pb::AlarmRequest>,
     ) -> Result<Response<pb::AlarmResponse>, Status> {
-        if req.get_ref().action == pb::alarm_request::AlarmAction::Get as i32 {
-            auth::authenticated(&self.shared, &req).await?;
+        let who = if req.get_ref().action == pb::alarm_request::AlarmAction::Get as i32 {
+            auth::authenticated(&self.shared, &req).await?
         } else {
-            auth::admin(&self.shared, &req).await?;
-        }
-        let r = req.into_inner();
-        let _alone = self.shared.alone_writes().await;
-        if self.shared.raft().is_some() {
-            // Alarms are the cluster's: raised, cleared and listed through the log, as etcd
-            // does it, so that every member answers the same.
-            let Resp::Alarm(mut a) = propose(&self.shared, Req::Alarm(r)).await? else {
-                return Err(Error::Internal.into());
-            };
-            self.shared.fill(&mut a.header);
-            return Ok(Response::new(a));
-        }
-        Ok(Response::new(apply::alarm(&self.shared, &r)))
+            auth::admin(&self.shared, &req).await?
+        };
+        let mut a = submit(&self.shared, &who, req.into_inner()).await?;
+        self.shared.fill(&mut a.header);
+        Ok(Response::new(a))
     }
 
     async fn status(

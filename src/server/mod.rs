@@ -1,10 +1,13 @@
 //! The gRPC server: etcd's v3 services over tonic (etcd's `etcdserver/api/v3rpc`).
 //!
-//! Services are thin: convert the request, call the store, fill the header, translate errors
-//! through [`status`]. Methods this server does not know answer UNIMPLEMENTED.
+//! Services are thin: check the request and who sent it, then read the store, or hand a change
+//! of state to [`submit`] (which applies it in place on a member alone and proposes it in a
+//! cluster), fill the header, translate errors through [`status`]. Methods this server does not
+//! know answer UNIMPLEMENTED.
 
 pub mod alarm;
 pub mod apply;
+pub mod apply_auth;
 pub mod auth;
 pub mod cluster;
 pub mod codec;
@@ -21,6 +24,7 @@ pub mod lease;
 pub mod maintenance;
 pub mod metrics;
 pub mod status;
+pub mod submit;
 pub mod tls;
 pub mod watch;
 
@@ -39,7 +43,6 @@ use crate::config::Config;
 use crate::lease::Lessor;
 use crate::mvcc::{Store, StoreConfig};
 use crate::proto::etcdserverpb as pb;
-use crate::proto::memetcdpb::request::Request as Req;
 use crate::watch::WatchHub;
 
 /// gRPC's own framing on top of a request, allowed beyond `--max-request-bytes` so that an
@@ -65,8 +68,8 @@ pub struct Shared {
     /// Raised alarms and the space quota every write that adds data checks.
     pub alarms: alarm::Alarms,
     /// The Raft node, in a cluster (set once: right after start-up, or when a member alone
-    /// grows into a cluster; a member alone has none). Every request reads it to choose its
-    /// path.
+    /// grows into a cluster; a member alone has none). [`submit`] reads it to choose a change's
+    /// road; linearizable reads, Status and membership calls read it too.
     pub raft: std::sync::OnceLock<Arc<crate::raft::RaftNode>>,
     /// Every member's name and client URLs, as each published them through the log (a
     /// cluster's MemberList); written only by the apply of those entries and by snapshots.
@@ -167,7 +170,7 @@ impl Shared {
         )
         .with_tokens(tokens);
         if let Some(path) = auth_path {
-            match auth::load(&path) {
+            match crate::auth::file::load(&path) {
                 Ok(Some(state)) => auth.restore(state),
                 Ok(None) => {}
                 Err(e) => return Err(format!("{}: {e}", path.display()).into()),
@@ -464,17 +467,13 @@ pub async fn serve(
             let s = &shared;
             compactor::run_with(&shared.store, policy, &|rev| {
                 Box::pin(async move {
-                    // A member alone compacts its store (it may grow into a cluster later).
-                    if let Some(_alone) = s.alone_writes().await {
-                        return compactor::compact(&s.store, rev).await;
-                    }
-                    // Only the leader compacts, through the log (etcd's compactor pauses on
-                    // followers).
-                    if !s.raft().is_some_and(|r| r.is_leader()) {
+                    // In a cluster only the leader compacts, through the log (etcd's compactor
+                    // pauses on followers).
+                    if s.raft().is_some_and(|r| !r.is_leader()) {
                         return Ok(());
                     }
                     let c = pb::CompactionRequest { revision: rev, physical: false };
-                    match apply::propose(s, Req::Compaction(c)).await {
+                    match submit::submit(s, &None, c).await {
                         Ok(_) | Err(crate::error::Error::Compacted) => Ok(()),
                         Err(e) => Err(e),
                     }
@@ -483,7 +482,6 @@ pub async fn serve(
             .await
         })
     });
-    let cluster_tasks = shared.raft().cloned().map(|raft| raft_snapshots(&shared, raft));
     // Listeners stop accepting at once and let requests in flight finish; watch and keep-alive
     // streams never finish on their own, so connections still open after the grace period
     // are closed (etcd does the same).
@@ -507,25 +505,10 @@ pub async fn serve(
     }
     expiry.abort();
     snapshots.abort();
-    if let Some(t) = cluster_tasks {
-        t.abort();
-    }
     if let Some(c) = compactor {
         c.abort();
     }
     Ok(())
-}
-
-/// Takes Raft snapshots as the log grows (a cluster member).
-fn raft_snapshots(
-    shared: &Arc<Shared>,
-    raft: Arc<crate::raft::RaftNode>,
-) -> tokio::task::JoinHandle<()> {
-    let size = {
-        let s = shared.clone();
-        move || s.store.size_bytes() as u64
-    };
-    tokio::spawn(raft.snapshot_loop(size))
 }
 
 /// A peer listener's service: Raft's messages and the leader-only client requests.
@@ -562,7 +545,7 @@ async fn publish_member(shared: Arc<Shared>) {
         if known {
             return;
         }
-        match apply::propose(&shared, Req::MemberAttributes(attrs.clone())).await {
+        match submit::submit(&shared, &None, attrs.clone()).await {
             Ok(_) => {
                 info!(name = %attrs.name, "published this member's name and client URLs to the cluster");
                 return;
@@ -581,14 +564,22 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// How often the snapshot loop checks whether a snapshot is due.
 const SNAPSHOT_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Writes a snapshot whenever enough was logged since the last one (see `wal::Options`).
+/// Takes snapshots as the logs grow, so that they (and restart time) stay bounded: the WAL's
+/// (a member alone's, or the one a member that grew into a cluster keeps writing until it
+/// restarts: a member that never restarts must not fill its disk), whenever enough was logged
+/// since the last one (see `wal::Options`), and the Raft log's (a cluster member's, see
+/// `RaftNode::snapshot_if_due`).
 async fn snapshot_loop(shared: Arc<Shared>) {
+    // Where the Raft log stood at its last snapshot, once this member is in a cluster.
+    let mut raft_mark = None;
     loop {
         tokio::time::sleep(SNAPSHOT_CHECK).await;
-        // A member alone that grew into a cluster still writes its WAL until it restarts:
-        // snapshots keep bounding it (a member that never restarts must not fill its disk).
-        let Some(wal) = shared.store.wal() else { return };
-        if !wal.snapshot_due(shared.store.size_bytes() as u64) {
+        let size = shared.store.size_bytes() as u64;
+        if let Some(raft) = shared.raft() {
+            let mark = raft_mark.get_or_insert_with(|| raft.snapshot_mark());
+            raft.snapshot_if_due(mark, size).await;
+        }
+        if !shared.store.wal().is_some_and(|wal| wal.snapshot_due(size)) {
             continue;
         }
         let s = shared.clone();
