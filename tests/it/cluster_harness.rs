@@ -297,6 +297,19 @@ impl Cluster {
             .expect("kill")
             .success();
         assert!(ok, "kill -{sig} {pid}");
+        // `kill` returns once the signal is sent; every thread of the process stops a moment
+        // later. Until then it may still answer its peers: wait for the stop to take effect
+        // (state T), so that a test never races it.
+        if sig == "STOP" {
+            let stat = format!("/proc/{pid}/stat");
+            let start = Instant::now();
+            while !std::fs::read_to_string(&stat).is_ok_and(|s| {
+                s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('T'))
+            }) {
+                assert!(start.elapsed() < Duration::from_secs(5), "{pid} did not stop");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
     }
 
     pub fn peer_url(&self, i: usize) -> String {
