@@ -5,29 +5,39 @@
 //! compacted to the same revision has a different hash. A peer that cannot answer (down, behind,
 //! compacted past that revision, of another cluster) is logged and passed over, as in etcd.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::node::RaftNode;
+use super::network::Peers;
+use super::state_machine::Machine;
 use crate::error::Error;
 use crate::proto::etcdserverpb as epb;
 
-/// The check; an error (in etcd's words) when this member's data differs from a peer's.
-pub async fn initial_check(node: &RaftNode, timeout: Duration) -> Result<(), String> {
-    let me = format!("{:x}", node.id);
+/// The check of member `id`, whose store is `machine`, against the peers `members` lists (every
+/// member's peer URLs, by id); an error (in etcd's words) when its data differs from a peer's.
+pub async fn initial_check(
+    id: u64,
+    machine: &dyn Machine,
+    peers: &Peers,
+    members: impl Fn() -> BTreeMap<u64, Vec<String>>,
+    timeout: Duration,
+) -> Result<(), String> {
+    let me_id = id;
+    let me = format!("{me_id:x}");
     tracing::info!(local_member_id = %me, ?timeout, "starting initial corruption check");
     let (hash, rev, compact) =
-        node.machine.hash_kv(0).map_err(|e| format!("{me} failed to fetch hash ({e})"))?;
+        machine.hash_kv(0).map_err(|e| format!("{me} failed to fetch hash ({e})"))?;
     // The membership openraft recovered from the snapshot and the log (published as it starts).
     let start = tokio::time::Instant::now();
-    let mut members = node.membership().1;
-    while members.is_empty() && start.elapsed() < timeout {
+    let mut known = members();
+    while known.is_empty() && start.elapsed() < timeout {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        members = node.membership().1;
+        known = members();
     }
     let mut mismatch = 0;
-    for (id, urls) in members.iter().filter(|(id, _)| **id != node.id) {
+    for (id, urls) in known.iter().filter(|(id, _)| **id != me_id) {
         let peer = format!("{id:x}");
-        let Some(mut client) = node.peers.raft_client(*id, urls) else { continue };
+        let Some(mut client) = peers.raft_client(*id, urls) else { continue };
         let mut req = tonic::Request::new(epb::HashKvRequest { revision: rev });
         req.set_timeout(timeout);
         let answer = tokio::time::timeout(timeout, client.hash_kv(req)).await;

@@ -275,7 +275,10 @@ impl RaftNode {
                 applied.wait_for(|a| *a >= target),
             )
             .await;
-            super::corrupt::initial_check(&node, request_timeout(node.opts.election)).await?;
+            let timeout = request_timeout(node.opts.election);
+            let members = || node.membership().1;
+            super::corrupt::initial_check(node.id, &*node.machine, &node.peers, members, timeout)
+                .await?;
             node.raft.runtime_config().elect(true);
         }
         Ok(node)
