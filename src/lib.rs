@@ -21,11 +21,14 @@
 //!   (`server::http`, `server::metrics`), alarms and the space quota checked before writes that
 //!   add data (`server::alarm`), auto-compaction (`server::compactor`), Maintenance.Snapshot,
 //!   which streams a backup the store takes at one revision (`mvcc::backup`, in the format of
-//!   `wal::backup`; `mem_etcd snapshot restore` turns it into a data directory), and the
-//!   leader-only requests a follower forwards (`server::forward`).
+//!   `wal::backup`; `mem_etcd snapshot restore` turns it into a data directory), and what the
+//!   leader serves of the requests members forward to it (`server::forward`: lease renewals
+//!   and TimeToLive, membership changes).
 //! - [`raft`]: replication for a cluster of members (openraft): the Raft log (the WAL of a
-//!   cluster member), snapshots of the store, the peer transport, proposals and read indexes
-//!   forwarded to the leader, membership. A member alone runs without it until it grows into a
+//!   cluster member), snapshots of the store, the peer transport, membership, and the one road
+//!   to the leader (`RaftNode::at_leader`: one deadline and retry policy, one peer call) for
+//!   every request only the leader can serve: proposals, read indexes, lease renewals and
+//!   TimeToLive, membership changes. A member alone runs without it until it grows into a
 //!   cluster (its first MemberAdd).
 //! - [`mvcc`]: the store. The key space is split into partitions, one per Kubernetes resource
 //!   (`/registry/[group/]resource/`, see [`keyspace`]) plus a default one; each partition has a

@@ -21,15 +21,36 @@
 //! logged and passed over, as in etcd.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Weak};
+use std::future::Future;
+use std::sync::Weak;
 use std::time::Duration;
 
+use bytes::Bytes;
 use prost::Message;
 
-use super::node::RaftNode;
+use super::network::RaftClient;
+use super::state_machine::KvHash;
 use crate::error::Error;
 use crate::proto::etcdserverpb as epb;
 use crate::proto::memetcdpb as mpb;
+
+/// What the checks need of a member (etcd's `Hasher`); the Raft node is one.
+pub trait Hasher: Send + Sync + 'static {
+    /// This member's id.
+    fn member_id(&self) -> u64;
+    /// Its store's hash at `rev` (0: the current revision).
+    fn hash(&self, rev: i64) -> crate::error::Result<KvHash>;
+    /// Every member's peer URLs, by id.
+    fn members(&self) -> BTreeMap<u64, Vec<String>>;
+    /// A client of member `id`'s peer service.
+    fn peer(&self, id: u64, urls: &[String]) -> Option<RaftClient>;
+    fn is_leader(&self) -> bool;
+    fn request_timeout(&self) -> Duration;
+    /// Returns once this member has applied every write committed before the call.
+    fn linearizable(&self) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Proposes `request` (a `memetcdpb.Request`) through the log.
+    fn propose(&self, request: Bytes) -> impl Future<Output = Result<(), Error>> + Send;
+}
 
 /// A peer's HashKV answer, or `None` (logged) when it could not give one.
 type PeerHash = (u64, Option<epb::HashKvResponse>);
@@ -37,16 +58,16 @@ type PeerHash = (u64, Option<epb::HashKvResponse>);
 /// Asks every peer for the hash of its store at `rev`, one after another, each within
 /// `timeout`. `skipped` logs why a peer that answered with an error was passed over.
 async fn peer_hashes(
-    node: &RaftNode,
+    node: &impl Hasher,
     rev: i64,
     timeout: Duration,
     skipped: impl Fn(u64, &[String], &str),
 ) -> Vec<PeerHash> {
-    let me = format!("{:x}", node.id);
-    let members = node.membership().1;
+    let me = format!("{:x}", node.member_id());
+    let members = node.members();
     let mut out = Vec::new();
-    for (id, urls) in members.iter().filter(|(id, _)| **id != node.id) {
-        let Some(mut client) = node.peers.raft_client(*id, urls) else {
+    for (id, urls) in members.iter().filter(|(id, _)| **id != node.member_id()) {
+        let Some(mut client) = node.peer(*id, urls) else {
             out.push((*id, None));
             continue;
         };
@@ -89,13 +110,13 @@ async fn peer_hashes(
 }
 
 /// The initial check; an error (in etcd's words) when this member's data differs from a peer's.
-pub async fn initial_check(node: &RaftNode, timeout: Duration) -> Result<(), String> {
-    let me = format!("{:x}", node.id);
+pub async fn initial_check(node: &impl Hasher, timeout: Duration) -> Result<(), String> {
+    let me = format!("{:x}", node.member_id());
     tracing::info!(local_member_id = %me, ?timeout, "starting initial corruption check");
-    let h = node.machine.hash_kv(0).map_err(|e| format!("{me} failed to fetch hash ({e})"))?;
+    let h = node.hash(0).map_err(|e| format!("{me} failed to fetch hash ({e})"))?;
     // The membership openraft recovered from the snapshot and the log (published as it starts).
     let start = tokio::time::Instant::now();
-    while node.membership().1.is_empty() && start.elapsed() < timeout {
+    while node.members().is_empty() && start.elapsed() < timeout {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let skipped = |id: u64, urls: &[String], why: &str| {
@@ -144,13 +165,13 @@ pub async fn initial_check(node: &RaftNode, timeout: Duration) -> Result<(), Str
 
 /// Runs the periodic check every `every` and the compaction check every `compact_every` (each
 /// when given) while this member leads, until the node is dropped.
-pub async fn monitor(
-    node: Weak<RaftNode>,
+pub async fn monitor<H: Hasher>(
+    node: Weak<H>,
     every: Option<Duration>,
     compact_every: Option<Duration>,
 ) {
     if let Some(t) = every {
-        let id = node.upgrade().map_or(0, |n| n.id);
+        let id = node.upgrade().map_or(0, |n| n.member_id());
         tracing::info!(local_member_id = %format!("{id:x}"), interval = ?t, "enabled corruption checking");
     }
     let far = Duration::from_secs(365 * 24 * 3600);
@@ -170,24 +191,24 @@ pub async fn monitor(
             continue;
         }
         if periodic_due {
-            if let Err(e) = periodic_check(&node).await {
+            if let Err(e) = periodic_check(&*node).await {
                 tracing::warn!(error = %e, "failed to check hash KV");
             }
         } else {
-            compact_hash_check(&node, &mut compact_checked).await;
+            compact_hash_check(&*node, &mut compact_checked).await;
         }
     }
 }
 
 /// One periodic check (etcd's `PeriodicCheck`), on the leader.
-async fn periodic_check(node: &Arc<RaftNode>) -> Result<(), Error> {
+async fn periodic_check(node: &impl Hasher) -> Result<(), Error> {
     let timeout = node.request_timeout();
-    let h = node.machine.hash_kv(0)?;
+    let h = node.hash(0)?;
     let peers = peer_hashes(node, h.hash_revision, timeout, |_, _, _| {}).await;
     // Every write acknowledged before the peers answered is applied here now: no peer can be
     // ahead of what the leader then holds, and the leader's own hash must not have changed.
     node.linearizable().await?;
-    let h2 = node.machine.hash_kv(0)?;
+    let h2 = node.hash(0)?;
     let mut corrupt = None;
     if h2.hash != h.hash
         && h2.hash_revision == h.hash_revision
@@ -202,7 +223,7 @@ async fn periodic_check(node: &Arc<RaftNode>) -> Result<(), Error> {
             hash_2 = h2.hash,
             "found hash mismatch"
         );
-        corrupt.get_or_insert(node.id);
+        corrupt.get_or_insert(node.member_id());
     }
     let mut checked = 0;
     for (id, r) in &peers {
@@ -249,10 +270,10 @@ async fn periodic_check(node: &Arc<RaftNode>) -> Result<(), Error> {
 
 /// One compaction check (etcd's `CompactHashCheck`), on the leader: the hashes of the last
 /// compaction revision, once per compaction.
-async fn compact_hash_check(node: &Arc<RaftNode>, checked: &mut i64) {
-    let me = node.id;
+async fn compact_hash_check(node: &impl Hasher, checked: &mut i64) {
+    let me = node.member_id();
     tracing::info!(local_member_id = %format!("{me:x}"), timeout = ?node.request_timeout(), "starting compact hash check");
-    let at = match node.machine.hash_kv(0) {
+    let at = match node.hash(0) {
         Ok(h) => h.compact_revision,
         Err(_) => return,
     };
@@ -260,7 +281,7 @@ async fn compact_hash_check(node: &Arc<RaftNode>, checked: &mut i64) {
         tracing::info!(number_of_hashes_checked = 0, "finished compaction hash check");
         return;
     }
-    let Ok(h) = node.machine.hash_kv(at) else { return };
+    let Ok(h) = node.hash(at) else { return };
     let peers = peer_hashes(node, at, node.request_timeout(), |_, _, _| {}).await;
     let mut groups: BTreeMap<u32, Vec<u64>> = BTreeMap::from([(h.hash, vec![me])]);
     let mut answered = 0;
@@ -346,7 +367,7 @@ async fn compact_hash_check(node: &Arc<RaftNode>, checked: &mut i64) {
 
 /// Proposes the CORRUPT alarm for `member` (0: the whole cluster), so that every member raises
 /// it in log order and refuses writes.
-async fn raise_alarm(node: &RaftNode, member: u64) {
+async fn raise_alarm(node: &impl Hasher, member: u64) {
     let request = mpb::Request {
         request: Some(mpb::request::Request::Alarm(epb::AlarmRequest {
             action: epb::alarm_request::AlarmAction::Activate as i32,

@@ -17,7 +17,8 @@
 //! -ahead log in a cluster ([`log_store`]); the store keeps no WAL of its own there, so nothing
 //! is written twice, and snapshots of the store ([`state_machine`]) bound the log.
 //!
-//! Modules: [`node`] (the node: starting, proposing, reading, membership), [`log_store`],
+//! Modules: [`node`] (the node: starting, proposing, reading, membership, and the one road to
+//! the leader), [`forward`] (the requests only the leader can serve), [`log_store`],
 //! [`state_machine`], [`network`] and [`peer`] (the peer transport's two sides), [`codec`]
 //! (openraft's types on the wire), [`membership`] (flags and ids, as etcd derives them), [`tls`],
 //! [`faults`] (network faults for tests), [`restore`] (founding a cluster from a backup).
@@ -25,6 +26,7 @@
 pub mod codec;
 pub mod corrupt;
 pub mod faults;
+pub mod forward;
 pub mod log_store;
 pub mod membership;
 pub mod network;
@@ -36,6 +38,7 @@ pub mod tls;
 
 use bytes::Bytes;
 
+pub use forward::{Answer, Forwarded, LeaderRequests};
 pub use node::{NodeOptions, RaftNode, Role};
 pub use state_machine::{KvHash, Machine, SnapshotJob};
 

@@ -1,7 +1,7 @@
 //! Reaching the other members (etcd's `rafthttp`, client side): one HTTP/2 connection per peer
 //! over its peer URL, shared by openraft's replication, votes and snapshots and by the
 //! follower-to-leader requests of `node`. Every call is stamped with this member's cluster id
-//! and member id, which the receiving peer checks (`peer::check_stamp`).
+//! and member id, which the receiving peer checks ([`check_stamp`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -50,8 +50,25 @@ impl tonic::service::Interceptor for Stamp {
     }
 }
 
+/// Refuses a call from another cluster (etcd answers such peers "cluster ID mismatch"), so two
+/// clusters sharing addresses never merge. Returns the caller's member id.
+pub fn check_stamp<T>(req: &tonic::Request<T>, cluster_id: u64) -> Result<u64, tonic::Status> {
+    let get = |k: &str| {
+        req.metadata()
+            .get(k)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| u64::from_str_radix(v, 16).ok())
+    };
+    match (get(CLUSTER_ID_KEY), get(MEMBER_ID_KEY)) {
+        (Some(c), Some(m)) if c == cluster_id => Ok(m),
+        (Some(c), _) => Err(tonic::Status::failed_precondition(format!(
+            "cluster ID mismatch: this member is in cluster {cluster_id:x}, the caller in {c:x}"
+        ))),
+        _ => Err(tonic::Status::invalid_argument("a peer call without cluster and member ids")),
+    }
+}
+
 pub type RaftClient = pb::raft_client::RaftClient<InterceptedService<Channel, Stamp>>;
-pub type ForwardClient = pb::forward_client::ForwardClient<InterceptedService<Channel, Stamp>>;
 
 /// Traffic with one peer (etcd's `etcd_network_peer_*` metrics).
 #[derive(Debug)]
@@ -188,15 +205,6 @@ impl Peers {
         let ch = self.channel(id, urls)?;
         Some(
             pb::raft_client::RaftClient::with_interceptor(ch, self.stamp.clone())
-                .max_decoding_message_size(usize::MAX)
-                .max_encoding_message_size(usize::MAX),
-        )
-    }
-
-    pub fn forward_client(&self, id: u64, urls: &[String]) -> Option<ForwardClient> {
-        let ch = self.channel(id, urls)?;
-        Some(
-            pb::forward_client::ForwardClient::with_interceptor(ch, self.stamp.clone())
                 .max_decoding_message_size(usize::MAX)
                 .max_encoding_message_size(usize::MAX),
         )

@@ -3,8 +3,8 @@
 //! follower), linearizable read barriers, membership changes and leader transfer.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,6 +14,7 @@ use openraft::{ChangeMembers, EntryPayload, Membership, Precondition, ReadPolicy
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::forward::{Answer, Forwarded, LeaderRequests};
 use super::log_store::{LogOptions, LogStore};
 use super::membership::InitialMember;
 use super::network::{Network, Peers, RaftClient};
@@ -107,6 +108,9 @@ pub struct RaftNode {
     /// Set once this member learns it was removed from the cluster (written by the role
     /// watcher, awaited by the daemon, which then stops as etcd's member does).
     removed: watch::Sender<bool>,
+    /// The server's side of the forwarded requests it serves when this member leads (see
+    /// [`LeaderRequests`]): set once, as the server starts the node, before it serves peers.
+    leader_requests: OnceLock<Arc<dyn LeaderRequests>>,
     opts: NodeOptions,
 }
 
@@ -244,6 +248,7 @@ impl RaftNode {
             started: std::time::Instant::now(),
             faults: opts.failpoint.clone().map(super::faults::PeerFaults::start),
             removed: watch::channel(false).0,
+            leader_requests: OnceLock::new(),
             opts,
         });
         tokio::spawn(node.clone().watch_metrics(role.0));
@@ -281,7 +286,8 @@ impl RaftNode {
                 applied.wait_for(|a| *a >= target),
             )
             .await;
-            super::corrupt::initial_check(&node, request_timeout(node.opts.election)).await?;
+            let timeout = request_timeout(node.opts.election);
+            super::corrupt::initial_check(&*node, timeout).await?;
             node.raft.runtime_config().elect(true);
         }
         if node.opts.corrupt_check.is_some() || node.opts.compact_hash_check.is_some() {
@@ -641,13 +647,13 @@ impl RaftNode {
         self.metrics().local_committed.map_or(0, |l| l.index)
     }
 
-    /// Admits a peer call: from a member of this cluster ([`super::peer::check_stamp`]) whose
-    /// calls are not being dropped by an injected fault. Returns the caller's member id.
+    /// Admits a peer call: from a member of this cluster ([`super::network::check_stamp`])
+    /// whose calls are not being dropped by an injected fault. Returns the caller's member id.
     pub fn check_peer<T>(
         &self,
         req: &tonic::Request<T>,
     ) -> std::result::Result<u64, tonic::Status> {
-        let from = super::peer::check_stamp(req, self.cluster_id)?;
+        let from = super::network::check_stamp(req, self.cluster_id)?;
         if self.faults.as_ref().is_some_and(|f| f.refuses(from)) {
             return Err(tonic::Status::unavailable(
                 "peer failpoint: calls from this member are dropped",
@@ -705,11 +711,6 @@ impl RaftNode {
             .or_else(|| self.opts.initial.get(&id).map(|i| i.peer_urls.clone()))
     }
 
-    /// A client for the leader's Forward service.
-    pub fn forward_client(&self, leader: u64) -> Option<super::network::ForwardClient> {
-        self.peers.forward_client(leader, &self.peer_urls_of(leader)?)
-    }
-
     /// Waits until this member has applied `index`.
     pub async fn wait_applied(&self, index: u64) {
         let mut rx = self.applied.clone();
@@ -740,59 +741,45 @@ impl RaftNode {
     }
 
     async fn propose_inner(&self, request: Bytes) -> Result<(u64, Bytes)> {
-        let deadline = Instant::now() + self.request_timeout();
-        let remote = |mut c: RaftClient, left: Duration| {
-            let mut req = tonic::Request::new(pb::ProposeRequest { request: request.clone() });
-            req.set_timeout(left);
-            async move {
-                let r = c.propose(req).await?.into_inner();
-                // Answer once this member has it too, as etcd's followers answer from their
-                // own apply.
-                if tokio::time::timeout_at(deadline, self.wait_applied(r.index)).await.is_err() {
-                    return Err(tonic::Status::deadline_exceeded(Error::Timeout.message()));
-                }
-                Ok((r.index, r.response))
-            }
-        };
-        // A proposal the leader may have received before it failed may still commit.
-        self.at_leader(
-            deadline,
-            || self.propose_local(request.clone()),
-            remote,
-            Error::TimeoutLeaderFail,
-        )
-        .await
+        match self.at_leader(Forwarded::Propose(request)).await? {
+            Answer::Propose(r) => Ok((r.index, r.response)),
+            _ => Err(Error::Internal),
+        }
     }
 
-    /// Runs a request where the leader is: `local` on this member if it leads, else `remote`
-    /// with a client of the leader, until `deadline`. Without a leader the request waits for
-    /// one, as etcd's do, and times out as etcd's do ("etcdserver: no leader" is for clients
-    /// that asked to require one). A request that was not delivered (the leader does not lead,
-    /// or could not be reached at all) is sent again to whoever leads; any other failure of a
-    /// remote call is `failed` (unless the leader answered one of etcd's errors).
-    async fn at_leader<T, LF, RF>(
-        &self,
-        deadline: Instant,
-        local: impl Fn() -> LF,
-        remote: impl Fn(RaftClient, Duration) -> RF,
-        failed: Error,
-    ) -> Result<T>
-    where
-        LF: std::future::Future<Output = Result<T>>,
-        RF: std::future::Future<Output = std::result::Result<T, tonic::Status>>,
-    {
+    /// Registers the server's side of the forwarded requests (see [`LeaderRequests`]); once.
+    pub fn serve_leader_requests(&self, serve: Arc<dyn LeaderRequests>) {
+        let _ = self.leader_requests.set(serve);
+    }
+
+    /// The one road to the leader, for every request only the leader can serve: runs
+    /// `request` on this member if it leads, else forwards it to the leader, within the request
+    /// timeout (etcd's). Without a leader the request waits for one, as etcd's do, and fails by
+    /// the deadline as etcd's do (see [`super::forward::errors`]; "etcdserver: no leader" for a
+    /// proposal is for clients that asked to require one). A request that was not delivered
+    /// (the leader does not lead, or could not be reached at all) is sent again to whoever
+    /// leads; any other failure of a call to the leader is answered with the leader's error if
+    /// it is one of etcd's, else as `errors` says. A proposal the leader answered is answered
+    /// here once this member has applied it too, as etcd's followers answer from their own
+    /// apply (so a client reading from this member next sees its write).
+    pub async fn at_leader(&self, request: Forwarded) -> Result<Answer> {
+        let deadline = Instant::now() + self.request_timeout();
+        let (no_leader, failed) = super::forward::errors(&request);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let leader = match self.leader() {
                 Some(l) => l,
-                None => self.wait_leader(left).await.ok_or(Error::Timeout)?,
+                None => match self.wait_leader(left).await {
+                    Some(l) => l,
+                    None => return Err(no_leader),
+                },
             };
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(Error::Timeout);
             }
             if leader == self.id {
-                match tokio::time::timeout(left, local()).await {
+                match tokio::time::timeout(left, self.serve_forwarded(request.clone())).await {
                     Err(_) => return Err(Error::Timeout),
                     Ok(Err(Error::NotLeader)) => {
                         // Not appended: safe to send again, to whoever leads now.
@@ -807,7 +794,7 @@ impl RaftNode {
             else {
                 return Err(Error::NoLeader);
             };
-            match remote(c, left).await {
+            match self.ask_leader(c, request.clone(), deadline, left).await {
                 Ok(v) => return Ok(v),
                 Err(s)
                     if Error::from_message(s.message()) == Some(Error::NotLeader)
@@ -820,6 +807,52 @@ impl RaftNode {
                     return Err(Error::from_message(s.message()).unwrap_or(Error::Timeout));
                 }
                 Err(s) => return Err(Error::from_message(s.message()).unwrap_or(failed)),
+            }
+        }
+    }
+
+    /// One call to the leader's `Forward`, with `left` to answer (and, for a proposal, until
+    /// `deadline` for this member to apply it).
+    async fn ask_leader(
+        &self,
+        mut c: RaftClient,
+        request: Forwarded,
+        deadline: Instant,
+        left: Duration,
+    ) -> std::result::Result<Answer, tonic::Status> {
+        let mut req = tonic::Request::new(pb::ForwardRequest { request: Some(request) });
+        req.set_timeout(left);
+        let answer = c.forward(req).await?.into_inner().response;
+        let answer = answer.ok_or_else(|| tonic::Status::internal("a forward without answer"))?;
+        if let Answer::Propose(r) = &answer
+            && tokio::time::timeout_at(deadline, self.wait_applied(r.index)).await.is_err()
+        {
+            return Err(tonic::Status::deadline_exceeded(Error::Timeout.message()));
+        }
+        Ok(answer)
+    }
+
+    /// Serves a forwarded request on this member, which must lead (`NotLeader`: it does not,
+    /// and did nothing): the request of a follower, or of this member's own client.
+    pub async fn serve_forwarded(&self, request: Forwarded) -> Result<Answer> {
+        match request {
+            Forwarded::Propose(r) => {
+                let (index, response) = self.propose_local(r).await?;
+                Ok(Answer::Propose(pb::ProposeResponse { index, response }))
+            }
+            Forwarded::ReadIndex(_) => {
+                let index = self.read_index_local().await?;
+                Ok(Answer::ReadIndex(pb::ReadIndexResponse { index }))
+            }
+            other => {
+                if !self.is_leader() {
+                    return Err(Error::NotLeader);
+                }
+                let Some(server) = self.leader_requests.get() else {
+                    tracing::error!("raft: a forwarded request before the server registered");
+                    return Err(Error::Internal);
+                };
+                server.serve(other).await
             }
         }
     }
@@ -850,13 +883,10 @@ impl RaftNode {
 
     /// The index a linearizable read must wait for, confirmed with a quorum by the leader.
     pub async fn read_index(&self) -> Result<u64> {
-        let deadline = Instant::now() + self.request_timeout();
-        let remote = |mut c: RaftClient, left: Duration| {
-            let mut req = tonic::Request::new(pb::Empty {});
-            req.set_timeout(left);
-            async move { Ok(c.read_index(req).await?.into_inner().index) }
-        };
-        self.at_leader(deadline, || self.read_index_local(), remote, Error::Timeout).await
+        match self.at_leader(Forwarded::ReadIndex(pb::Empty {})).await? {
+            Answer::ReadIndex(r) => Ok(r.index),
+            _ => Err(Error::Internal),
+        }
     }
 
     /// On the leader: the read index, once a quorum confirmed this member still leads.
@@ -1137,5 +1167,40 @@ fn write_error(e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> Error 
             Error::Internal
         }
         RaftError::Fatal(_) => Error::Stopped,
+    }
+}
+
+/// What the corruption checks need of this member.
+impl super::corrupt::Hasher for RaftNode {
+    fn member_id(&self) -> u64 {
+        self.id
+    }
+
+    fn hash(&self, rev: i64) -> crate::error::Result<super::KvHash> {
+        self.machine.hash_kv(rev)
+    }
+
+    fn members(&self) -> BTreeMap<u64, Vec<String>> {
+        self.membership().1
+    }
+
+    fn peer(&self, id: u64, urls: &[String]) -> Option<RaftClient> {
+        self.peers.raft_client(id, urls)
+    }
+
+    fn is_leader(&self) -> bool {
+        RaftNode::is_leader(self)
+    }
+
+    fn request_timeout(&self) -> Duration {
+        RaftNode::request_timeout(self)
+    }
+
+    async fn linearizable(&self) -> Result<()> {
+        RaftNode::linearizable(self).await
+    }
+
+    async fn propose(&self, request: Bytes) -> Result<()> {
+        RaftNode::propose(self, request).await.map(|_| ())
     }
 }

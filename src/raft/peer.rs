@@ -1,6 +1,7 @@
 //! The peer service (etcd's `rafthttp`, serving side): what other members of this cluster send
-//! this one over its peer URL. Raft's own messages go to openraft; proposals and read indexes
-//! from followers are served here when this member leads.
+//! this one over its peer URL. Raft's own messages go to openraft; the requests only the leader
+//! can serve, which other members forward to it (`forward`), are served here when this member
+//! leads.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -10,7 +11,8 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::codec;
-use super::network::{CLUSTER_ID_KEY, MEMBER_ID_KEY};
+use super::forward::Forwarded;
+use super::network::MEMBER_ID_KEY;
 use super::node::RaftNode;
 use super::state_machine::{SnapshotFile, open_snapshot, temp_path};
 use crate::error::Error;
@@ -32,24 +34,6 @@ impl PeerService {
         // What a crash left half received.
         let _ = std::fs::remove_dir_all(&incoming);
         Self { node, incoming }
-    }
-}
-
-/// Refuses a call from another cluster (etcd answers such peers "cluster ID mismatch"), so two
-/// clusters sharing addresses never merge. Returns the caller's member id.
-pub fn check_stamp<T>(req: &Request<T>, cluster_id: u64) -> Result<u64, Status> {
-    let get = |k: &str| {
-        req.metadata()
-            .get(k)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| u64::from_str_radix(v, 16).ok())
-    };
-    match (get(CLUSTER_ID_KEY), get(MEMBER_ID_KEY)) {
-        (Some(c), Some(m)) if c == cluster_id => Ok(m),
-        (Some(c), _) => Err(Status::failed_precondition(format!(
-            "cluster ID mismatch: this member is in cluster {cluster_id:x}, the caller in {c:x}"
-        ))),
-        _ => Err(Status::invalid_argument("a peer call without cluster and member ids")),
     }
 }
 
@@ -168,34 +152,30 @@ impl pb::raft_server::Raft for PeerService {
         }
     }
 
-    async fn propose(
+    async fn forward(
         &self,
-        req: Request<pb::ProposeRequest>,
-    ) -> Result<Response<pb::ProposeResponse>, Status> {
+        req: Request<pb::ForwardRequest>,
+    ) -> Result<Response<pb::ForwardResponse>, Status> {
         self.node.check_peer(&req)?;
-        let timeout = req.metadata().get("grpc-timeout").is_some();
-        // A view into the received HTTP/2 buffer would pin that whole buffer for as long as
-        // the entry stays in the log: the log keeps its own copy, of the exact size.
-        let request = bytes::Bytes::copy_from_slice(&req.into_inner().request);
-        let fut = self.node.propose_local(request);
-        let r = if timeout {
+        // Every member sets a deadline; without one, the request timeout is this member's.
+        let has_deadline = req.metadata().get("grpc-timeout").is_some();
+        let Some(mut request) = req.into_inner().request else {
+            return Err(Status::invalid_argument("a forwarded call without a request"));
+        };
+        if let Forwarded::Propose(r) = &mut request {
+            // A view into the received HTTP/2 buffer would pin that whole buffer for as long
+            // as the entry stays in the log: the log keeps its own copy, of the exact size.
+            *r = bytes::Bytes::copy_from_slice(r);
+        }
+        let fut = self.node.serve_forwarded(request);
+        let r = if has_deadline {
             fut.await
         } else {
             tokio::time::timeout(self.node.request_timeout(), fut)
                 .await
                 .unwrap_or(Err(Error::Timeout))
         };
-        let (index, response) = r.map_err(status)?;
-        Ok(Response::new(pb::ProposeResponse { index, response }))
-    }
-
-    async fn read_index(
-        &self,
-        req: Request<pb::Empty>,
-    ) -> Result<Response<pb::ReadIndexResponse>, Status> {
-        self.node.check_peer(&req)?;
-        let index = self.node.read_index_local().await.map_err(status)?;
-        Ok(Response::new(pb::ReadIndexResponse { index }))
+        Ok(Response::new(pb::ForwardResponse { response: Some(r.map_err(status)?) }))
     }
 
     async fn probe(

@@ -11,8 +11,8 @@ use tonic::{Request, Response, Status};
 use super::Shared;
 use crate::error::Error;
 use crate::proto::etcdserverpb as pb;
-use crate::raft::RaftNode;
 use crate::raft::membership::{member_id, normalize_url};
+use crate::raft::{Answer, Forwarded, RaftNode};
 
 #[derive(Debug)]
 pub struct ClusterService {
@@ -143,22 +143,23 @@ fn may_remove(s: &Shared, raft: &RaftNode, voters: &[u64], id: u64) -> Result<()
     Ok(())
 }
 
-/// The leader's side of the membership changes.
+/// The leader's side of the membership changes (the member the client called checked the
+/// caller and the peer URLs: see `on_leader!`), served through `server::forward`.
 pub async fn member_add(
     s: &Shared,
     r: pb::MemberAddRequest,
-) -> Result<pb::MemberAddResponse, Status> {
+) -> Result<pb::MemberAddResponse, Error> {
     let raft = s.raft().ok_or(Error::MemberChangeUnsupported)?;
-    let urls = parse_urls(&r.peer_ur_ls)?;
+    let urls = r.peer_ur_ls;
     let (voters, nodes) = raft.membership();
     let voters: Vec<u64> = voters.into_iter().collect();
     // Before the change's own checks, as etcd orders them.
     may_add(s, raft, &voters, r.is_learner)?;
     if urls_taken(raft, &urls, 0) {
-        return Err(Error::PeerUrlExists.into());
+        return Err(Error::PeerUrlExists);
     }
     if r.is_learner && nodes.keys().filter(|id| !voters.contains(id)).count() >= 1 {
-        return Err(Error::TooManyLearners.into());
+        return Err(Error::TooManyLearners);
     }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -182,11 +183,11 @@ pub async fn member_add(
 pub async fn member_remove(
     s: &Shared,
     r: pb::MemberRemoveRequest,
-) -> Result<pb::MemberRemoveResponse, Status> {
+) -> Result<pb::MemberRemoveResponse, Error> {
     let raft = s.raft().ok_or(Error::MemberChangeUnsupported)?;
     let (voters, nodes) = raft.membership();
     if !nodes.contains_key(&r.id) {
-        return Err(Error::MemberNotFound.into());
+        return Err(Error::MemberNotFound);
     }
     let voters: Vec<u64> = voters.into_iter().collect();
     may_remove(s, raft, &voters, r.id)?;
@@ -197,14 +198,14 @@ pub async fn member_remove(
 pub async fn member_update(
     s: &Shared,
     r: pb::MemberUpdateRequest,
-) -> Result<pb::MemberUpdateResponse, Status> {
+) -> Result<pb::MemberUpdateResponse, Error> {
     let raft = s.raft().ok_or(Error::MemberChangeUnsupported)?;
-    let urls = parse_urls(&r.peer_ur_ls)?;
+    let urls = r.peer_ur_ls;
     if !raft.membership().1.contains_key(&r.id) {
-        return Err(Error::MemberNotFound.into());
+        return Err(Error::MemberNotFound);
     }
     if urls_taken(raft, &urls, r.id) {
-        return Err(Error::PeerUrlExists.into());
+        return Err(Error::PeerUrlExists);
     }
     raft.update_member(r.id, urls).await?;
     Ok(pb::MemberUpdateResponse { header: s.header(0), members: members(s, raft) })
@@ -213,61 +214,46 @@ pub async fn member_update(
 pub async fn member_promote(
     s: &Shared,
     r: pb::MemberPromoteRequest,
-) -> Result<pb::MemberPromoteResponse, Status> {
+) -> Result<pb::MemberPromoteResponse, Error> {
     let raft = s.raft().ok_or(Error::MemberChangeUnsupported)?;
     let (voters, nodes) = raft.membership();
     if !nodes.contains_key(&r.id) {
-        return Err(Error::MemberNotFound.into());
+        return Err(Error::MemberNotFound);
     }
     if voters.contains(&r.id) {
-        return Err(Error::MemberNotLearner.into());
+        return Err(Error::MemberNotLearner);
     }
     // etcd promotes a learner only once it has 90% of the leader's log, and if the voters
     // then still make a quorum of started members.
     if !raft.learner_in_sync(r.id, 0.9) {
-        return Err(Error::LearnerNotReady.into());
+        return Err(Error::LearnerNotReady);
     }
     let voters: Vec<u64> = voters.into_iter().collect();
     if s.config.strict_reconfig_check && !ready_to_promote(s, &voters) {
-        return Err(Error::NotEnoughStartedMembers.into());
+        return Err(Error::NotEnoughStartedMembers);
     }
     raft.promote_member(r.id).await?;
     Ok(pb::MemberPromoteResponse { header: s.header(0), members: members(s, raft) })
 }
 
-/// The leader's Forward client, or why there is none.
-fn leader_forward(raft: &RaftNode) -> Result<crate::raft::network::ForwardClient, Status> {
-    let leader = raft.leader().ok_or(Error::NoLeader)?;
-    Ok(raft.forward_client(leader).ok_or(Error::NoLeader)?)
-}
-
-/// A forwarded call's error as the client should see it.
-pub fn forwarded_error(s: Status) -> Status {
-    match Error::from_message(s.message()) {
-        Some(Error::NotLeader) => Error::LeaderChanged.into(),
-        Some(e) => e.into(),
-        None if s.code() == tonic::Code::DeadlineExceeded => Error::Timeout.into(),
-        None => s,
-    }
-}
-
-/// Runs a membership change on the leader: here, or forwarded.
+/// Runs a membership change on the leader: here, or forwarded (`RaftNode::at_leader`). The
+/// caller, and the peer URLs of a change that has some (`urls`: the request's field), are
+/// checked here first, as etcd's handler checks them before it proposes; the leader trusts them.
 macro_rules! on_leader {
-    ($self:ident, $req:ident, $local:ident, $rpc:ident) => {{
+    ($self:ident, $req:ident, $kind:ident $(, $urls:ident)?) => {{
         let s = &$self.shared;
         if s.raft().is_some_and(|r| r.role().borrow().is_learner) {
             return Err(Error::LearnerRpc.into());
         }
         // Only root, checked by the member the client called, before anything else (etcd's
-        // checkMembershipOperationPermission): the leader trusts a forwarded change.
+        // checkMembershipOperationPermission).
         super::auth::admin(s, &$req).await?;
         let Some(raft) = s.raft() else { return Err(Error::MemberChangeUnsupported.into()) };
-        let r = $req.into_inner();
-        let mut resp = if raft.is_leader() {
-            $local(s, r).await?
-        } else {
-            let mut c = leader_forward(raft)?;
-            c.$rpc(r).await.map_err(forwarded_error)?.into_inner()
+        #[allow(unused_mut)]
+        let mut r = $req.into_inner();
+        $(r.$urls = parse_urls(&r.$urls)?;)?
+        let Answer::$kind(mut resp) = raft.at_leader(Forwarded::$kind(r)).await? else {
+            return Err(Error::Internal.into());
         };
         s.fill(&mut resp.header);
         Ok(Response::new(resp))
@@ -292,21 +278,21 @@ impl pb::cluster_server::Cluster for ClusterService {
             }
             super::grow::grow(&self.shared).await?;
         }
-        on_leader!(self, req, member_add, member_add)
+        on_leader!(self, req, MemberAdd, peer_ur_ls)
     }
 
     async fn member_remove(
         &self,
         req: Request<pb::MemberRemoveRequest>,
     ) -> Result<Response<pb::MemberRemoveResponse>, Status> {
-        on_leader!(self, req, member_remove, member_remove)
+        on_leader!(self, req, MemberRemove)
     }
 
     async fn member_update(
         &self,
         req: Request<pb::MemberUpdateRequest>,
     ) -> Result<Response<pb::MemberUpdateResponse>, Status> {
-        on_leader!(self, req, member_update, member_update)
+        on_leader!(self, req, MemberUpdate, peer_ur_ls)
     }
 
     async fn member_list(
@@ -338,6 +324,6 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         req: Request<pb::MemberPromoteRequest>,
     ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
-        on_leader!(self, req, member_promote, member_promote)
+        on_leader!(self, req, MemberPromote)
     }
 }

@@ -98,5 +98,5 @@ pub async fn start(s: &Arc<Shared>, mut opts: NodeOptions) -> Result<(), String>
     if node.wait_leader(ELECTION_WAIT).await != Some(me) {
         tracing::warn!("--force-new-cluster: this member has not elected itself yet");
     }
-    s.raft.set(node).map_err(|_| "the Raft node is started once".to_string())
+    s.set_raft(node)
 }

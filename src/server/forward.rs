@@ -1,86 +1,57 @@
-//! The Forward service on the peer listener: client requests only the leader can answer,
-//! sent by the member the client called (etcd's followers forward lease renewals to the
-//! leader the same way). A member that does not lead answers "not the leader" and the caller
-//! tries again with the new one.
+//! The server's side of the requests a member forwards to its cluster's leader: the leader
+//! serves lease renewals and TimeToLive here (it keeps the leases' deadlines; etcd's followers
+//! forward renewals to the leader the same way) and membership changes. The road to the leader,
+//! with its one deadline and retry policy, and the peer call it takes are Raft's
+//! (`RaftNode::at_leader`, `raft::forward`); Raft serves proposals and read indexes itself.
 
-use std::sync::Arc;
-
-use tonic::{Request, Response, Status};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
 
 use super::{Shared, cluster, lease};
 use crate::error::Error;
-use crate::proto::etcdserverpb as pb;
 use crate::proto::memetcdpb as mpb;
+use crate::raft::{Answer, Forwarded};
 
+/// What the leader answers for the server (registered on the Raft node).
 #[derive(Debug)]
-pub struct ForwardService {
-    shared: Arc<Shared>,
+struct Leader {
+    /// The services' shared state (weak: it owns the Raft node, which owns this).
+    shared: Weak<Shared>,
 }
 
-impl ForwardService {
-    pub fn new(shared: Arc<Shared>) -> Self {
-        Self { shared }
-    }
-
-    /// Admits a call from a member of this cluster, to this member while it leads.
-    fn admit<T>(&self, req: &Request<T>) -> Result<(), Status> {
-        let raft = self.shared.raft().ok_or(Error::Internal)?;
-        raft.check_peer(req)?;
-        if !raft.is_leader() {
-            return Err(Error::NotLeader.into());
-        }
-        Ok(())
+impl crate::raft::LeaderRequests for Leader {
+    fn serve(
+        &self,
+        request: Forwarded,
+    ) -> Pin<Box<dyn Future<Output = Result<Answer, Error>> + Send + '_>> {
+        Box::pin(async move {
+            let s = self.shared.upgrade().ok_or(Error::Stopped)?;
+            Ok(match request {
+                Forwarded::LeaseRenew(r) => {
+                    Answer::LeaseRenew(mpb::RenewResponse { ttl: lease::renew(&s, r.id).await })
+                }
+                Forwarded::LeaseTimeToLive(r) => {
+                    Answer::LeaseTimeToLive(lease::time_to_live(&s, r).await)
+                }
+                Forwarded::MemberAdd(r) => Answer::MemberAdd(cluster::member_add(&s, r).await?),
+                Forwarded::MemberRemove(r) => {
+                    Answer::MemberRemove(cluster::member_remove(&s, r).await?)
+                }
+                Forwarded::MemberUpdate(r) => {
+                    Answer::MemberUpdate(cluster::member_update(&s, r).await?)
+                }
+                Forwarded::MemberPromote(r) => {
+                    Answer::MemberPromote(cluster::member_promote(&s, r).await?)
+                }
+                // Raft's own.
+                Forwarded::Propose(_) | Forwarded::ReadIndex(_) => return Err(Error::Internal),
+            })
+        })
     }
 }
 
-#[tonic::async_trait]
-impl mpb::forward_server::Forward for ForwardService {
-    async fn lease_renew(
-        &self,
-        req: Request<pb::LeaseKeepAliveRequest>,
-    ) -> Result<Response<mpb::RenewResponse>, Status> {
-        self.admit(&req)?;
-        let ttl = lease::renew(&self.shared, req.into_inner().id).await;
-        Ok(Response::new(mpb::RenewResponse { ttl }))
-    }
-
-    async fn lease_time_to_live(
-        &self,
-        req: Request<pb::LeaseTimeToLiveRequest>,
-    ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
-        self.admit(&req)?;
-        Ok(Response::new(lease::time_to_live(&self.shared, req.into_inner()).await))
-    }
-
-    async fn member_add(
-        &self,
-        req: Request<pb::MemberAddRequest>,
-    ) -> Result<Response<pb::MemberAddResponse>, Status> {
-        self.admit(&req)?;
-        cluster::member_add(&self.shared, req.into_inner()).await.map(Response::new)
-    }
-
-    async fn member_remove(
-        &self,
-        req: Request<pb::MemberRemoveRequest>,
-    ) -> Result<Response<pb::MemberRemoveResponse>, Status> {
-        self.admit(&req)?;
-        cluster::member_remove(&self.shared, req.into_inner()).await.map(Response::new)
-    }
-
-    async fn member_update(
-        &self,
-        req: Request<pb::MemberUpdateRequest>,
-    ) -> Result<Response<pb::MemberUpdateResponse>, Status> {
-        self.admit(&req)?;
-        cluster::member_update(&self.shared, req.into_inner()).await.map(Response::new)
-    }
-
-    async fn member_promote(
-        &self,
-        req: Request<pb::MemberPromoteRequest>,
-    ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
-        self.admit(&req)?;
-        cluster::member_promote(&self.shared, req.into_inner()).await.map(Response::new)
-    }
+/// What serves the forwarded requests this member answers as its cluster's leader.
+pub fn leader_requests(shared: &Arc<Shared>) -> Arc<dyn crate::raft::LeaderRequests> {
+    Arc::new(Leader { shared: Arc::downgrade(shared) })
 }

@@ -97,7 +97,7 @@ pub async fn grow(s: &Arc<Shared>) -> Result<(), Status> {
     // The leases keep their remaining TTLs: this member kept their deadlines and now leads
     // (the lessor's renewal on a new leader is for a leader that did not keep them).
     s.lease_term.store(node.term(), std::sync::atomic::Ordering::SeqCst);
-    let _ = s.raft.set(node);
+    let _ = s.set_raft(node);
     for l in listeners {
         tracing::info!(peer_address = %l.describe(), "serving the other members");
         serve_peers(s, l);

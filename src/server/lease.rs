@@ -15,6 +15,7 @@ use crate::auth::AuthInfo;
 use crate::error::Error;
 use crate::lease::Renewal;
 use crate::proto::etcdserverpb as pb;
+use crate::raft::{Answer, Forwarded};
 
 /// The longest the expiry loop sleeps (etcd checks every 500 ms).
 const EXPIRY_TICK: Duration = Duration::from_millis(500);
@@ -44,27 +45,13 @@ pub async fn renew(shared: &Shared, id: i64) -> i64 {
     0
 }
 
-/// Renews a lease where the deadlines are kept: here, or at the cluster's leader.
-async fn renew_anywhere(shared: &Shared, id: i64) -> Result<i64, Status> {
+/// Renews a lease where the deadlines are kept: here (a member alone), or at the cluster's
+/// leader (`RaftNode::at_leader`).
+async fn renew_anywhere(shared: &Shared, id: i64) -> Result<i64, Error> {
     let Some(raft) = shared.raft() else { return Ok(renew(shared, id).await) };
-    loop {
-        let leader = match raft.leader() {
-            Some(l) => l,
-            None => raft.wait_leader(raft.election_timeout() * 3).await.ok_or(Error::NoLeader)?,
-        };
-        if leader == raft.id {
-            return Ok(renew(shared, id).await);
-        }
-        let mut c = raft.forward_client(leader).ok_or(Error::NoLeader)?;
-        let mut req = tonic::Request::new(pb::LeaseKeepAliveRequest { id });
-        req.set_timeout(raft.request_timeout());
-        match c.lease_renew(req).await {
-            Ok(r) => return Ok(r.into_inner().ttl),
-            Err(s) if Error::from_message(s.message()) == Some(Error::NotLeader) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(s) => return Err(super::cluster::forwarded_error(s)),
-        }
+    match raft.at_leader(Forwarded::LeaseRenew(pb::LeaseKeepAliveRequest { id })).await? {
+        Answer::LeaseRenew(r) => Ok(r.ttl),
+        _ => Err(Error::Internal),
     }
 }
 
@@ -251,8 +238,8 @@ impl pb::lease_server::Lease for LeaseService {
                 // once its keys are gone (etcd's renew waits for the revocation).
                 let ttl = match renew_anywhere(&shared, r.id).await {
                     Ok(ttl) => ttl,
-                    Err(status) => {
-                        let _ = tx.send(Err(status)).await;
+                    Err(e) => {
+                        let _ = tx.send(Err(e.into())).await;
                         break;
                     }
                 };
@@ -274,18 +261,17 @@ impl pb::lease_server::Lease for LeaseService {
         if r.keys {
             check_reads(&self.shared, &who, &[r.id])?;
         }
-        if let Some(raft) = self.shared.raft()
-            && !raft.is_leader()
-        {
-            // The leader keeps the deadlines.
-            let leader = raft.leader().ok_or(Error::NoLeader)?;
-            let mut c = raft.forward_client(leader).ok_or(Error::NoLeader)?;
-            let mut resp =
-                c.lease_time_to_live(r).await.map_err(super::cluster::forwarded_error)?;
-            self.shared.fill(&mut resp.get_mut().header);
-            return Ok(Response::new(resp.into_inner()));
-        }
-        Ok(Response::new(time_to_live(&self.shared, r).await))
+        let Some(raft) = self.shared.raft() else {
+            return Ok(Response::new(time_to_live(&self.shared, r).await));
+        };
+        // The leader keeps the deadlines.
+        let Answer::LeaseTimeToLive(mut resp) =
+            raft.at_leader(Forwarded::LeaseTimeToLive(r)).await?
+        else {
+            return Err(Error::Internal.into());
+        };
+        self.shared.fill(&mut resp.header);
+        Ok(Response::new(resp))
     }
 
     async fn lease_leases(

@@ -231,6 +231,14 @@ impl Shared {
         }
         let applier = Arc::new(apply::Applier { shared: Arc::downgrade(self) });
         let node = crate::raft::RaftNode::start(opts, applier).await?;
+        self.set_raft(node)
+    }
+
+    /// Makes `node` this member's Raft node, which serves the requests forwarded to it as the
+    /// leader through this server (`forward`). From then on every request takes a cluster
+    /// member's path.
+    pub fn set_raft(self: &Arc<Self>, node: Arc<crate::raft::RaftNode>) -> Result<(), String> {
+        node.serve_leader_requests(forward::leader_requests(self));
         self.raft.set(node).map_err(|_| "the Raft node is started once".to_string())
     }
 
@@ -511,7 +519,7 @@ pub async fn serve(
     Ok(())
 }
 
-/// A peer listener's service: Raft's messages and the leader-only client requests.
+/// A peer listener's service: Raft's messages and the requests forwarded to the leader.
 fn peer_router(shared: &Arc<Shared>) -> tonic::transport::server::Router {
     let raft = shared.raft().expect("peer listeners serve a cluster member").clone();
     let snap_dir = shared.config.wal_options().dir.raft().snapshots();
@@ -520,16 +528,12 @@ fn peer_router(shared: &Arc<Shared>) -> tonic::transport::server::Router {
     )
     .max_decoding_message_size(usize::MAX)
     .max_encoding_message_size(usize::MAX);
-    let forward = crate::proto::memetcdpb::forward_server::ForwardServer::new(
-        forward::ForwardService::new(shared.clone()),
-    );
     Server::builder()
         .tcp_nodelay(true)
         .initial_stream_window_size(4 << 20)
         .initial_connection_window_size(16 << 20)
         .max_concurrent_streams(u32::MAX)
         .add_service(peer)
-        .add_service(forward)
 }
 
 /// Publishes this member's name and client URLs through the log (etcd's `publish`), so that
