@@ -11,7 +11,7 @@ use bytes::Bytes;
 use clap::Parser;
 use mem_etcd::config::Config;
 use mem_etcd::mvcc::{PutRequest, RangeRequest};
-use mem_etcd::server::{Shared, lease};
+use mem_etcd::server::{Member, lease};
 
 /// Resident memory of this process, from /proc (Linux).
 fn rss_bytes() -> usize {
@@ -34,7 +34,7 @@ fn main() {
     let rt =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async move {
-        let shared = Arc::new(Shared::new(Config::parse_from(["mem_etcd", "--wal-mode", "none"])).expect("in-memory store"));
+        let shared = Arc::new(Member::new(Config::parse_from(["mem_etcd", "--wal-mode", "none"])).expect("in-memory store"));
         let ttl = if n > 200_000 { 20 } else { 3 };
         let rss0 = rss_bytes();
         let t0 = Instant::now();

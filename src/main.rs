@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::sync::Arc;
 
 use mem_etcd::config::{self, Config, LoadError};
-use mem_etcd::server::{self, Listener, Shared};
+use mem_etcd::server::{self, Listener, Member};
 use tracing_subscriber::EnvFilter;
 
 mod log_outputs;
@@ -202,7 +202,7 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let ids = cluster.as_ref().map(|o| (o.cluster_id, o.member_id));
-    let shared = match Shared::open(config, ids) {
+    let shared = match Member::open(config, ids) {
         Ok(s) => Arc::new(s),
         Err(e) => fail(e.to_string()),
     };
@@ -282,7 +282,7 @@ fn log_filter(level: &str) -> String {
 /// Resolves when the server should stop: on the first SIGINT or SIGTERM, once a leader has
 /// handed its leadership over (etcd's `Stop`), or once this member was removed from its cluster
 /// (etcd's member then stops too, and exits 0).
-async fn stop(shared: Arc<Shared>) {
+async fn stop(shared: Arc<Member>) {
     let signal = shutdown_signal();
     tokio::pin!(signal);
     // A member alone may grow into a cluster while it runs (on its first member add); from

@@ -16,7 +16,8 @@ use std::sync::{Arc, Weak};
 use bytes::Bytes;
 use prost::Message;
 
-use super::{Shared, apply_auth, convert};
+use super::member::Member;
+use super::{apply_auth, convert};
 use crate::auth::AuthInfo;
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb as pb;
@@ -29,16 +30,16 @@ use mpb::response::Response as Resp;
 // Requests from the log: applied without this member's limits (`--max-request-bytes`,
 // `--max-txn-ops`), which the proposing member checked and which may differ between members.
 
-fn put(s: &Shared, req: pb::PutRequest) -> Result<pb::PutResponse> {
+fn put(s: &Member, req: pb::PutRequest) -> Result<pb::PutResponse> {
     Ok(convert::put_response(s.store.put_logged(convert::put_request(req))?.response))
 }
 
-fn delete_range(s: &Shared, req: pb::DeleteRangeRequest) -> Result<pb::DeleteRangeResponse> {
+fn delete_range(s: &Member, req: pb::DeleteRangeRequest) -> Result<pb::DeleteRangeResponse> {
     let a = s.store.delete_range_logged(convert::delete_request(req))?;
     Ok(convert::delete_response(a.response))
 }
 
-fn txn(s: &Shared, req: pb::TxnRequest) -> Result<pb::TxnResponse> {
+fn txn(s: &Member, req: pb::TxnRequest) -> Result<pb::TxnResponse> {
     Ok(convert::txn_response(s.store.txn_logged(convert::txn_request(req)?)?.response))
 }
 
@@ -62,7 +63,7 @@ pub struct Revoked {
 /// in the same step (`Store::revoke_lease`), so from that revision on the lease is gone for
 /// every other request and no key attached to it outlives it. A lease that is not there is
 /// left out of [`Revoked::gone`].
-pub fn revoke(s: &Shared, leases: Vec<i64>) -> Revoked {
+pub fn revoke(s: &Member, leases: Vec<i64>) -> Revoked {
     let mut r = Revoked { gone: Vec::with_capacity(leases.len()), ..Default::default() };
     for id in leases {
         if let Some(applied) = s.store.revoke_lease(id) {
@@ -75,7 +76,7 @@ pub fn revoke(s: &Shared, leases: Vec<i64>) -> Revoked {
 }
 
 /// An alarm request: activate and deactivate change state, get reads it.
-pub fn alarm(s: &Shared, r: &pb::AlarmRequest) -> pb::AlarmResponse {
+pub fn alarm(s: &Member, r: &pb::AlarmRequest) -> pb::AlarmResponse {
     let alarms = &s.alarms;
     let list = match pb::alarm_request::AlarmAction::try_from(r.action) {
         Ok(pb::alarm_request::AlarmAction::Get) => alarms.get(r.alarm),
@@ -115,7 +116,7 @@ pub fn root() -> Option<AuthInfo> {
 }
 
 /// Applies one request from the Raft log, sent by `who` (`header`).
-fn apply(s: &Shared, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> {
+fn apply(s: &Member, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> {
     // A write that adds data is refused on every member alike while NOSPACE is raised (etcd's
     // capped applier), every write while CORRUPT is (its corrupt applier): the alarms
     // themselves went through the log.
@@ -204,12 +205,12 @@ fn encode(r: Result<Resp>) -> Bytes {
 }
 
 /// Proposes `req` to the cluster and returns its answer, once applied on this member.
-pub async fn propose(s: &Shared, req: Req) -> Result<Resp> {
+pub async fn propose(s: &Member, req: Req) -> Result<Resp> {
     propose_as(s, req, None).await
 }
 
 /// [`propose`] on behalf of a user (`header`: who, while auth is enabled).
-pub async fn propose_as(s: &Shared, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> {
+pub async fn propose_as(s: &Member, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> {
     let raft = s.raft().expect("proposals are made in a cluster");
     // A learner's clients may not write; the learner itself publishes its name (etcd's learners
     // do, through the leader).
@@ -230,7 +231,7 @@ pub async fn propose_as(s: &Shared, req: Req, header: Option<mpb::AuthHeader>) -
 #[derive(Debug)]
 pub struct Applier {
     /// The services' shared state (weak: it owns the Raft node, which owns this).
-    pub shared: Weak<Shared>,
+    pub shared: Weak<Member>,
 }
 
 impl Machine for Applier {
@@ -312,7 +313,7 @@ struct Snapshot {
     rev: i64,
     leases: Vec<(i64, i64)>,
     state: mpb::MachineState,
-    shared: Arc<Shared>,
+    shared: Arc<Member>,
 }
 
 impl Drop for Snapshot {
@@ -346,7 +347,7 @@ impl SnapshotJob for Snapshot {
 
 /// In a cluster: waits until this member has applied every write acknowledged before the call
 /// (a linearizable read). A learner serves only serializable reads, as in etcd.
-pub async fn linearizable(s: &Shared) -> Result<()> {
+pub async fn linearizable(s: &Member) -> Result<()> {
     let Some(raft) = s.raft() else { return Ok(()) };
     if raft.role().borrow().is_learner {
         return Err(Error::LearnerRpc);

@@ -5,13 +5,13 @@
 //! the write is applied (`server::submit`). Only while auth is enabled: the callers check the
 //! flag first (one atomic load).
 
-use super::Shared;
+use super::member::Member;
 use crate::auth::AuthInfo;
 use crate::error::Result;
 use crate::proto::etcdserverpb as pb;
 
 /// A lease's keys may be written by `who` (root may always): attaching to it or revoking it.
-fn check_lease(s: &Shared, who: Option<&AuthInfo>, id: i64) -> Result<()> {
+fn check_lease(s: &Member, who: Option<&AuthInfo>, id: i64) -> Result<()> {
     if id == 0 {
         return Ok(());
     }
@@ -25,7 +25,7 @@ fn check_lease(s: &Shared, who: Option<&AuthInfo>, id: i64) -> Result<()> {
     Ok(())
 }
 
-pub fn check_put(s: &Shared, who: Option<&AuthInfo>, r: &pb::PutRequest) -> Result<()> {
+pub fn check_put(s: &Member, who: Option<&AuthInfo>, r: &pb::PutRequest) -> Result<()> {
     s.auth.check_range(who, &r.key, b"", true)?;
     check_lease(s, who, r.lease)?;
     if r.prev_kv {
@@ -34,7 +34,7 @@ pub fn check_put(s: &Shared, who: Option<&AuthInfo>, r: &pb::PutRequest) -> Resu
     Ok(())
 }
 
-pub fn check_delete(s: &Shared, who: Option<&AuthInfo>, r: &pb::DeleteRangeRequest) -> Result<()> {
+pub fn check_delete(s: &Member, who: Option<&AuthInfo>, r: &pb::DeleteRangeRequest) -> Result<()> {
     s.auth.check_range(who, &r.key, &r.range_end, true)?;
     if r.prev_kv {
         s.auth.check_range(who, &r.key, &r.range_end, false)?;
@@ -42,7 +42,7 @@ pub fn check_delete(s: &Shared, who: Option<&AuthInfo>, r: &pb::DeleteRangeReque
     Ok(())
 }
 
-pub fn check_txn(s: &Shared, who: Option<&AuthInfo>, t: &pb::TxnRequest) -> Result<()> {
+pub fn check_txn(s: &Member, who: Option<&AuthInfo>, t: &pb::TxnRequest) -> Result<()> {
     use pb::request_op::Request as Op;
     for c in &t.compare {
         s.auth.check_range(who, &c.key, &c.range_end, false)?;
@@ -59,7 +59,7 @@ pub fn check_txn(s: &Shared, who: Option<&AuthInfo>, t: &pb::TxnRequest) -> Resu
     Ok(())
 }
 
-pub fn check_lease_revoke(s: &Shared, who: Option<&AuthInfo>, id: i64) -> Result<()> {
+pub fn check_lease_revoke(s: &Member, who: Option<&AuthInfo>, id: i64) -> Result<()> {
     if !s.auth.is_enabled() {
         return Ok(());
     }

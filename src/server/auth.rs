@@ -12,8 +12,9 @@ use bytes::Bytes;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
+use super::apply;
+use super::member::Member;
 use super::submit::submit;
-use super::{Shared, apply};
 use crate::auth::{self, AuthInfo};
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb as pb;
@@ -33,7 +34,7 @@ pub struct Credentials {
 
 /// The credentials of `req` (its metadata, and its connection's certificate with
 /// --client-cert-auth).
-pub fn credentials<T>(s: &Shared, req: &Request<T>) -> Credentials {
+pub fn credentials<T>(s: &Member, req: &Request<T>) -> Credentials {
     let common_name = if s.config.client_cert_auth {
         req.extensions().get::<super::tls::TlsConnectInfo>().and_then(|i| i.common_name.clone())
     } else {
@@ -44,7 +45,7 @@ pub fn credentials<T>(s: &Shared, req: &Request<T>) -> Credentials {
 
 /// The caller of `req`; `None` while auth is disabled (nothing is read: the hot path) or
 /// without credentials.
-pub async fn caller<T>(s: &Shared, req: &Request<T>) -> Result<Option<AuthInfo>> {
+pub async fn caller<T>(s: &Member, req: &Request<T>) -> Result<Option<AuthInfo>> {
     if !s.auth.is_enabled() {
         return Ok(None);
     }
@@ -53,7 +54,7 @@ pub async fn caller<T>(s: &Shared, req: &Request<T>) -> Result<Option<AuthInfo>>
 
 /// etcd's `AuthInfoFromCtx`: the token if there is one (an invalid one is an error), else the
 /// certificate's common name, checked at the current auth revision.
-pub async fn identify(s: &Shared, c: &Credentials) -> Result<Option<AuthInfo>> {
+pub async fn identify(s: &Member, c: &Credentials) -> Result<Option<AuthInfo>> {
     if !s.auth.is_enabled() {
         return Ok(None);
     }
@@ -77,7 +78,7 @@ fn token_of(md: &MetadataMap) -> Option<Result<String>> {
 }
 
 /// The user `token` stands for.
-pub async fn by_token(s: &Shared, token: &str) -> Result<AuthInfo> {
+pub async fn by_token(s: &Member, token: &str) -> Result<AuthInfo> {
     if let Some(info) = s.auth.token_info(token) {
         return Ok(info);
     }
@@ -95,7 +96,7 @@ pub async fn by_token(s: &Shared, token: &str) -> Result<AuthInfo> {
 }
 
 /// etcd's `requireAuthInfo`: with auth enabled, a request must come from someone.
-pub fn require(s: &Shared, who: &Option<AuthInfo>) -> Result<()> {
+pub fn require(s: &Member, who: &Option<AuthInfo>) -> Result<()> {
     if s.auth.is_enabled() && who.is_none() {
         return Err(Error::UserEmpty);
     }
@@ -105,7 +106,7 @@ pub fn require(s: &Shared, who: &Option<AuthInfo>) -> Result<()> {
 /// The caller of `req`, who must be someone while auth is enabled ([`require`]): the check of
 /// the calls any authenticated user may make (lease grant and revoke, Status, alarm list,
 /// member list).
-pub async fn authenticated<T>(s: &Shared, req: &Request<T>) -> Result<Option<AuthInfo>> {
+pub async fn authenticated<T>(s: &Member, req: &Request<T>) -> Result<Option<AuthInfo>> {
     let who = caller(s, req).await?;
     require(s, &who)?;
     Ok(who)
@@ -115,7 +116,7 @@ pub async fn authenticated<T>(s: &Shared, req: &Request<T>) -> Result<Option<Aut
 /// `AuthAdmin.isPermitted` and `checkMembershipOperationPermission`): the check of the calls
 /// only root may make outside the auth store (compaction, membership changes, the
 /// maintenance calls that read or change the whole store).
-pub async fn admin<T>(s: &Shared, req: &Request<T>) -> Result<Option<AuthInfo>> {
+pub async fn admin<T>(s: &Member, req: &Request<T>) -> Result<Option<AuthInfo>> {
     let who = caller(s, req).await?;
     s.auth.check_admin(who.as_ref())?;
     Ok(who)
@@ -123,7 +124,7 @@ pub async fn admin<T>(s: &Shared, req: &Request<T>) -> Result<Option<AuthInfo>> 
 
 /// Makes a change of auth state as `who` ([`submit`]); returns Authenticate's token.
 async fn change(
-    s: &Arc<Shared>,
+    s: &Arc<Member>,
     who: &Option<AuthInfo>,
     r: mpb::auth_request::Op,
 ) -> Result<String> {
@@ -132,11 +133,11 @@ async fn change(
 
 #[derive(Debug)]
 pub struct AuthService {
-    shared: Arc<Shared>,
+    shared: Arc<Member>,
 }
 
 impl AuthService {
-    pub fn new(shared: Arc<Shared>) -> Self {
+    pub fn new(shared: Arc<Member>) -> Self {
         Self { shared }
     }
 
@@ -192,7 +193,7 @@ has_header!(
 );
 
 /// Hashes `password` off the runtime's threads (bcrypt is slow on purpose).
-async fn hash(s: &Arc<Shared>, password: String) -> Result<String> {
+async fn hash(s: &Arc<Member>, password: String) -> Result<String> {
     let s = s.clone();
     let h = tokio::task::spawn_blocking(move || s.auth.hash_password(&password))
         .await

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
-use super::Shared;
+use super::member::Member;
 use crate::error::Error;
 use crate::proto::etcdserverpb as pb;
 use crate::raft::membership::{member_id, normalize_url};
@@ -16,17 +16,17 @@ use crate::raft::{Answer, Forwarded, RaftNode};
 
 #[derive(Debug)]
 pub struct ClusterService {
-    shared: Arc<Shared>,
+    shared: Arc<Member>,
 }
 
 impl ClusterService {
-    pub fn new(shared: Arc<Shared>) -> Self {
+    pub fn new(shared: Arc<Member>) -> Self {
         Self { shared }
     }
 }
 
 /// Every member, as etcd lists them (by id).
-pub fn members(s: &Shared, raft: &RaftNode) -> Vec<pb::Member> {
+pub fn members(s: &Member, raft: &RaftNode) -> Vec<pb::Member> {
     let (voters, nodes) = raft.membership();
     let attrs = s.members.lock();
     nodes
@@ -69,7 +69,7 @@ fn urls_taken(raft: &RaftNode, urls: &[String], except: u64) -> bool {
 const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Whether member `id` has published its name (etcd's `IsStarted`).
-fn started(s: &Shared, id: u64) -> bool {
+fn started(s: &Member, id: u64) -> bool {
     s.members.lock().get(&id).is_some_and(|m| !m.name.is_empty())
 }
 
@@ -86,14 +86,14 @@ fn connected(raft: &RaftNode, voters: &[u64]) -> usize {
 
 /// etcd's `IsReadyToAddVotingMember`: the started voters make a quorum of the cluster with the
 /// new member, which has not started (one started member may always add a second).
-fn ready_to_add_voter(s: &Shared, voters: &[u64]) -> bool {
+fn ready_to_add_voter(s: &Member, voters: &[u64]) -> bool {
     let members = voters.len() + 1;
     let up = voters.iter().filter(|v| started(s, **v)).count();
     (up == 1 && members == 2) || up > members / 2
 }
 
 /// etcd's `IsReadyToRemoveVotingMember`: the started voters left make a quorum of the rest.
-fn ready_to_remove_voter(s: &Shared, voters: &[u64], id: u64) -> bool {
+fn ready_to_remove_voter(s: &Member, voters: &[u64], id: u64) -> bool {
     let rest: Vec<&u64> = voters.iter().filter(|v| **v != id).collect();
     let up = rest.iter().filter(|v| started(s, ***v)).count();
     up > rest.len() / 2
@@ -101,14 +101,14 @@ fn ready_to_remove_voter(s: &Shared, voters: &[u64], id: u64) -> bool {
 
 /// etcd's `IsReadyToPromoteMember`: with the learner counted as a started voter, the started
 /// voters make a quorum.
-fn ready_to_promote(s: &Shared, voters: &[u64]) -> bool {
+fn ready_to_promote(s: &Member, voters: &[u64]) -> bool {
     let members = voters.len() + 1;
     let up = voters.iter().filter(|v| started(s, **v)).count() + 1;
     up > members / 2
 }
 
 /// etcd's `mayAddMember`, the checks `--strict-reconfig-check=false` turns off.
-fn may_add(s: &Shared, raft: &RaftNode, voters: &[u64], learner: bool) -> Result<(), Error> {
+fn may_add(s: &Member, raft: &RaftNode, voters: &[u64], learner: bool) -> Result<(), Error> {
     if !s.config.strict_reconfig_check {
         return Ok(());
     }
@@ -125,7 +125,7 @@ fn may_add(s: &Shared, raft: &RaftNode, voters: &[u64], learner: bool) -> Result
 }
 
 /// etcd's `mayRemoveMember`, the checks `--strict-reconfig-check=false` turns off.
-fn may_remove(s: &Shared, raft: &RaftNode, voters: &[u64], id: u64) -> Result<(), Error> {
+fn may_remove(s: &Member, raft: &RaftNode, voters: &[u64], id: u64) -> Result<(), Error> {
     // A learner's removal never costs the quorum.
     if !s.config.strict_reconfig_check || !voters.contains(&id) {
         return Ok(());
@@ -146,7 +146,7 @@ fn may_remove(s: &Shared, raft: &RaftNode, voters: &[u64], id: u64) -> Result<()
 /// The leader's side of the membership changes (the member the client called checked the
 /// caller and the peer URLs: see `on_leader!`), served through `server::forward`.
 pub async fn member_add(
-    s: &Shared,
+    s: &Member,
     r: pb::MemberAddRequest,
 ) -> Result<pb::MemberAddResponse, Error> {
     let raft = s.raft().ok_or(Error::MemberChangeUnsupported)?;
@@ -181,7 +181,7 @@ pub async fn member_add(
 }
 
 pub async fn member_remove(
-    s: &Shared,
+    s: &Member,
     r: pb::MemberRemoveRequest,
 ) -> Result<pb::MemberRemoveResponse, Error> {
     let raft = s.raft().ok_or(Error::MemberChangeUnsupported)?;
@@ -196,7 +196,7 @@ pub async fn member_remove(
 }
 
 pub async fn member_update(
-    s: &Shared,
+    s: &Member,
     r: pb::MemberUpdateRequest,
 ) -> Result<pb::MemberUpdateResponse, Error> {
     let raft = s.raft().ok_or(Error::MemberChangeUnsupported)?;
@@ -212,7 +212,7 @@ pub async fn member_update(
 }
 
 pub async fn member_promote(
-    s: &Shared,
+    s: &Member,
     r: pb::MemberPromoteRequest,
 ) -> Result<pb::MemberPromoteResponse, Error> {
     let raft = s.raft().ok_or(Error::MemberChangeUnsupported)?;

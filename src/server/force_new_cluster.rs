@@ -31,7 +31,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{Shared, apply};
+use super::apply;
+use super::member::Member;
 use crate::raft::membership::InitialMember;
 use crate::raft::{Machine, NodeOptions, RaftNode, restore};
 
@@ -40,13 +41,13 @@ const ELECTION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Whether the flags ask for a new cluster and `opts`'s data directory holds a cluster
 /// member's state (without one the flag does nothing, as in etcd).
-pub fn applies(s: &Shared, opts: &NodeOptions) -> bool {
+pub fn applies(s: &Member, opts: &NodeOptions) -> bool {
     s.config.force_new_cluster && opts.mode != crate::wal::Mode::None && opts.dir.has_member()
 }
 
 /// Makes this member the only member of a new cluster from its committed state and starts its
 /// Raft node (see the module docs).
-pub async fn start(s: &Arc<Shared>, mut opts: NodeOptions) -> Result<(), String> {
+pub async fn start(s: &Arc<Member>, mut opts: NodeOptions) -> Result<(), String> {
     let dir = opts.dir.clone();
     let applier = Arc::new(apply::Applier { shared: Arc::downgrade(s) });
     // Rebuilding a large store takes a while: off the runtime's other tasks.

@@ -8,7 +8,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
 
-use super::{Shared, cluster, lease};
+use super::member::Member;
+use super::{cluster, lease};
 use crate::error::Error;
 use crate::proto::memetcdpb as mpb;
 use crate::raft::{Answer, Forwarded};
@@ -17,7 +18,7 @@ use crate::raft::{Answer, Forwarded};
 #[derive(Debug)]
 struct Leader {
     /// The services' shared state (weak: it owns the Raft node, which owns this).
-    shared: Weak<Shared>,
+    shared: Weak<Member>,
 }
 
 impl crate::raft::LeaderRequests for Leader {
@@ -52,6 +53,6 @@ impl crate::raft::LeaderRequests for Leader {
 }
 
 /// What serves the forwarded requests this member answers as its cluster's leader.
-pub fn leader_requests(shared: &Arc<Shared>) -> Arc<dyn crate::raft::LeaderRequests> {
+pub fn leader_requests(shared: &Arc<Member>) -> Arc<dyn crate::raft::LeaderRequests> {
     Arc::new(Leader { shared: Arc::downgrade(shared) })
 }

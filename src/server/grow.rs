@@ -7,7 +7,7 @@
 //! member and cluster ids, its own state and its revisions going on from there; the member is
 //! then added through Raft as in any cluster. In order:
 //!
-//! 1. The member's writes other than KV's wait ([`Shared::alone`], held exclusively), and the
+//! 1. The member's writes other than KV's wait ([`Member::alone`], held exclusively), and the
 //!    store stops applying KV writes directly ([`crate::mvcc::Store::close_direct`]): a write
 //!    the store hands back waits, then goes through Raft. Writes already under way finish,
 //!    and the member waits until its WAL has them (the store's watermark): the state is then
@@ -44,7 +44,9 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::Status;
 use tonic::transport::server::TcpIncoming;
 
-use super::{Listener, Shared, apply};
+use super::apply;
+use super::member::Member;
+use super::serve::Listener;
 use crate::data_dir::{DataDir, sync_dir};
 use crate::error::Error;
 use crate::mvcc::persist::OpenError;
@@ -53,7 +55,7 @@ use crate::raft::{Machine, NodeOptions, RaftNode, restore};
 
 /// The term a grown member's first vote is for: its election then takes the term a member
 /// alone reports in its headers.
-const GROWN_VOTE_TERM: u64 = super::RAFT_TERM - 1;
+const GROWN_VOTE_TERM: u64 = super::member::RAFT_TERM - 1;
 
 /// How long the one-member cluster may take to elect this member.
 const ELECTION_WAIT: Duration = Duration::from_secs(10);
@@ -64,7 +66,7 @@ const FAILPOINT: &str = "grow-abort";
 
 /// Makes this member alone the only member of a Raft cluster (see the module docs); nothing
 /// to do for a cluster member. On an error the member stays alone, as it was.
-pub async fn grow(s: &Arc<Shared>) -> Result<(), Status> {
+pub async fn grow(s: &Arc<Member>) -> Result<(), Status> {
     let _alone = s.alone.write().await;
     if s.raft().is_some() {
         return Ok(());
@@ -108,7 +110,7 @@ pub async fn grow(s: &Arc<Shared>) -> Result<(), Status> {
 
 /// Writes the founding Raft state of this member's cluster of one and starts its node; undone
 /// (back to a member alone) if anything fails.
-async fn found(s: &Arc<Shared>, opts: NodeOptions) -> Result<Arc<RaftNode>, String> {
+async fn found(s: &Arc<Member>, opts: NodeOptions) -> Result<Arc<RaftNode>, String> {
     let me = MemberAttributes {
         member_id: s.member_id,
         name: s.config.name.clone(),
@@ -168,12 +170,12 @@ async fn found(s: &Arc<Shared>, opts: NodeOptions) -> Result<Arc<RaftNode>, Stri
 }
 
 /// Serves the other members on a peer listener opened by growing, until the server stops.
-fn serve_peers(s: &Arc<Shared>, l: Listener) {
+fn serve_peers(s: &Arc<Member>, l: Listener) {
     let mut stopping = s.stopping.subscribe();
     let signal = async move {
         let _ = stopping.wait_for(|s| *s).await;
     };
-    let r = super::peer_router(s);
+    let r = super::serve::peer_router(s);
     tokio::spawn(async move {
         let served = match l {
             Listener::Tcp(t) => {

@@ -20,8 +20,9 @@ use http::{HeaderValue, Request, Response, StatusCode, header};
 use tonic::body::Body;
 use tonic::service::Routes;
 
-use super::Shared;
-use super::metrics::{self, GrpcKind};
+use super::grpc_stats::GrpcKind;
+use super::member::Member;
+use super::metrics;
 
 /// What a listener serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,16 +50,16 @@ impl Serves {
 /// Puts the HTTP endpoints in front of a listener's gRPC routes.
 #[derive(Clone, Debug)]
 pub struct HttpLayer {
-    shared: Arc<Shared>,
+    shared: Arc<Member>,
     serves: Serves,
 }
 
 impl HttpLayer {
-    pub fn new(shared: Arc<Shared>, serves: Serves) -> Self {
+    pub fn new(shared: Arc<Member>, serves: Serves) -> Self {
         Self { shared, serves }
     }
 
-    pub fn metrics_only(shared: Arc<Shared>) -> Self {
+    pub fn metrics_only(shared: Arc<Member>) -> Self {
         Self { shared, serves: Serves::Metrics }
     }
 }
@@ -74,7 +75,7 @@ impl tower_layer::Layer<Routes> for HttpLayer {
 #[derive(Clone, Debug)]
 pub struct Http {
     routes: Routes,
-    shared: Arc<Shared>,
+    shared: Arc<Member>,
     serves: Serves,
 }
 
@@ -126,8 +127,8 @@ impl tower_service::Service<Request<Body>> for Http {
         if self.shared.config.enable_grpc_gateway && super::gateway::handles(req.uri().path()) {
             // Its gRPC calls come back through this same stack (on an HTTP-only listener too:
             // the routes are there, only clients' own gRPC calls are not taken).
-            let limit =
-                4 * (self.shared.config.max_request_bytes as usize) + super::GRPC_OVERHEAD_BYTES;
+            let limit = 4 * (self.shared.config.max_request_bytes as usize)
+                + super::member::GRPC_OVERHEAD_BYTES;
             let mut inner = self.clone();
             inner.serves = Serves::Client;
             return HttpFuture::Gateway(Box::pin(super::gateway::serve(inner, req, limit)));
@@ -143,7 +144,7 @@ type RoutesFuture = <Routes as tower_service::Service<Request<Body>>>::Future;
 // The gRPC variant is the big one and the common one: boxing it would allocate per call.
 #[allow(clippy::large_enum_variant)]
 pub enum HttpFuture {
-    Grpc { fut: RoutesFuture, shared: Arc<Shared>, method: Option<usize> },
+    Grpc { fut: RoutesFuture, shared: Arc<Member>, method: Option<usize> },
     Ready(Option<Response<Body>>),
     Gateway(super::gateway::GatewayFuture),
 }
@@ -237,7 +238,7 @@ fn parse_code(v: &HeaderValue) -> u8 {
 /// status in its trailers, or as Canceled when the client goes away first.
 struct CountOnEnd {
     body: Body,
-    shared: Arc<Shared>,
+    shared: Arc<Member>,
     method: usize,
     done: bool,
 }
@@ -290,7 +291,7 @@ impl Drop for CountOnEnd {
 }
 
 /// The answer to an HTTP request that is not a gRPC call.
-fn answer(shared: &Shared, req: &Request<Body>, grpc: bool) -> Response<Body> {
+fn answer(shared: &Member, req: &Request<Body>, grpc: bool) -> Response<Body> {
     let path = req.uri().path();
     let query = req.uri().query().unwrap_or("");
     let verbose = query.split('&').any(|p| p == "verbose" || p.starts_with("verbose="));
@@ -330,7 +331,7 @@ fn checks(path: &str) -> &'static [&'static str] {
 /// Why a `/livez` or `/readyz` check fails now, if it does: a cluster member without a leader
 /// cannot serve linearizable reads, and a learner is not ready (as in etcd). A member alone
 /// passes every check while it serves.
-fn failing(shared: &Shared, check: &str) -> Option<&'static str> {
+fn failing(shared: &Member, check: &str) -> Option<&'static str> {
     let raft = shared.raft()?;
     let role = *raft.role().borrow();
     match check {
@@ -341,7 +342,7 @@ fn failing(shared: &Shared, check: &str) -> Option<&'static str> {
 }
 
 /// `/livez` and `/readyz`, in the format of etcd's (Kubernetes') health checks.
-fn probe(shared: &Shared, path: &str, verbose: bool) -> Response<Body> {
+fn probe(shared: &Member, path: &str, verbose: bool) -> Response<Body> {
     let results: Vec<(&str, Option<&str>)> =
         checks(path).iter().map(|c| (*c, failing(shared, c))).collect();
     let failed = results.iter().any(|r| r.1.is_some());
@@ -367,7 +368,7 @@ fn probe(shared: &Shared, path: &str, verbose: bool) -> Response<Body> {
 /// `/health`: etcd's JSON. Unhealthy (503) while an alarm is raised (`ALARM NOSPACE`) unless
 /// `?exclude=NOSPACE` says to ignore it, as in etcd, and while the WAL cannot write, since
 /// writes fail then. `serializable` is accepted and changes nothing (reads never need a leader).
-fn health(shared: &Shared, query: &str) -> Response<Body> {
+fn health(shared: &Member, query: &str) -> Response<Body> {
     let excluded: Vec<&str> = query.split('&').filter_map(|p| p.strip_prefix("exclude=")).collect();
     let alarm = shared.alarms.first_not_excluded(&excluded).map(|a| format!("ALARM {a}"));
     let reason = alarm

@@ -4,18 +4,19 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
+use super::member::Member;
 use super::submit::submit;
-use super::{Shared, apply, auth, convert};
+use super::{apply, auth, convert};
 use crate::error::Error;
 use crate::proto::etcdserverpb as pb;
 
 #[derive(Debug)]
 pub struct KvService {
-    shared: Arc<Shared>,
+    shared: Arc<Member>,
 }
 
 impl KvService {
-    pub fn new(shared: Arc<Shared>) -> Self {
+    pub fn new(shared: Arc<Member>) -> Self {
         Self { shared }
     }
 }

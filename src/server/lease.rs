@@ -9,8 +9,9 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::member::Member;
 use super::submit::{Expiry, submit};
-use super::{Shared, apply, auth};
+use super::{apply, auth};
 use crate::auth::AuthInfo;
 use crate::error::Error;
 use crate::lease::Renewal;
@@ -22,11 +23,11 @@ const EXPIRY_TICK: Duration = Duration::from_millis(500);
 
 #[derive(Debug)]
 pub struct LeaseService {
-    shared: Arc<Shared>,
+    shared: Arc<Member>,
 }
 
 impl LeaseService {
-    pub fn new(shared: Arc<Shared>) -> Self {
+    pub fn new(shared: Arc<Member>) -> Self {
         Self { shared }
     }
 }
@@ -34,7 +35,7 @@ impl LeaseService {
 /// Renews a lease on this member (which holds the deadlines: a member alone, or a cluster's
 /// leader) and returns the TTL; 0 for an unknown lease, and for an expiring one once its keys
 /// are gone (etcd's renew waits for the revocation).
-pub async fn renew(shared: &Shared, id: i64) -> i64 {
+pub async fn renew(shared: &Member, id: i64) -> i64 {
     promoted(shared);
     match shared.lessor.renew(id) {
         Ok(Renewal::Renewed(ttl)) => return ttl,
@@ -47,7 +48,7 @@ pub async fn renew(shared: &Shared, id: i64) -> i64 {
 
 /// Renews a lease where the deadlines are kept: here (a member alone), or at the cluster's
 /// leader (`RaftNode::at_leader`).
-async fn renew_anywhere(shared: &Shared, id: i64) -> Result<i64, Error> {
+async fn renew_anywhere(shared: &Member, id: i64) -> Result<i64, Error> {
     let Some(raft) = shared.raft() else { return Ok(renew(shared, id).await) };
     match raft.at_leader(Forwarded::LeaseRenew(pb::LeaseKeepAliveRequest { id })).await? {
         Answer::LeaseRenew(r) => Ok(r.ttl),
@@ -59,7 +60,7 @@ async fn renew_anywhere(shared: &Shared, id: i64) -> Result<i64, Error> {
 /// expires leases; it first gives every lease its full TTL (etcd's `Promote`), so that no
 /// lease expires because of an election, and a member that stops leading forgets which
 /// leases it had started to expire.
-pub async fn expiry_loop(shared: Arc<Shared>) {
+pub async fn expiry_loop(shared: Arc<Member>) {
     // This member's role, once it is a cluster member (from the start, or once it has grown).
     let mut role = None;
     loop {
@@ -98,7 +99,7 @@ pub async fn expiry_loop(shared: Arc<Shared>) {
 /// In a cluster: once per term this member leads, before it renews or expires any lease,
 /// every lease gets its full TTL from now (etcd's lessor `Promote`): followers never kept the
 /// deadlines (renewals went to the leader), and no lease may expire because of an election.
-pub fn promoted(shared: &Shared) {
+pub fn promoted(shared: &Member) {
     use std::sync::atomic::Ordering::SeqCst;
     let Some(raft) = shared.raft() else { return };
     let role = *raft.role().borrow();
@@ -122,7 +123,7 @@ pub fn promoted(shared: &Shared) {
 /// answered once readers see every write it may have seen (a key it lists, or the deletion of
 /// the keys of a lease it finds gone).
 pub async fn time_to_live(
-    shared: &Shared,
+    shared: &Member,
     r: pb::LeaseTimeToLiveRequest,
 ) -> pb::LeaseTimeToLiveResponse {
     promoted(shared);
@@ -147,7 +148,7 @@ type KeepAliveStream =
 
 /// Every key of these leases may be read by `who` (root may read all): etcd's checks of
 /// TimeToLive with keys and of Leases.
-fn check_reads(s: &Shared, who: &Option<AuthInfo>, leases: &[i64]) -> Result<(), Error> {
+fn check_reads(s: &Member, who: &Option<AuthInfo>, leases: &[i64]) -> Result<(), Error> {
     if !s.auth.is_enabled() {
         return Ok(());
     }
@@ -164,7 +165,7 @@ fn check_reads(s: &Shared, who: &Option<AuthInfo>, leases: &[i64]) -> Result<(),
 }
 
 /// etcd's `checkLeaseRenew`: a keep-alive needs write permission on the lease's keys.
-fn check_renew(s: &Shared, who: &Option<AuthInfo>, id: i64) -> Result<(), Error> {
+fn check_renew(s: &Member, who: &Option<AuthInfo>, id: i64) -> Result<(), Error> {
     if !s.auth.is_enabled() {
         return Ok(());
     }

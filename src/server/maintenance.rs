@@ -9,18 +9,19 @@ use std::time::Duration;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+use super::auth;
+use super::member::{Member, RAFT_TERM};
 use super::submit::submit;
-use super::{RAFT_TERM, Shared, auth};
 use crate::error::Error;
 use crate::proto::etcdserverpb as pb;
 
 #[derive(Debug)]
 pub struct MaintenanceService {
-    shared: Arc<Shared>,
+    shared: Arc<Member>,
 }
 
 impl MaintenanceService {
-    pub fn new(shared: Arc<Shared>) -> Self {
+    pub fn new(shared: Arc<Member>) -> Self {
         Self { shared }
     }
 }
@@ -208,7 +209,7 @@ impl Stream for SnapshotBody {
 /// Streams a backup (`wal::backup` format) as etcd streams its database: blobs of 32 KiB, each
 /// with the bytes still to come, then the sha256 of all of them in a message of its own. Runs
 /// on a blocking thread: it reads the whole store. Returns whether everything was queued.
-fn send_snapshot(shared: &Shared, tx: &tokio::sync::mpsc::Sender<SnapshotItem>) -> bool {
+fn send_snapshot(shared: &Member, tx: &tokio::sync::mpsc::Sender<SnapshotItem>) -> bool {
     let started = std::time::Instant::now();
     let runtime = tokio::runtime::Handle::current();
     // etcd sends its storage version here, not its binary's.

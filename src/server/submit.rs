@@ -19,7 +19,7 @@
 //!
 //! A member alone that grows into a cluster (`server::grow`) stops applying changes in place:
 //! the store hands KV writes back ([`Refused::Closed`]), and the other changes do not start
-//! while it grows ([`Shared::alone_writes`]) and are handed back too. [`submit`] waits until
+//! while it grows ([`Member::alone_writes`]) and are handed back too. [`submit`] waits until
 //! the member has grown and sends them through the log: the one place of that retry.
 
 use std::future::Future;
@@ -29,7 +29,8 @@ use std::sync::Arc;
 use prost::Message;
 use tokio::time::{Duration, Instant};
 
-use super::{Shared, alarm, apply, apply_auth, convert};
+use super::member::Member;
+use super::{alarm, apply, apply_auth, convert};
 use crate::auth::{AuthInfo, Op};
 use crate::error::{Error, Result};
 use crate::mvcc::Refused;
@@ -50,14 +51,14 @@ pub trait Change: Sized + Send {
     /// into a cluster.
     fn alone(
         self,
-        s: &Arc<Shared>,
+        s: &Arc<Member>,
         who: &Option<AuthInfo>,
     ) -> impl Future<Output = Outcome<Self>> + Send;
 
     /// On a cluster member: through the Raft log.
     fn in_cluster(
         self,
-        s: &Arc<Shared>,
+        s: &Arc<Member>,
         who: &Option<AuthInfo>,
     ) -> impl Future<Output = Result<Self::Answer>> + Send;
 }
@@ -69,7 +70,7 @@ pub type Outcome<C> = std::result::Result<<C as Change>::Answer, Refused<C>>;
 /// permission checks that read the state run where the change is applied) and returns its
 /// answer.
 pub async fn submit<C: Change>(
-    s: &Arc<Shared>,
+    s: &Arc<Member>,
     who: &Option<AuthInfo>,
     change: C,
 ) -> Result<C::Answer> {
@@ -90,7 +91,7 @@ pub async fn submit<C: Change>(
 }
 
 /// Proposes `req` as `who` and returns its answer, once this member has applied it.
-async fn proposed<A: FromResponse>(s: &Shared, who: &Option<AuthInfo>, req: Req) -> Result<A> {
+async fn proposed<A: FromResponse>(s: &Member, who: &Option<AuthInfo>, req: Req) -> Result<A> {
     A::from_response(apply::propose_as(s, req, apply::header(who)).await?).ok_or(Error::Internal)
 }
 
@@ -127,7 +128,7 @@ from_response!(
 /// In a cluster: the quota check before a write that adds `cost` bytes is proposed. Going
 /// over the quota proposes the NOSPACE alarm, so that every member raises it (etcd's quota
 /// applier does the same).
-async fn quota(s: &Shared, cost: usize) -> Result<()> {
+async fn quota(s: &Member, cost: usize) -> Result<()> {
     // The alarm itself is checked when the write is applied (every member alike, in log order):
     // this member's view of it may lag behind a disarm that came first in the log.
     if s.alarms.exceeds_quota(&s.store, cost) {
@@ -146,7 +147,7 @@ async fn quota(s: &Shared, cost: usize) -> Result<()> {
 /// A member alone's write refused: "lease not found" is answered once readers see every
 /// revision allocated by then, as the revocation that removed the lease allocated the revision
 /// its keys went at first (so no read after the answer finds a key of the lease).
-async fn refused(s: &Shared, e: Error) -> Error {
+async fn refused(s: &Member, e: Error) -> Error {
     if e == Error::LeaseNotFound {
         s.store.wait_settled().await;
     }
@@ -158,7 +159,7 @@ async fn refused(s: &Shared, e: Error) -> Error {
 impl Change for pb::PutRequest {
     type Answer = pb::PutResponse;
 
-    async fn alone(self, s: &Arc<Shared>, who: &Option<AuthInfo>) -> Outcome<Self> {
+    async fn alone(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Outcome<Self> {
         s.alarms.check_corrupt()?;
         s.alarms.check_space(&s.store, alarm::put_cost(&self))?;
         let size = self.encoded_len();
@@ -179,7 +180,7 @@ impl Change for pb::PutRequest {
         }
     }
 
-    async fn in_cluster(self, s: &Arc<Shared>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
+    async fn in_cluster(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
         s.store.check_put(&convert::put_request(self.clone()), self.encoded_len())?;
         quota(s, alarm::put_cost(&self)).await?;
         proposed(s, who, Req::Put(self)).await
@@ -189,7 +190,7 @@ impl Change for pb::PutRequest {
 impl Change for pb::DeleteRangeRequest {
     type Answer = pb::DeleteRangeResponse;
 
-    async fn alone(self, s: &Arc<Shared>, who: &Option<AuthInfo>) -> Outcome<Self> {
+    async fn alone(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Outcome<Self> {
         s.alarms.check_corrupt()?;
         let size = self.encoded_len();
         let applied = {
@@ -209,7 +210,7 @@ impl Change for pb::DeleteRangeRequest {
         }
     }
 
-    async fn in_cluster(self, s: &Arc<Shared>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
+    async fn in_cluster(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
         let d = convert::delete_request(self.clone());
         s.store.check_delete_range(&d, self.encoded_len())?;
         proposed(s, who, Req::DeleteRange(self)).await
@@ -219,7 +220,7 @@ impl Change for pb::DeleteRangeRequest {
 impl Change for pb::TxnRequest {
     type Answer = pb::TxnResponse;
 
-    async fn alone(self, s: &Arc<Shared>, who: &Option<AuthInfo>) -> Outcome<Self> {
+    async fn alone(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Outcome<Self> {
         s.alarms.check_corrupt()?;
         s.alarms.check_space(&s.store, alarm::txn_cost(&self))?;
         let size = self.encoded_len();
@@ -242,7 +243,7 @@ impl Change for pb::TxnRequest {
 
     /// A read-only Txn is served here after a read barrier (unless all its ranges are
     /// serializable), as etcd serves it without the log; one that may write is proposed.
-    async fn in_cluster(self, s: &Arc<Shared>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
+    async fn in_cluster(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
         let t = convert::txn_request(self.clone())?;
         let size = self.encoded_len();
         s.store.check_txn(&t, size)?;
@@ -269,9 +270,9 @@ impl Change for pb::TxnRequest {
 impl Change for pb::CompactionRequest {
     type Answer = pb::CompactionResponse;
 
-    async fn alone(self, s: &Arc<Shared>, _who: &Option<AuthInfo>) -> Outcome<Self> {
+    async fn alone(self, s: &Arc<Member>, _who: &Option<AuthInfo>) -> Outcome<Self> {
         s.alarms.check_corrupt()?;
-        // A member alone stays one until the compaction is logged (see `Shared::alone`).
+        // A member alone stays one until the compaction is logged (see `Member::alone`).
         let Some(_alone) = s.alone_writes().await else { return Err(Refused::Closed(self)) };
         let (rev, shared) = (self.revision, s.clone());
         // Off the runtime's threads: a compaction waits for the WAL and walks every partition.
@@ -284,7 +285,7 @@ impl Change for pb::CompactionRequest {
         Ok(pb::CompactionResponse { header: apply::nested(c.revision) })
     }
 
-    async fn in_cluster(self, s: &Arc<Shared>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
+    async fn in_cluster(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
         proposed(s, who, Req::Compaction(self)).await
     }
 }
@@ -294,9 +295,9 @@ impl Change for pb::CompactionRequest {
 impl Change for pb::LeaseGrantRequest {
     type Answer = pb::LeaseGrantResponse;
 
-    async fn alone(self, s: &Arc<Shared>, _who: &Option<AuthInfo>) -> Outcome<Self> {
+    async fn alone(self, s: &Arc<Member>, _who: &Option<AuthInfo>) -> Outcome<Self> {
         s.alarms.check_corrupt()?;
-        // A member alone stays one until the grant is logged (see `Shared::alone`).
+        // A member alone stays one until the grant is logged (see `Member::alone`).
         let Some(_alone) = s.alone_writes().await else { return Err(Refused::Closed(self)) };
         s.alarms.check_space(&s.store, alarm::lease_cost())?;
         if s.store.wal().is_some_and(|w| !w.writable()) {
@@ -313,7 +314,7 @@ impl Change for pb::LeaseGrantRequest {
         Ok(pb::LeaseGrantResponse { header: apply::nested(rev), id, ttl, error: String::new() })
     }
 
-    async fn in_cluster(self, s: &Arc<Shared>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
+    async fn in_cluster(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
         if self.ttl > crate::lease::MAX_TTL {
             return Err(Error::LeaseTtlTooLarge);
         }
@@ -328,7 +329,7 @@ impl Change for pb::LeaseGrantRequest {
 impl Change for pb::LeaseRevokeRequest {
     type Answer = pb::LeaseRevokeResponse;
 
-    async fn alone(self, s: &Arc<Shared>, who: &Option<AuthInfo>) -> Outcome<Self> {
+    async fn alone(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Outcome<Self> {
         s.alarms.check_corrupt()?;
         let Some(_alone) = s.alone_writes().await else { return Err(Refused::Closed(self)) };
         let id = self.id;
@@ -350,7 +351,7 @@ impl Change for pb::LeaseRevokeRequest {
         Ok(pb::LeaseRevokeResponse { header: apply::nested(rev) })
     }
 
-    async fn in_cluster(self, s: &Arc<Shared>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
+    async fn in_cluster(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
         proposed(s, who, Req::LeaseRevoke(self)).await
     }
 }
@@ -359,7 +360,7 @@ impl Change for pb::LeaseRevokeRequest {
 /// readers see the deletions and its WAL has the revocations; returns the header revision of
 /// the last. Leases are handled together so that expiring thousands costs a few WAL batches,
 /// not one per lease.
-async fn revoke_logged(s: &Shared, leases: Vec<i64>) -> i64 {
+async fn revoke_logged(s: &Member, leases: Vec<i64>) -> i64 {
     // A lease left out is gone already (nothing else revokes a lease marked revoking on a
     // member alone).
     let revoked = apply::revoke(s, leases);
@@ -395,7 +396,7 @@ pub struct Expiry {
 impl Change for Expiry {
     type Answer = ();
 
-    async fn alone(self, s: &Arc<Shared>, _who: &Option<AuthInfo>) -> Outcome<Self> {
+    async fn alone(self, s: &Arc<Member>, _who: &Option<AuthInfo>) -> Outcome<Self> {
         let Some(_alone) = s.alone_writes().await else { return Err(Refused::Closed(self)) };
         loop {
             let expired = s.lessor.expire(Instant::now(), EXPIRY_BATCH);
@@ -415,7 +416,7 @@ impl Change for Expiry {
         }
     }
 
-    async fn in_cluster(self, s: &Arc<Shared>, who: &Option<AuthInfo>) -> Result<()> {
+    async fn in_cluster(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Result<()> {
         while s.raft().is_some_and(|r| r.is_leader()) {
             let expired = s.lessor.expire(Instant::now(), EXPIRY_BATCH);
             let n = expired.len();
@@ -445,14 +446,14 @@ impl Change for Expiry {
 impl Change for pb::AlarmRequest {
     type Answer = pb::AlarmResponse;
 
-    async fn alone(self, s: &Arc<Shared>, _who: &Option<AuthInfo>) -> Outcome<Self> {
+    async fn alone(self, s: &Arc<Member>, _who: &Option<AuthInfo>) -> Outcome<Self> {
         let Some(_alone) = s.alone_writes().await else { return Err(Refused::Closed(self)) };
         Ok(apply::alarm(s, &self))
     }
 
     /// Alarms are the cluster's: raised, cleared and listed through the log, as etcd does it,
     /// so that every member answers the same.
-    async fn in_cluster(self, s: &Arc<Shared>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
+    async fn in_cluster(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
         proposed(s, who, Req::Alarm(self)).await
     }
 }
@@ -461,12 +462,12 @@ impl Change for pb::AlarmRequest {
 impl Change for mpb::MemberAttributes {
     type Answer = mpb::Empty;
 
-    async fn alone(self, s: &Arc<Shared>, _who: &Option<AuthInfo>) -> Outcome<Self> {
+    async fn alone(self, s: &Arc<Member>, _who: &Option<AuthInfo>) -> Outcome<Self> {
         s.members.lock().insert(self.member_id, self);
         Ok(mpb::Empty {})
     }
 
-    async fn in_cluster(self, s: &Arc<Shared>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
+    async fn in_cluster(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
         proposed(s, who, Req::MemberAttributes(self)).await
     }
 }
@@ -477,8 +478,8 @@ impl Change for mpb::AuthRequest {
     type Answer = String;
 
     /// Applied, then written to the auth file before the answer.
-    async fn alone(self, s: &Arc<Shared>, who: &Option<AuthInfo>) -> Outcome<Self> {
-        // A member alone stays one until the change is written (see `Shared::alone`).
+    async fn alone(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Outcome<Self> {
+        // A member alone stays one until the change is written (see `Member::alone`).
         let Some(_alone) = s.alone_writes().await else { return Err(Refused::Closed(self)) };
         let op = convert::auth_op(self).ok_or(Error::Internal)?;
         // Tokens are not persisted (they go with a restart, as in etcd): nothing to write.
@@ -503,13 +504,13 @@ impl Change for mpb::AuthRequest {
         Ok(token)
     }
 
-    async fn in_cluster(self, s: &Arc<Shared>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
+    async fn in_cluster(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
         proposed(s, who, Req::Auth(self)).await
     }
 }
 
 /// The auth file of a member alone that keeps its state (`crate::auth::file`).
-pub fn auth_file(s: &Shared) -> Option<PathBuf> {
+pub fn auth_file(s: &Member) -> Option<PathBuf> {
     let o = s.config.wal_options();
     (o.mode != crate::wal::Mode::None).then(|| o.dir.auth_file())
 }

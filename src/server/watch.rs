@@ -16,7 +16,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::Shared;
+use super::member::Member;
 use crate::mvcc::{Event, EventKind, RevisionEvents};
 use crate::proto::etcdserverpb as pb;
 use crate::proto::{mvccpb, wire};
@@ -55,11 +55,11 @@ pub struct WatchFrame {
 
 #[derive(Debug)]
 pub struct WatchService {
-    shared: Arc<Shared>,
+    shared: Arc<Member>,
 }
 
 impl WatchService {
-    pub fn new(shared: Arc<Shared>) -> Self {
+    pub fn new(shared: Arc<Member>) -> Self {
         Self { shared }
     }
 }
@@ -114,7 +114,7 @@ async fn leader_lost(
 }
 
 async fn run_stream(
-    shared: Arc<Shared>,
+    shared: Arc<Member>,
     mut inbound: Streaming<pb::WatchRequest>,
     out: Out,
     mut role: Option<tokio::sync::watch::Receiver<crate::raft::Role>>,
@@ -177,7 +177,7 @@ async fn run_stream(
 /// While auth is enabled: the answer to a create its sender may not read (etcd's
 /// `isWatchPermitted`): created and at once canceled, with the error as reason.
 async fn denied(
-    shared: &Shared,
+    shared: &Member,
     req: &pb::WatchRequest,
     creds: &super::auth::Credentials,
 ) -> Option<WatchFrame> {
@@ -223,7 +223,7 @@ fn go_code(c: tonic::Code) -> &'static str {
     }
 }
 
-fn handle_request(shared: &Shared, sid: u64, req: pb::WatchRequest) {
+fn handle_request(shared: &Member, sid: u64, req: pb::WatchRequest) {
     use pb::watch_create_request::FilterType;
     use pb::watch_request::RequestUnion as U;
     match req.request_union {
@@ -252,7 +252,7 @@ fn handle_request(shared: &Shared, sid: u64, req: pb::WatchRequest) {
 
 /// Runs a few catch-up steps, then lets the task look at its other work; if there may be more
 /// to replay it wakes itself up again.
-async fn catch_up(shared: &Shared, sid: u64, out: &Out, wake: &Notify) -> Result<(), ()> {
+async fn catch_up(shared: &Member, sid: u64, out: &Out, wake: &Notify) -> Result<(), ()> {
     for _ in 0..4 {
         match shared.hub.catch_up(sid) {
             CatchUp::Idle => return Ok(()),
@@ -306,7 +306,7 @@ impl Batch {
 
     /// Sends the batch, split into fragments only if the watch asked for it and the response
     /// would exceed `--max-request-bytes` plus gRPC's overhead (etcd's rule).
-    async fn send(self, shared: &Shared, out: &Out) -> Result<(), ()> {
+    async fn send(self, shared: &Member, out: &Out) -> Result<(), ()> {
         let frame = WatchFrame {
             header: shared.header(self.revision),
             watch_id: self.watch_id,
@@ -314,7 +314,7 @@ impl Batch {
             ..Default::default()
         };
         // etcd fragments at its gRPC receive limit: the request limit plus gRPC's overhead.
-        let limit = shared.config.max_request_bytes as usize + super::GRPC_OVERHEAD_BYTES;
+        let limit = shared.config.max_request_bytes as usize + super::member::GRPC_OVERHEAD_BYTES;
         if !self.opts.fragment || frame.events.len() < 2 || frame.encoded_len() < limit {
             return send(out, frame).await;
         }
@@ -342,7 +342,7 @@ impl Batch {
 
 /// Sends `first` and whatever else is queued, merging consecutive revisions of a watch.
 async fn drain(
-    shared: &Shared,
+    shared: &Member,
     first: Message,
     rx: &mut mpsc::UnboundedReceiver<Message>,
     out: &Out,
@@ -390,7 +390,7 @@ async fn drain(
     Ok(())
 }
 
-fn control_frame(shared: &Shared, msg: Message) -> WatchFrame {
+fn control_frame(shared: &Member, msg: Message) -> WatchFrame {
     match msg {
         Message::Created { watch_id, revision, canceled, cancel_reason, done } => {
             if let Some(d) = done {

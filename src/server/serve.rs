@@ -1,0 +1,331 @@
+//! Serving a member: its client, metrics and peer listeners, the services on them, and the
+//! tasks that run beside them (lease expiry, auto-compaction, Raft snapshots, publishing this
+//! member's name), until it shuts down.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+use tower_layer::{Identity, Stack};
+use tracing::info;
+
+use super::member::{GRPC_OVERHEAD_BYTES, Member};
+use super::{auth, cluster, compactor, health, http, kv, lease, maintenance, submit, tls, watch};
+use crate::proto::etcdserverpb as pb;
+
+/// One bound listener.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(TcpListener),
+    /// An `https://` listener and the TLS settings its connections get.
+    Tls(TcpListener, Arc<tokio_rustls::rustls::ServerConfig>),
+    Unix(tokio::net::UnixListener, String),
+}
+
+impl Listener {
+    /// Binds `url` (`http://host:port`, `https://host:port` or `unix://path`); an https URL
+    /// needs `tls` (from --cert-file and --key-file).
+    pub async fn bind(
+        url: &str,
+        tls: Option<&Arc<tokio_rustls::rustls::ServerConfig>>,
+    ) -> std::io::Result<Self> {
+        let bad = || {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("bad listen URL {url:?}"))
+        };
+        if let Some(path) = url.strip_prefix("unix://") {
+            let _ = std::fs::remove_file(path);
+            return Ok(Listener::Unix(tokio::net::UnixListener::bind(path)?, path.to_string()));
+        }
+        let (hostport, tls) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(h), _) => (h, None),
+            (_, Some(h)) => {
+                let tls = tls.ok_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!("{url}: an https URL needs --cert-file and --key-file"),
+                    )
+                })?;
+                (h, Some(tls.clone()))
+            }
+            _ => return Err(bad()),
+        };
+        let hostport = hostport.trim_end_matches('/');
+        let addr: SocketAddr = match hostport.parse() {
+            Ok(a) => a,
+            Err(_) => tokio::net::lookup_host(hostport).await?.next().ok_or_else(bad)?,
+        };
+        let l = TcpListener::bind(addr).await?;
+        Ok(match tls {
+            Some(tls) => Listener::Tls(l, tls),
+            None => Listener::Tcp(l),
+        })
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Listener::Tcp(l) | Listener::Tls(l, _) => {
+                l.local_addr().map(|a| a.to_string()).unwrap_or_default()
+            }
+            Listener::Unix(_, p) => format!("unix://{p}"),
+        }
+    }
+}
+
+/// A client listener's service: etcd's gRPC services, with the HTTP endpoints in front.
+type ClientRouter = tonic::transport::server::Router<Stack<http::HttpLayer, Identity>>;
+
+/// A `--listen-metrics-urls` listener's service: the probes and /metrics, no gRPC.
+fn metrics_router(shared: &Arc<Member>) -> ClientRouter {
+    Server::builder()
+        .accept_http1(true)
+        .layer(http::HttpLayer::metrics_only(shared.clone()))
+        .add_routes(tonic::service::Routes::default())
+}
+
+fn router(shared: &Arc<Member>, serves: http::Serves) -> ClientRouter {
+    let recv = shared.config.max_request_bytes as usize + GRPC_OVERHEAD_BYTES;
+    let kv = pb::kv_server::KvServer::new(kv::KvService::new(shared.clone()))
+        .max_decoding_message_size(recv)
+        .max_encoding_message_size(usize::MAX);
+    let maintenance = pb::maintenance_server::MaintenanceServer::new(
+        maintenance::MaintenanceService::new(shared.clone()),
+    )
+    .max_decoding_message_size(recv)
+    .max_encoding_message_size(usize::MAX);
+    // etcd's receive limit is one gRPC server option, so it holds for every service; tonic's
+    // default (4 MiB) let a keep-alive of 3 MiB through where etcd refuses it.
+    let cluster =
+        pb::cluster_server::ClusterServer::new(cluster::ClusterService::new(shared.clone()))
+            .max_decoding_message_size(recv);
+    let auth = pb::auth_server::AuthServer::new(auth::AuthService::new(shared.clone()))
+        .max_decoding_message_size(recv);
+    let lease = pb::lease_server::LeaseServer::new(lease::LeaseService::new(shared.clone()))
+        .max_decoding_message_size(recv);
+    let watch = crate::proto::wire::watch_server::WatchServer::new(watch::WatchService::new(
+        shared.clone(),
+    ))
+    .max_decoding_message_size(recv)
+    .max_encoding_message_size(usize::MAX);
+    Server::builder()
+        .tcp_nodelay(true)
+        // HTTP/1.1 for the probes and /metrics; gRPC clients speak HTTP/2 as before.
+        .accept_http1(true)
+        .layer(http::HttpLayer::new(shared.clone(), serves))
+        // etcd allows effectively unlimited streams per connection (--max-concurrent-streams);
+        // kube-apiserver multiplexes every watch of a resource onto one.
+        .max_concurrent_streams(shared.config.max_concurrent_streams)
+        .add_service(kv)
+        .add_service(maintenance)
+        .add_service(cluster)
+        .add_service(auth)
+        .add_service(watch)
+        .add_service(lease)
+        .add_service(health::service())
+}
+
+/// Serves every client listener (gRPC and HTTP) and metrics listener (HTTP) until `shutdown`
+/// resolves, then drains in-flight requests.
+pub async fn serve(
+    shared: Arc<Member>,
+    listeners: Vec<Listener>,
+    http_listeners: Vec<Listener>,
+    metrics_listeners: Vec<Listener>,
+    peer_listeners: Vec<Listener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let (tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
+    {
+        let tx = tx.clone();
+        let shared_stop = shared.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            info!("shutting down");
+            let _ = tx.send(());
+            let _ = stopping_tx.send(true);
+            shared_stop.stopping.send_replace(true);
+        });
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    // Serves router `r` on listener `l` until the shutdown signal.
+    macro_rules! serve_on {
+        ($r:expr, $l:expr) => {{
+            let mut rx = tx.subscribe();
+            let signal = async move {
+                let _ = rx.recv().await;
+            };
+            let r = $r;
+            match $l {
+                Listener::Tcp(t) => {
+                    // Without TCP_NODELAY small responses wait for delayed ACKs (tens of ms).
+                    let incoming = TcpIncoming::from(t).with_nodelay(Some(true));
+                    tasks.spawn(r.serve_with_incoming_shutdown(incoming, signal))
+                }
+                Listener::Tls(t, tls) => {
+                    tasks.spawn(r.serve_with_incoming_shutdown(tls::incoming(t, tls), signal))
+                }
+                Listener::Unix(u, _) => {
+                    tasks.spawn(r.serve_with_incoming_shutdown(UnixListenerStream::new(u), signal))
+                }
+            };
+        }};
+    }
+    for l in peer_listeners {
+        info!(peer_address = %l.describe(), "serving the other members");
+        serve_on!(peer_router(&shared), l);
+    }
+    for l in metrics_listeners {
+        info!(metrics_address = %l.describe(), "serving /metrics and health probes");
+        serve_on!(metrics_router(&shared), l);
+    }
+    if shared.raft().is_some() {
+        // As etcd, a cluster member serves clients once it has published itself through the
+        // log: it then has a leader and its cluster's state up to that point.
+        tokio::select! {
+            _ = publish_member(shared.clone()) => {}
+            _ = stopping.wait_for(|s| *s) => {}
+        }
+    }
+    let serves =
+        if http_listeners.is_empty() { http::Serves::Client } else { http::Serves::GrpcOnly };
+    for l in listeners {
+        info!(address = %l.describe(), "ready to serve client requests");
+        serve_on!(router(&shared, serves), l);
+    }
+    for l in http_listeners {
+        info!(address = %l.describe(), "ready to serve client HTTP requests (no gRPC)");
+        serve_on!(router(&shared, http::Serves::HttpOnly), l);
+    }
+    let expiry = tokio::spawn(lease::expiry_loop(shared.clone()));
+    let snapshots = tokio::spawn(snapshot_loop(shared.clone()));
+    let compactor = shared.config.auto_compaction().ok().flatten().map(|policy| {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let s = &shared;
+            compactor::run_with(&shared.store, policy, &|rev| {
+                Box::pin(async move {
+                    // In a cluster only the leader compacts, through the log (etcd's compactor
+                    // pauses on followers).
+                    if s.raft().is_some_and(|r| !r.is_leader()) {
+                        return Ok(());
+                    }
+                    let c = pb::CompactionRequest { revision: rev, physical: false };
+                    match submit::submit(s, &None, c).await {
+                        Ok(_) | Err(crate::error::Error::Compacted) => Ok(()),
+                        Err(e) => Err(e),
+                    }
+                })
+            })
+            .await
+        })
+    });
+    // Listeners stop accepting at once and let requests in flight finish; watch and keep-alive
+    // streams never finish on their own, so connections still open after the grace period
+    // are closed (etcd does the same).
+    let grace = async move {
+        let _ = stopping.wait_for(|s| *s).await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::pin!(grace);
+    loop {
+        tokio::select! {
+            res = tasks.join_next() => match res {
+                Some(res) => res.expect("listener task panicked")?,
+                None => break,
+            },
+            _ = &mut grace => {
+                info!("closing the connections still open (watch and keep-alive streams)");
+                tasks.abort_all();
+                break;
+            }
+        }
+    }
+    expiry.abort();
+    snapshots.abort();
+    if let Some(c) = compactor {
+        c.abort();
+    }
+    Ok(())
+}
+
+/// A peer listener's service: Raft's messages and the requests forwarded to the leader.
+pub(super) fn peer_router(shared: &Arc<Member>) -> tonic::transport::server::Router {
+    let raft = shared.raft().expect("peer listeners serve a cluster member").clone();
+    let snap_dir = shared.config.wal_options().dir.raft().snapshots();
+    let peer = crate::proto::memetcdpb::raft_server::RaftServer::new(
+        crate::raft::peer::PeerService::new(raft, snap_dir),
+    )
+    .max_decoding_message_size(usize::MAX)
+    .max_encoding_message_size(usize::MAX);
+    Server::builder()
+        .tcp_nodelay(true)
+        .initial_stream_window_size(4 << 20)
+        .initial_connection_window_size(16 << 20)
+        .max_concurrent_streams(u32::MAX)
+        .add_service(peer)
+}
+
+/// Publishes this member's name and client URLs through the log (etcd's `publish`), so that
+/// MemberList shows them on every member; retried until it goes through.
+async fn publish_member(shared: Arc<Member>) {
+    let attrs = crate::proto::memetcdpb::MemberAttributes {
+        member_id: shared.member_id,
+        name: shared.config.name.clone(),
+        client_urls: shared.config.advertised_client_urls(),
+    };
+    loop {
+        let known = shared.members.lock().get(&shared.member_id) == Some(&attrs);
+        if known {
+            return;
+        }
+        match submit::submit(&shared, &None, attrs.clone()).await {
+            Ok(_) => {
+                info!(name = %attrs.name, "published this member's name and client URLs to the cluster");
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "publishing this member's attributes; will retry")
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
+/// How long a graceful shutdown waits for open connections before closing them.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How often the snapshot loop checks whether a snapshot is due.
+const SNAPSHOT_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Takes snapshots as the logs grow, so that they (and restart time) stay bounded: the WAL's
+/// (a member alone's, or the one a member that grew into a cluster keeps writing until it
+/// restarts: a member that never restarts must not fill its disk), whenever enough was logged
+/// since the last one (see `wal::Options`), and the Raft log's (a cluster member's, see
+/// `RaftNode::snapshot_if_due`).
+async fn snapshot_loop(shared: Arc<Member>) {
+    // Where the Raft log stood at its last snapshot, once this member is in a cluster.
+    let mut raft_mark = None;
+    loop {
+        tokio::time::sleep(SNAPSHOT_CHECK).await;
+        let size = shared.store.size_bytes() as u64;
+        if let Some(raft) = shared.raft() {
+            let mark = raft_mark.get_or_insert_with(|| raft.snapshot_mark());
+            raft.snapshot_if_due(mark, size).await;
+        }
+        if !shared.store.wal().is_some_and(|wal| wal.snapshot_due(size)) {
+            continue;
+        }
+        let s = shared.clone();
+        let result =
+            tokio::task::spawn_blocking(move || s.store.snapshot(|| s.lessor.snapshot())).await;
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "wal: snapshot failed; will retry"),
+            Err(e) => tracing::error!(error = %e, "wal: snapshot task failed"),
+        }
+    }
+}
