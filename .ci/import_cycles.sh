@@ -4,8 +4,7 @@
 # path such as `super::x::f()` in the code) and B refers to one of A. The project's rule is
 # that dependencies point one way; a pair is a cycle between two files.
 #
-#   .ci/import_cycles.sh            exits 1 if a pair is not in .ci/import_cycles.allow
-#   .ci/import_cycles.sh --strict   exits 1 on any pair (ignores the allow-list)
+#   .ci/import_cycles.sh            lists the pairs; exits 1 if there is any
 #
 # A path is resolved to the file of the longest module prefix that is a file (`crate::wal::
 # record::Record` is src/wal/record.rs, `super::Wal` from src/wal/snapshot.rs is
@@ -21,8 +20,6 @@ exit 1
 use strict;
 use warnings;
 
-my $strict = grep { $_ eq '--strict' } @ARGV;
-my $allow_file = '.ci/import_cycles.allow';
 
 # Module path (crate::a::b) <-> file.
 my (%file_of, %mod_of);
@@ -166,36 +163,16 @@ for my $file (sort keys %mod_of) {
     }
 }
 
-my %allowed;
-if (-f $allow_file) {
-    open(my $fh, '<', $allow_file) or die "$allow_file: $!";
-    while (<$fh>) {
-        s/#.*//;
-        my @f = split;
-        next unless @f == 2;
-        $allowed{join(' ', sort @f)} = 1;
-    }
-}
-
-my ($bad, %seen) = (0);
+my $bad = 0;
 for my $e (sort keys %edges) {
     my ($a, $b) = split / /, $e;
     next unless $a lt $b && $edges{"$b $a"};
-    my $pair = "$a $b";
-    $seen{$pair} = 1;
-    if (!$strict && $allowed{$pair}) {
-        print "import cycle (allowed in $allow_file): $a <-> $b\n";
-    } else {
-        print "import cycle: $a <-> $b\n";
-        $bad++;
-    }
-}
-for my $p (sort keys %allowed) {
-    print "no longer a cycle, remove it from $allow_file: $p\n" unless $seen{$p};
+    print "import cycle: $a <-> $b\n";
+    $bad++;
 }
 if ($bad) {
     print "$bad pair(s) of files import each other: move what both need into a module below both\n";
     exit 1;
 }
-print "no new import cycles\n";
+print "no two files import each other\n";
 exit 0;

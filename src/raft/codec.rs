@@ -13,7 +13,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, VoteRequest, VoteResponse,
 };
 
-use super::{
+use super::types::{
     CommittedLeaderId, Entry, LogId, Membership, PeerNode, Proposal, SnapshotMeta,
     StoredMembership, TypeConfig, Vote,
 };

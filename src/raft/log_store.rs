@@ -33,7 +33,8 @@ use openraft::{EntryPayload, LogState, RaftLogReader};
 use parking_lot::{Condvar, Mutex};
 use prost::Message;
 
-use super::{CommittedLeaderId, Entry, LogId, Proposal, TypeConfig, Vote, codec};
+use super::codec;
+use super::types::{CommittedLeaderId, Entry, LogId, Proposal, TypeConfig, Vote};
 use crate::data_dir::sync_dir;
 use crate::proto::memetcdpb as pb;
 use crate::wal::Mode;

@@ -23,8 +23,10 @@ use tonic::transport::{Channel, Endpoint};
 
 use prost::Message;
 
+use super::codec;
+use super::state_machine::Snapshot;
 use super::state_machine::SnapshotFile;
-use super::{PeerNode, Snapshot, TypeConfig, Vote, codec};
+use super::types::{PeerNode, TypeConfig, Vote};
 use crate::metrics::{Histogram, header};
 use crate::proto::memetcdpb as pb;
 

@@ -19,7 +19,7 @@ use super::log_store::{LogOptions, LogStore};
 use super::membership::InitialMember;
 use super::network::{Network, Peers, RaftClient};
 use super::state_machine::{Machine, StateMachine};
-use super::{PeerNode, Proposal, Raft, TypeConfig};
+use super::types::{PeerNode, Proposal, TypeConfig};
 use crate::data_dir::RaftDir;
 use crate::error::Error;
 use crate::proto::memetcdpb as pb;
@@ -62,6 +62,9 @@ pub struct NodeOptions {
     /// The CompactHashCheck feature gate's `--compact-hash-check-time`; `None`: the gate is off.
     pub compact_hash_check: Option<Duration>,
 }
+
+/// openraft's Raft with mem_etcd's types and state machine.
+pub type Raft = openraft::Raft<TypeConfig, StateMachine>;
 
 /// Why a proposal or read did not succeed, in etcd's terms.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -160,7 +163,7 @@ pub struct SnapshotMark {
     /// Bytes appended to the log by then.
     logged: u64,
     /// The last snapshot then.
-    snapshot: Option<super::LogId>,
+    snapshot: Option<super::types::LogId>,
 }
 
 impl RaftNode {
@@ -208,7 +211,7 @@ impl RaftNode {
             && log.is_pristine()
         {
             use openraft::storage::RaftLogStorage;
-            let vote = super::Vote::new(term, opts.member_id);
+            let vote = super::types::Vote::new(term, opts.member_id);
             log.clone().save_vote(&vote).await.map_err(|e| format!("raft log: {e}"))?;
         }
         let (applied_tx, applied) = watch::channel(0);
@@ -1176,7 +1179,7 @@ impl super::corrupt::Hasher for RaftNode {
         self.id
     }
 
-    fn hash(&self, rev: i64) -> crate::error::Result<super::KvHash> {
+    fn hash(&self, rev: i64) -> crate::error::Result<super::state_machine::KvHash> {
         self.machine.hash_kv(rev)
     }
 

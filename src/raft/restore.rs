@@ -20,8 +20,11 @@ use std::path::Path;
 
 use openraft::EntryPayload;
 
-use super::{CommittedLeaderId, LogId, Membership, PeerNode, SnapshotMeta, StoredMembership};
-use super::{Machine, log_store, state_machine};
+use super::state_machine::Machine;
+use super::types::{
+    CommittedLeaderId, LogId, Membership, PeerNode, SnapshotMeta, StoredMembership,
+};
+use super::{log_store, state_machine};
 use crate::data_dir::{RaftDir, sync_dir};
 
 /// Where openraft's `initialize` puts the founding membership: the position of a cluster

@@ -30,12 +30,18 @@ use openraft::{EntryPayload, RaftSnapshotBuilder};
 use prost::Message;
 use tokio_stream::{Stream, StreamExt};
 
-use super::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig, codec};
+use super::codec;
+use super::types::{
+    CommittedLeaderId, LogId, PeerNode, SnapshotMeta, StoredMembership, TypeConfig,
+};
 use crate::data_dir::sync_dir;
 use crate::proto::memetcdpb as pb;
 
 const MAGIC: &[u8; 8] = b"MEMETCDS";
 const VERSION: u32 = 1;
+
+/// A snapshot as openraft hands it around: its metadata and its file.
+pub type Snapshot = openraft::Snapshot<CommittedLeaderId, u64, PeerNode, SnapshotFile>;
 
 /// What Raft replicates: the server's applier.
 pub trait Machine: Send + Sync + std::fmt::Debug + 'static {
