@@ -9,6 +9,8 @@
 #      with etcd's cluster flags, every member in the benchmark's --endpoints, which spreads its
 #      connections over them; server CPU summed over the members)
 #      ETCD_BIN, BENCHMARK_BIN (else built/cached by tests/peers/*.sh)
+#      MEM_BIN (the mem_etcd binary to measure, e.g. an earlier build; else this tree's release
+#      build)
 #      MEM_ARGS (extra mem_etcd flags, e.g. "--worker-threads 1"), ROUNDS (1: runs per server,
 #      alternating mem_etcd and etcd; the medians are reported)
 # The client's CPU per request is printed too: on a small machine the benchmark client shares
@@ -21,8 +23,8 @@ CLIENTS=${CLIENTS:-100}
 CONNS=${CONNS:-10}
 ETCD_BIN=${ETCD_BIN:-$(tests/peers/install_etcd.sh | tail -1)/etcd}
 BENCH=${BENCHMARK_BIN:-$(tests/peers/install_benchmark.sh | tail -1)}
-cargo build --release --quiet
-MEM=${CARGO_TARGET_DIR:-target}/release/mem_etcd
+if [ -z "${MEM_BIN:-}" ]; then cargo build --release --quiet; fi
+MEM=${MEM_BIN:-${CARGO_TARGET_DIR:-target}/release/mem_etcd}
 PORT=23791
 TMP=$(mktemp -d /dev/shm/compare.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
