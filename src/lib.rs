@@ -4,13 +4,16 @@
 //!
 //! ## Architecture
 //! Dependencies point one way: `server` → (`raft`, `watch`, `lease`, `auth`) → `mvcc` →
-//! `wal`, and everything → (`revision`, `keyspace`, `error`, `metrics`, `duration`, `data_dir`); `raft`
-//! uses only `wal`'s file framing below it. The storage layers never see gRPC types; `raft` sees
-//! requests only as bytes and reaches the store through the [`raft::Machine`] the server
-//! implements.
+//! `wal`, and everything → (`revision`, `keyspace`, `error`, `metrics`, `duration`,
+//! `data_dir`); `raft` uses only `wal`'s file framing below it. The storage layers never see
+//! gRPC types; `raft` sees requests only as bytes and reaches the store through the
+//! [`raft::Machine`] the server implements. No two source files import each other
+//! (`.ci/import_cycles.sh` checks it in CI).
 //!
-//! - [`server`]: the gRPC services (KV, Watch, Lease, Maintenance, Cluster, Auth) over tonic.
-//!   Each handler checks the request and who sent it, then reads the store, or hands a change
+//! - [`server`]: the member (`server::member`, etcd's `EtcdServer`: the state its services
+//!   share), how it is opened and its Raft node started (`server::bootstrap`), and how it
+//!   serves (`server::serve`): the gRPC services (KV, Watch, Lease, Maintenance, Cluster, Auth)
+//!   over tonic. Each handler checks the request and who sent it, then reads the store, or hands a change
 //!   of state to `server::submit`, the one entry point of every change (a client's, and the
 //!   server's own: lease expiry, auto-compaction), which applies it in place through the
 //!   store's parallel write path on a member alone, and on a cluster member proposes it to
@@ -18,7 +21,7 @@
 //!   answer. The handler fills the response header; errors are translated through the single
 //!   table in `server::status`. Around them: TLS for https listeners
 //!   (`server::tls`), the HTTP endpoints and gRPC call counting in front of the routes
-//!   (`server::http`, `server::metrics`), alarms and the space quota checked before writes that
+//!   (`server::http`, `server::grpc_stats`, `server::metrics`), alarms and the space quota checked before writes that
 //!   add data (`server::alarm`), auto-compaction (`server::compactor`), Maintenance.Snapshot,
 //!   which streams a backup the store takes at one revision (`mvcc::backup`, in the format of
 //!   `wal::backup`; `mem_etcd snapshot restore` turns it into a data directory), and what the
@@ -28,7 +31,8 @@
 //!   cluster member), snapshots of the store, the peer transport, membership, and the one road
 //!   to the leader (`RaftNode::at_leader`: one deadline and retry policy, one peer call) for
 //!   every request only the leader can serve: proposals, read indexes, lease renewals and
-//!   TimeToLive, membership changes. A member alone runs without it until it grows into a
+//!   TimeToLive, membership changes, and the corruption checks (`raft::corrupt`: members
+//!   compare their stores' hashes). A member alone runs without it until it grows into a
 //!   cluster (its first MemberAdd).
 //! - [`mvcc`]: the store. The key space is split into partitions, one per Kubernetes resource
 //!   (`/registry/[group/]resource/`, see [`keyspace`]) plus a default one; each partition has a
