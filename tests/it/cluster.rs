@@ -923,16 +923,7 @@ async fn a_restarted_member_whose_data_differs_from_its_peers_fails_the_initial_
     oc.put("a", "1", None).await.unwrap();
     oc.put("b", "X", None).await.unwrap();
     let file = c.members[2].dir.aside("divergent.db");
-    {
-        use tokio_stream::StreamExt;
-        let mut raw = other.raw().await.unwrap();
-        let mut stream = raw.maint.snapshot(pb::SnapshotRequest {}).await.unwrap().into_inner();
-        let mut bytes = Vec::new();
-        while let Some(m) = stream.next().await {
-            bytes.extend_from_slice(&m.unwrap().blob);
-        }
-        std::fs::write(&file, bytes).unwrap();
-    }
+    save_snapshot(&other, &file).await;
     let token = args.iter().find(|a| a.starts_with("--initial-cluster-token=")).unwrap();
     std::fs::remove_dir_all(c.members[2].dir.path()).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_mem_etcd"))
@@ -1015,14 +1006,7 @@ async fn a_member_whose_store_differs_gets_the_corrupt_alarm(kind: Kind, compact
             oc.put(k, v, None).await.unwrap();
         }
         let file = dir.aside(&format!("{value}.db"));
-        let mut raw = one.raw().await.unwrap();
-        let mut stream = raw.maint.snapshot(pb::SnapshotRequest {}).await.unwrap().into_inner();
-        let mut bytes = Vec::new();
-        use tokio_stream::StreamExt;
-        while let Some(m) = stream.next().await {
-            bytes.extend_from_slice(&m.unwrap().blob);
-        }
-        std::fs::write(&file, bytes).unwrap();
+        save_snapshot(&one, &file).await;
         files.push(file);
     }
     let (good, bad) = (files[0].as_path(), files[1].as_path());
@@ -1078,4 +1062,16 @@ async fn a_member_whose_store_differs_gets_the_corrupt_alarm_from_the_compaction
 #[tokio::test]
 async fn etcd_raises_the_corrupt_alarm_at_a_compaction_for_a_member_whose_store_differs() {
     a_member_whose_store_differs_gets_the_corrupt_alarm(Kind::Etcd, true).await;
+}
+
+/// Saves a snapshot of `server` (Maintenance.Snapshot, as `etcdctl snapshot save`) to `file`.
+async fn save_snapshot(server: &Server, file: &std::path::Path) {
+    use tokio_stream::StreamExt;
+    let mut raw = server.raw().await.unwrap();
+    let mut stream = raw.maint.snapshot(pb::SnapshotRequest {}).await.unwrap().into_inner();
+    let mut bytes = Vec::new();
+    while let Some(m) = stream.next().await {
+        bytes.extend_from_slice(&m.unwrap().blob);
+    }
+    std::fs::write(file, bytes).unwrap();
 }
