@@ -7,7 +7,7 @@
 //! `wal`, and everything → (`revision`, `keyspace`, `error`, `metrics`, `duration`,
 //! `data_dir`); `raft` uses only `wal`'s file framing below it. The storage layers never see
 //! gRPC types; `raft` sees requests only as bytes and reaches the store through the
-//! [`raft::Machine`] the server implements. No two source files import each other
+//! [`raft::StateMachine`] the server implements. No two source files import each other
 //! (`.ci/import_cycles.sh` checks it in CI).
 //!
 //! - [`server`]: the member (`server::member`, etcd's `EtcdServer`: the state its services

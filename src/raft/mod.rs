@@ -38,8 +38,8 @@ pub mod tls;
 pub mod types;
 
 pub use forward::{Answer, Forwarded, LeaderRequests};
-pub use node::{NodeOptions, Raft, RaftNode, Role};
-pub use state_machine::{KvHash, Machine, Snapshot, SnapshotJob};
+pub use node::{NodeOptions, Raft, RaftNode, RaftStatus, Role};
+pub use state_machine::{KvHash, Snapshot, SnapshotJob, StateMachine};
 
 pub use types::{
     CommittedLeaderId, Entry, LogId, Membership, PeerNode, Proposal, SnapshotMeta,

@@ -18,7 +18,7 @@ use super::forward::{Answer, Forwarded, LeaderRequests};
 use super::log_store::{LogOptions, LogStore};
 use super::membership::InitialMember;
 use super::network::{Network, Peers, RaftClient};
-use super::state_machine::{Machine, StateMachine};
+use super::state_machine::{StateMachine, StateMachineStore};
 use super::types::{PeerNode, Proposal, TypeConfig};
 use crate::data_dir::RaftDir;
 use crate::error::Error;
@@ -63,8 +63,20 @@ pub struct NodeOptions {
     pub compact_hash_check: Option<Duration>,
 }
 
+/// A member's Raft status (Maintenance.Status's raft fields).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RaftStatus {
+    /// The index of the last entry in its log.
+    pub last_index: u64,
+    pub applied_index: u64,
+    pub term: u64,
+    /// The leader it knows (0: none).
+    pub leader: u64,
+    pub is_learner: bool,
+}
+
 /// openraft's Raft with mem_etcd's types and state machine.
-pub type Raft = openraft::Raft<TypeConfig, StateMachine>;
+pub type Raft = openraft::Raft<TypeConfig, StateMachineStore>;
 
 /// Why a proposal or read did not succeed, in etcd's terms.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -87,7 +99,7 @@ pub struct RaftNode {
     pub raft: Raft,
     pub(super) peers: Arc<Peers>,
     /// The replicated state, for the hash peers ask of it (`corrupt`).
-    pub(super) machine: Arc<dyn Machine>,
+    pub(super) machine: Arc<dyn StateMachine>,
     log: LogStore,
     /// The applied index, after each batch of entries applied.
     applied: watch::Receiver<u64>,
@@ -172,7 +184,7 @@ impl RaftNode {
     /// reached by a running cluster's leader (`existing`).
     pub async fn start(
         opts: NodeOptions,
-        machine: Arc<dyn Machine>,
+        machine: Arc<dyn StateMachine>,
     ) -> std::result::Result<Arc<Self>, String> {
         Self::start_with(opts, machine, None).await
     }
@@ -184,7 +196,7 @@ impl RaftNode {
     /// not go back: its election takes the next.
     pub async fn start_founded(
         opts: NodeOptions,
-        machine: Arc<dyn Machine>,
+        machine: Arc<dyn StateMachine>,
         term: u64,
     ) -> std::result::Result<Arc<Self>, String> {
         Self::start_with(opts, machine, Some(term)).await
@@ -193,7 +205,7 @@ impl RaftNode {
     /// `founded`: see [`Self::start_founded`] (the term of its first vote).
     async fn start_with(
         opts: NodeOptions,
-        machine: Arc<dyn Machine>,
+        machine: Arc<dyn StateMachine>,
         founded: Option<u64>,
     ) -> std::result::Result<Arc<Self>, String> {
         let durable = opts.mode != Mode::None;
@@ -216,7 +228,7 @@ impl RaftNode {
         }
         let (applied_tx, applied) = watch::channel(0);
         let snap = opts.dir.snapshots();
-        let sm = StateMachine::open(
+        let sm = StateMachineStore::open(
             machine.clone(),
             snap,
             durable,
@@ -960,18 +972,16 @@ impl RaftNode {
         (voters, nodes)
     }
 
-    /// Raft's status for Maintenance.Status: (last log index, applied index, term, leader,
-    /// is learner).
-    pub fn status(&self) -> (u64, u64, u64, u64, bool) {
+    /// Raft's status for Maintenance.Status and the metrics.
+    pub fn status(&self) -> RaftStatus {
         let m = self.metrics();
-        let learner = !m.membership_config.membership().voter_ids().any(|v| v == self.id);
-        (
-            m.last_log_index.unwrap_or(0),
-            m.last_applied.map_or(0, |l| l.index),
-            m.current_term,
-            m.current_leader.unwrap_or(0),
-            learner,
-        )
+        RaftStatus {
+            last_index: m.last_log_index.unwrap_or(0),
+            applied_index: m.last_applied.map_or(0, |l| l.index),
+            term: m.current_term,
+            leader: m.current_leader.unwrap_or(0),
+            is_learner: !m.membership_config.membership().voter_ids().any(|v| v == self.id),
+        }
     }
 
     /// Adds a member (on the leader). A voter counts toward the quorum at once, as in etcd:

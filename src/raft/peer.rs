@@ -209,7 +209,7 @@ impl pb::raft_server::Raft for PeerService {
             you_are_voter: voters.contains(&caller),
             cluster_id: self.node.cluster_id,
             your_id,
-            last_log_index: self.node.status().0,
+            last_log_index: self.node.status().last_index,
         }))
     }
 

@@ -20,7 +20,7 @@ use std::path::Path;
 
 use openraft::EntryPayload;
 
-use super::state_machine::Machine;
+use super::state_machine::StateMachine;
 use super::types::{
     CommittedLeaderId, LogId, Membership, PeerNode, SnapshotMeta, StoredMembership,
 };
@@ -35,7 +35,7 @@ pub fn founding() -> LogId {
 
 /// Writes member `member_id`'s Raft state into `dir` (`<data-dir>/raft`, which must not hold
 /// one): a snapshot at log position `at` of the founding membership `members` (id -> peer
-/// URLs) whose machine bytes `machine` writes (as [`super::Machine::install`] reads them), then
+/// URLs) whose machine bytes `machine` writes (as [`super::StateMachine::install`] reads them), then
 /// the member file, last, since its presence is what makes a start resume rather than found.
 pub fn write_member(
     dir: &RaftDir,
@@ -87,7 +87,7 @@ pub struct Replayed {
 /// be committed (they may be a deposed leader's, never acknowledged) and are left out, as etcd
 /// leaves out the entries past the commit index of its WAL's hard state when it forces a new
 /// cluster. The files are only read.
-pub fn replay_committed(dir: &RaftDir, machine: &dyn Machine) -> io::Result<Replayed> {
+pub fn replay_committed(dir: &RaftDir, machine: &dyn StateMachine) -> io::Result<Replayed> {
     let log = log_store::read_local(&dir.log())?;
     let mut applied = None;
     let mut membership = Membership::default();
@@ -212,7 +212,7 @@ mod tests {
     #[derive(Debug, Default)]
     struct Recorder(Mutex<Vec<String>>);
 
-    impl Machine for Recorder {
+    impl StateMachine for Recorder {
         fn apply(&self, request: &[u8]) -> Bytes {
             self.0.lock().push(String::from_utf8_lossy(request).into_owned());
             Bytes::new()

@@ -1,7 +1,10 @@
-//! The replicated state machine as openraft drives it (`RaftStateMachine`), and its snapshots.
+//! The replicated state machine: what the log is applied to ([`StateMachine`], implemented by
+//! the server's `apply::Applier`, which runs each request through the store's one write path),
+//! the store openraft drives it through ([`StateMachineStore`]: applied position, membership,
+//! snapshots, as openraft's examples name it), and its snapshots.
 //!
-//! Raft hands committed entries here in log order, on every member; each request is passed to
-//! the [`Machine`] (the server's applier, which runs it through the store's one write path).
+//! Raft hands committed entries to the store in log order, on every member; each request is
+//! passed to the [`StateMachine`].
 //! Because every member applies the same requests in the same order from the same state,
 //! every member assigns the same revisions and produces the same history and events.
 //!
@@ -15,7 +18,7 @@
 //! the machine's bytes (its own format, with its own checksum)
 //! ```
 //!
-//! The state is fixed between two applies (cheaply: see [`Machine::snapshot`]) and written
+//! The state is fixed between two applies (cheaply: see [`StateMachine::snapshot`]) and written
 //! while applying goes on. Snapshots bound the Raft log (entries they cover are purged) and
 //! bring a lagging or new member up to date. In `--wal-mode none` the directory only holds
 //! snapshots on their way to other members and is emptied at start.
@@ -44,7 +47,7 @@ const VERSION: u32 = 1;
 pub type Snapshot = openraft::Snapshot<CommittedLeaderId, u64, PeerNode, SnapshotFile>;
 
 /// What Raft replicates: the server's applier.
-pub trait Machine: Send + Sync + std::fmt::Debug + 'static {
+pub trait StateMachine: Send + Sync + std::fmt::Debug + 'static {
     /// Applies one committed request (as proposed) and returns the encoded answer for the
     /// member that proposed it. Must be deterministic: every member calls it with the same
     /// requests in the same order.
@@ -88,10 +91,11 @@ pub struct SnapshotFile {
     pub path: PathBuf,
 }
 
-/// Applied position and the state machine's snapshot directory.
+/// openraft's side of the [`StateMachine`]: the applied position, the membership and the
+/// snapshot directory.
 #[derive(Debug)]
-pub struct StateMachine {
-    machine: Arc<dyn Machine>,
+pub struct StateMachineStore {
+    machine: Arc<dyn StateMachine>,
     applied: Option<LogId>,
     membership: StoredMembership,
     dir: PathBuf,
@@ -101,13 +105,13 @@ pub struct StateMachine {
     progress: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
-impl StateMachine {
+impl StateMachineStore {
     /// Opens the snapshot directory: installs the newest snapshot into the machine (unless
     /// `durable` is off, when old files are removed instead). `holds_newest`: the machine
     /// already holds the newest snapshot's state (it was just written from that state: a
     /// member founding a cluster of itself, see `restore`), so only its position is taken.
     pub fn open(
-        machine: Arc<dyn Machine>,
+        machine: Arc<dyn StateMachine>,
         dir: PathBuf,
         durable: bool,
         progress: Arc<tokio::sync::watch::Sender<u64>>,
@@ -274,7 +278,7 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
     }
 }
 
-impl RaftStateMachine<TypeConfig> for StateMachine {
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
     type SnapshotData = SnapshotFile;
     type SnapshotBuilder = Builder;
 

@@ -22,7 +22,7 @@ use crate::auth::AuthInfo;
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb as pb;
 use crate::proto::memetcdpb as mpb;
-use crate::raft::{Machine, SnapshotJob};
+use crate::raft::{SnapshotJob, StateMachine};
 
 use mpb::request::Request as Req;
 use mpb::response::Response as Resp;
@@ -234,7 +234,7 @@ pub struct Applier {
     pub shared: Weak<Member>,
 }
 
-impl Machine for Applier {
+impl StateMachine for Applier {
     fn apply(&self, request: &[u8]) -> Bytes {
         let Some(s) = self.shared.upgrade() else { return encode(Err(Error::Stopped)) };
         let r = match mpb::Request::decode(request) {

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use super::apply;
 use super::member::Member;
 use crate::raft::membership::InitialMember;
-use crate::raft::{Machine, NodeOptions, RaftNode, restore};
+use crate::raft::{NodeOptions, RaftNode, StateMachine, restore};
 
 /// How long the new cluster of one may take to elect this member before it serves anyway.
 const ELECTION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);

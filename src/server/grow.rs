@@ -51,7 +51,7 @@ use crate::data_dir::{DataDir, sync_dir};
 use crate::error::Error;
 use crate::mvcc::persist::OpenError;
 use crate::proto::memetcdpb::MemberAttributes;
-use crate::raft::{Machine, NodeOptions, RaftNode, restore};
+use crate::raft::{NodeOptions, RaftNode, StateMachine, restore};
 
 /// The term a grown member's first vote is for: its election then takes the term a member
 /// alone reports in its headers.

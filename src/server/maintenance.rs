@@ -54,18 +54,24 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         let size = s.store.size_bytes() as i64;
         // A member alone has no Raft log: the revision is the closest monotonic counter
         // clients can watch advance.
-        let (raft_index, raft_applied_index, raft_term, leader, is_learner) = match s.raft() {
+        let raft = match s.raft() {
             Some(r) => r.status(),
-            None => (rev as u64, rev as u64, RAFT_TERM, s.member_id, false),
+            None => crate::raft::RaftStatus {
+                last_index: rev as u64,
+                applied_index: rev as u64,
+                term: RAFT_TERM,
+                leader: s.member_id,
+                is_learner: false,
+            },
         };
         Ok(Response::new(pb::StatusResponse {
             header: s.header(rev),
             version: s.config.emulated_version.clone(),
             db_size: size,
-            leader,
-            raft_index,
-            raft_term,
-            raft_applied_index,
+            leader: raft.leader,
+            raft_index: raft.last_index,
+            raft_term: raft.term,
+            raft_applied_index: raft.applied_index,
             // etcd lists raised alarms as their protobuf text form.
             errors: s
                 .alarms
@@ -74,7 +80,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
                 .map(|(m, a)| format!("memberID:{m} alarm:{} ", super::alarm::alarm_name(a)))
                 .collect(),
             db_size_in_use: size,
-            is_learner,
+            is_learner: raft.is_learner,
             storage_version: s.config.storage_version(),
             db_size_quota: s.alarms.quota_bytes(),
             downgrade_info: Some(pb::DowngradeInfo::default()),

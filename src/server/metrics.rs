@@ -17,7 +17,8 @@ use crate::metrics::{Histogram, header, label, single};
 /// A cluster member's Raft figures, with etcd's names.
 fn raft_metrics(o: &mut String, r: &crate::raft::RaftNode) {
     use std::sync::atomic::Ordering::Relaxed;
-    let (last_index, applied, _, _, _) = r.status();
+    let status = r.status();
+    let (last_index, applied) = (status.last_index, status.applied_index);
     single(
         o,
         "etcd_server_leader_changes_seen_total",
