@@ -1027,13 +1027,9 @@ impl RaftNode {
     /// Changes a member's peer URLs (on the leader). The voters stay: one entry, as any
     /// change that moves no voter.
     pub async fn update_member(&self, id: u64, peer_urls: Vec<String>) -> Result<()> {
-        // As a voter change: one entry, answered once a quorum holds it (openraft's own
-        // node change goes through a joint configuration).
         let deadline = Instant::now() + self.request_timeout();
-        self.change_voters(deadline, |_, nodes| {
-            nodes.insert(id, PeerNode { peer_urls });
-        })
-        .await
+        let nodes = BTreeMap::from([(id, PeerNode { peer_urls })]);
+        bounded(deadline, self.raft.change_membership(ChangeMembers::SetNodes(nodes), false)).await
     }
 
     /// Changes the voters by one, as etcd's configuration changes do, and answers at etcd's
@@ -1067,7 +1063,6 @@ impl RaftNode {
         let guard =
             Precondition::LastMembershipLogId { last_membership_log_id: *observed.log_id() };
         let raft = self.raft.clone();
-        let target = proposed.clone();
         let mut appended = tokio::spawn(async move {
             raft.append_membership(proposed, EntryPayload::Blank, [guard]).await
         });
@@ -1085,9 +1080,7 @@ impl RaftNode {
             }
             let m = metrics.borrow_watched().clone();
             let current = &m.membership_config;
-            // The whole configuration, not only its voters: a change of a member's URLs
-            // keeps them.
-            if current.membership() != &target {
+            if current.membership().voter_ids().collect::<BTreeSet<_>>() != voters {
                 continue;
             }
             let Some(at) = current.log_id().as_ref().map(|l| l.index) else { continue };

@@ -534,7 +534,7 @@ async fn members_are_added_promoted_and_removed_and_a_new_member_catches_up_from
         .iter()
         .all(|i| c.members[*i].server.as_ref().unwrap().grep_log("snapshot written").is_empty())
     {
-        assert!(start.elapsed() < Duration::from_secs(15), "no snapshot was taken");
+        assert!(start.elapsed() < Duration::from_secs(30), "no snapshot was taken");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let slot = c.add_slot();
