@@ -1,7 +1,8 @@
 //! The Cluster service: membership. A member alone lists itself, grows into a cluster on its
-//! first MemberAdd (`server::grow`) and refuses other changes ("not capable"); a cluster member answers from the Raft membership plus the names and client URLs
-//! members published, and carries out changes on the leader (a follower forwards them), with
-//! etcd's checks and errors.
+//! first MemberAdd or on an update of its own peer URLs (`server::grow`), and answers a removal
+//! or a promotion as etcd's cluster of one does (it refuses them); a cluster member answers from
+//! the Raft membership plus the names and client URLs members published, and carries out
+//! changes on the leader (a follower forwards them), with etcd's checks and errors.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -190,6 +191,12 @@ pub async fn member_remove(
         return Err(Error::MemberNotFound);
     }
     let voters: Vec<u64> = voters.into_iter().collect();
+    // The last voter is never removed, whatever `--strict-reconfig-check` says: etcd without
+    // the check applies the removal and panics ("removed all voters"), at every start after
+    // that too. mem_etcd refuses it as the check does.
+    if voters == [r.id] {
+        return Err(Error::NotEnoughStartedMembers);
+    }
     may_remove(s, raft, &voters, r.id)?;
     raft.remove_member(r.id).await?;
     Ok(pb::MemberRemoveResponse { header: s.header(0), members: members(s, raft) })
@@ -234,6 +241,17 @@ pub async fn member_promote(
     }
     raft.promote_member(r.id).await?;
     Ok(pb::MemberPromoteResponse { header: s.header(0), members: members(s, raft) })
+}
+
+/// A member alone's answer to the removal of member `id`: etcd's cluster of one refuses it
+/// (the member is not there, or it is the last voter: see `member_remove`). Nothing to grow for.
+fn alone_remove(s: &Member, id: u64) -> Error {
+    if id == s.member_id { Error::NotEnoughStartedMembers } else { Error::MemberNotFound }
+}
+
+/// A member alone's answer to the promotion of member `id`: it is the one member, a voter.
+fn alone_promote(s: &Member, id: u64) -> Error {
+    if id == s.member_id { Error::MemberNotLearner } else { Error::MemberNotFound }
 }
 
 /// Runs a membership change on the leader: here, or forwarded (`RaftNode::at_leader`). The
@@ -285,6 +303,10 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         req: Request<pb::MemberRemoveRequest>,
     ) -> Result<Response<pb::MemberRemoveResponse>, Status> {
+        if self.shared.raft().is_none() {
+            super::auth::admin(&self.shared, &req).await?;
+            return Err(alone_remove(&self.shared, req.get_ref().id).into());
+        }
         on_leader!(self, req, MemberRemove)
     }
 
@@ -292,6 +314,21 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         req: Request<pb::MemberUpdateRequest>,
     ) -> Result<Response<pb::MemberUpdateResponse>, Status> {
+        // A member alone whose own peer URLs change grows into a cluster of one first (as on
+        // its first add), and the change then goes through Raft as in any cluster: the new
+        // URLs are in the Raft membership, which MemberList answers from and a restart
+        // resumes from. Without growing, the URLs would need a store of their own beside the
+        // member's flags, and a second road for the membership a later growth founds the
+        // cluster with. Growing cannot be undone, so everything a refusal depends on is
+        // checked first: a refused update changes nothing.
+        if self.shared.raft().is_none() {
+            super::auth::admin(&self.shared, &req).await?;
+            parse_urls(&req.get_ref().peer_ur_ls)?;
+            if req.get_ref().id != self.shared.member_id {
+                return Err(Error::MemberNotFound.into());
+            }
+            super::grow::grow(&self.shared).await?;
+        }
         on_leader!(self, req, MemberUpdate, peer_ur_ls)
     }
 
@@ -324,6 +361,10 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         req: Request<pb::MemberPromoteRequest>,
     ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
+        if self.shared.raft().is_none() {
+            super::auth::admin(&self.shared, &req).await?;
+            return Err(alone_promote(&self.shared, req.get_ref().id).into());
+        }
         on_leader!(self, req, MemberPromote)
     }
 }
