@@ -222,27 +222,6 @@ const KNOWN: &[(Deployment, Rpc, Who, &str, &str)] = &[
         "Unimplemented: downgrade is not supported",
         "mem_etcd has no cluster version to downgrade; the permission check comes first, as in etcd",
     ),
-    (
-        Deployment::Alone,
-        Rpc::MemberRemove,
-        Who::Root,
-        "FailedPrecondition: etcdserver: not capable",
-        "a member alone changes membership only by growing on its first add; after the permission check",
-    ),
-    (
-        Deployment::Alone,
-        Rpc::MemberUpdate,
-        Who::Root,
-        "FailedPrecondition: etcdserver: not capable",
-        "a member alone changes membership only by growing on its first add; after the permission check",
-    ),
-    (
-        Deployment::Alone,
-        Rpc::MemberPromote,
-        Who::Root,
-        "FailedPrecondition: etcdserver: not capable",
-        "a member alone changes membership only by growing on its first add; after the permission check",
-    ),
 ];
 
 /// A member id no member has.
