@@ -380,3 +380,143 @@ async fn a_membership_change_without_a_quorum_times_out_as_etcds_does() {
     assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
     assert_eq!(mem, ["member update without a quorum fails: true"]);
 }
+
+/// A client of member `i` authenticated as `user` (password `<user>pw`).
+async fn client_as(c: &Cluster, i: usize, user: &str) -> etcd_client::Client {
+    let opts = etcd_client::ConnectOptions::new().with_user(user, format!("{user}pw"));
+    etcd_client::Client::connect([c.endpoint(i)], Some(opts)).await.unwrap()
+}
+
+/// Member 0's list: each member's peer URLs (`started-with` for the one member 0 was started
+/// with) and whether its client URLs are member 0's own (ports differ between the two kinds).
+async fn listed(c: &Cluster, cl: &mut etcd_client::Client) -> String {
+    let list = cl.member_list().await.unwrap();
+    let own = c.endpoint(0);
+    let started_with = c.peer_url(0);
+    let peers = |m: &etcd_client::Member| {
+        let urls = m.peer_urls().iter();
+        urls.map(|u| if *u == started_with { "started-with".to_string() } else { u.clone() })
+            .collect::<Vec<_>>()
+    };
+    let v: Vec<String> = list
+        .members()
+        .iter()
+        .map(|m| {
+            format!(
+                "peers={:?} name={} clients_own={} learner={}",
+                peers(m),
+                m.name(),
+                m.client_urls() == [own.clone()],
+                m.is_learner()
+            )
+        })
+        .collect();
+    v.join("; ")
+}
+
+/// The peer URLs member 0 is given by `member update` (nothing dials them: the member is
+/// alone).
+const UPDATED_PEER: &str = "http://localhost:20011";
+
+async fn changes_alone(kind: Kind) -> Option<Vec<String>> {
+    let mut c = Cluster::start(kind, 1, &[]).await?;
+    let mut cl = c.client(0).await;
+    let me = c.member_id(0).await;
+    let other = 0x1234_5678;
+    let mut log = vec![format!("alone: {}", listed(&c, &mut cl).await)];
+    // Only root changes membership: checked first, for its own id too.
+    cl.user_add("root", "rootpw", None).await.unwrap();
+    cl.user_grant_role("root", "root").await.unwrap();
+    cl.user_add("bob", "bobpw", None).await.unwrap();
+    cl.auth_enable().await.unwrap();
+    let mut bob = client_as(&c, 0, "bob").await;
+    let urls = || vec![UPDATED_PEER.to_string()];
+    log.push(format!("bob updates itself: {}", outcome(&bob.member_update(me, urls()).await)));
+    log.push(format!("bob removes itself: {}", outcome(&bob.member_remove(me).await)));
+    log.push(format!("bob promotes itself: {}", outcome(&bob.member_promote(me).await)));
+    let mut root = client_as(&c, 0, "root").await;
+    log.push(format!("remove itself: {}", outcome(&root.member_remove(me).await)));
+    log.push(format!("promote itself: {}", outcome(&root.member_promote(me).await)));
+    log.push(format!("update another: {}", outcome(&root.member_update(other, urls()).await)));
+    log.push(format!("remove another: {}", outcome(&root.member_remove(other).await)));
+    log.push(format!("promote another: {}", outcome(&root.member_promote(other).await)));
+    log.push(format!("still alone: {}", listed(&c, &mut root).await));
+    let updated = root.member_update(me, urls()).await;
+    log.push(format!("update itself: {}", outcome(&updated)));
+    let answered: Vec<Vec<String>> =
+        updated.unwrap().members().iter().map(|m| m.peer_urls().to_vec()).collect();
+    log.push(format!("the update's answer lists: {answered:?}"));
+    log.push(format!("after the update: {}", listed(&c, &mut root).await));
+    log.push(format!("put: {}", outcome(&root.put("k", "v", None).await)));
+    // The same refusals once updated (on mem_etcd: a grown cluster of one, through Raft).
+    log.push(format!("remove itself: {}", outcome(&root.member_remove(me).await)));
+    log.push(format!("promote itself: {}", outcome(&root.member_promote(me).await)));
+    log.push(format!("update another: {}", outcome(&root.member_update(other, urls()).await)));
+    // The new URLs are kept across a restart.
+    drop((bob, root, cl));
+    let _ = c.kill9(0);
+    c.restart(0).await;
+    let mut root = client_as(&c, 0, "root").await;
+    log.push(format!("restarted: {}", listed(&c, &mut root).await));
+    // Once it leads again (Status, which `Cluster::leader` asks, is root's only under auth).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let put = loop {
+        let r = root.put("k", "v2", None).await;
+        if r.is_ok() || Instant::now() > deadline {
+            break outcome(&r);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    log.push(format!("put: {put}"));
+    Some(log)
+}
+
+/// On a member alone (mem_etcd's single member without Raft), member update of its own id
+/// succeeds and is listed (and kept across a restart), its removal is refused as etcd's
+/// cluster of one refuses it ("not enough started members", code Unknown as etcd answers it),
+/// promoting it is refused (a voter), a member that is not there is "member not found", and
+/// only root may ask: all as etcd 3.6 answers. These answered "not capable".
+#[tokio::test]
+async fn a_member_alone_updates_removes_and_promotes_as_etcds_cluster_of_one() {
+    let (mem, etcd) = both(changes_alone).await;
+    assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
+    let at = |p: &str| mem.iter().find(|l| l.starts_with(p)).unwrap().clone();
+    assert_eq!(
+        at("bob updates itself"),
+        "bob updates itself: PermissionDenied: etcdserver: permission denied"
+    );
+    assert_eq!(
+        at("remove itself"),
+        "remove itself: Unknown: etcdserver: re-configuration failed due to not enough started \
+         members"
+    );
+    assert_eq!(
+        at("promote itself"),
+        "promote itself: FailedPrecondition: etcdserver: can only promote a learner member"
+    );
+    assert_eq!(at("update another"), "update another: NotFound: etcdserver: member not found");
+    assert_eq!(
+        at("still alone"),
+        "still alone: peers=[\"started-with\"] name=m0 clients_own=true learner=false"
+    );
+    assert_eq!(at("update itself"), "update itself: ok");
+    let moved = format!("peers=[{UPDATED_PEER:?}] name=m0 clients_own=true learner=false");
+    assert_eq!(at("after the update"), format!("after the update: {moved}"));
+    assert_eq!(at("restarted"), format!("restarted: {moved}"));
+}
+
+/// With `--strict-reconfig-check=false` etcd removes its last member and panics ("removed all
+/// voters"), at every start after that too; mem_etcd refuses it as the check does, alone or
+/// grown into a cluster of one, and goes on serving. (mem_etcd only: etcd's answer is a crash.)
+#[tokio::test]
+async fn the_last_member_is_not_removed_without_the_strict_reconfig_check() {
+    let c = Cluster::start(Kind::MemEtcd, 1, &["--strict-reconfig-check=false"]).await.unwrap();
+    let mut cl = c.client(0).await;
+    let me = c.member_id(0).await;
+    let refused = "Unknown: etcdserver: re-configuration failed due to not enough started members";
+    assert_eq!(outcome(&cl.member_remove(me).await), refused, "alone");
+    cl.member_update(me, vec![UPDATED_PEER.to_string()]).await.expect("update: grows");
+    assert_eq!(outcome(&cl.member_remove(me).await), refused, "a cluster of one");
+    cl.put("k", "v", None).await.expect("still serving");
+    assert_eq!(cl.member_list().await.unwrap().members().len(), 1);
+}
