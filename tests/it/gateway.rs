@@ -221,14 +221,12 @@ const AUTH_CALLS: &[(&str, &str)] = &[
 
 /// Answers that differ because mem_etcd's services answer differently over gRPC too (not the
 /// gateway): path, body, and mem_etcd's answer. Downgrade: not supported.
-const KNOWN: &[(&str, &str, u16, &str)] = &[
-    (
-        "/v3/maintenance/downgrade",
-        r#"{"action":"VALIDATE","version":"3.5"}"#,
-        501,
-        r#"{"code":12,"message":"downgrade is not supported"}"#,
-    ),
-];
+const KNOWN: &[(&str, &str, u16, &str)] = &[(
+    "/v3/maintenance/downgrade",
+    r#"{"action":"VALIDATE","version":"3.5"}"#,
+    501,
+    r#"{"code":12,"message":"downgrade is not supported"}"#,
+)];
 
 struct Gw {
     mem: Server,
