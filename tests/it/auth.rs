@@ -761,25 +761,21 @@ async fn tokens_session(kind: Kind) -> Option<Vec<String>> {
     c.join(s1).await;
     adding.await.unwrap().unwrap_or_else(|e| panic!("{kind:?}: member add: {e}"));
     agreed_leader(&c).await;
-    let mut earlier = String::new();
     for (round, restarted) in
         [("joined", None), ("m1 restarted", Some(1)), ("m0 restarted", Some(0))]
     {
-        log.push(format!("{round}:"));
         if let Some(i) = restarted {
             let _ = c.kill9(i);
             c.restart(i).await;
             agreed_leader(&c).await;
-            // Issued in the round before, through m0.
-            log.extend(tokens_work(&c, &[("earlier token", &earlier)], &[i]).await);
-        } else {
-            log.extend(tokens_work(&c, &[("earlier token", &root)], &[1]).await);
         }
-        // Issued now, through either member: each works on both.
+        // Issued now, through either member: each works on both. (Tokens issued earlier are
+        // not compared: whether a member that joined or restarted knows them depends, on
+        // etcd, on whether it re-applied their entries, i.e. on snapshot and commit timing.)
         let via0 = token(&mut c.raw(0).await, "alice", "alicepw").await;
         let via1 = token(&mut c.raw(1).await, "alice", "alicepw").await;
+        log.push(format!("{round}:"));
         log.extend(tokens_work(&c, &[("via m0", &via0), ("via m1", &via1)], &[0, 1]).await);
-        earlier = via0;
     }
     say(&format!("{kind:?}: {}", log.join("\n")));
     Some(log)
@@ -791,7 +787,7 @@ async fn tokens_session(kind: Kind) -> Option<Vec<String>> {
 #[tokio::test]
 async fn simple_tokens_work_on_a_member_that_joined_or_restarted() {
     let Some(mem) = tokens_session(Kind::MemEtcd).await else { return };
-    for line in mem.iter().filter(|l| l.starts_with("via")) {
+    for line in mem.iter().filter(|l| l.contains(" on m")) {
         assert!(line.ends_with("put ok, get ok"), "{line}");
     }
     let Some(etcd) = tokens_session(Kind::Etcd).await else { return };
