@@ -128,10 +128,14 @@ pub enum Op {
         key: Vec<u8>,
         range_end: Vec<u8>,
     },
-    /// Issues a simple token `prefix.N` to a user whose password the proposing member checked.
+    /// Issues a token to a user whose password the proposing member checked: with simple
+    /// tokens, `token`, made whole by the proposing member ([`AuthStore::new_simple_token`]),
+    /// so that every member holds the same one whatever its own history (a member that joined
+    /// through a snapshot or restarted has applied other entries than its peers). etcd numbers
+    /// it with the entry's Raft index instead, which the state machine is not given.
     Authenticate {
         name: String,
-        prefix: String,
+        token: String,
     },
 }
 
@@ -185,13 +189,11 @@ fn valid_range(key: &[u8], range_end: &[u8]) -> bool {
     !key.is_empty() && (range_end.is_empty() || key < range_end || range_end == [0])
 }
 
-/// Simple tokens: random prefix and a sequence number, kept in memory with a TTL renewed on
-/// every use (etcd's `simple_token.go`). Lost on restart, as in etcd.
+/// Simple tokens, kept in memory with a TTL renewed on every use (etcd's `simple_token.go`).
+/// Lost on restart, as in etcd.
 #[derive(Debug, Default)]
 struct Tokens {
     by_token: HashMap<String, (String, Instant)>,
-    /// Tokens issued since start: the number after the prefix (etcd uses the Raft index).
-    issued: u64,
 }
 
 /// The auth store. Shared by every service; see the module comment.
@@ -214,6 +216,10 @@ pub struct AuthStore {
     /// Simple tokens: looked up and refreshed by every authenticated request, so a mutex of
     /// its own rather than `state`'s lock.
     tokens: Mutex<Tokens>,
+    /// Simple tokens this member made for the Authenticate calls it answered: the number after
+    /// a token's random prefix, for etcd's shape (`<prefix>.<number>`); the prefix alone makes
+    /// a token unique. Atomic: Authenticate calls make tokens concurrently.
+    issued: AtomicU64,
     /// With `--auth-token jwt,...`: tokens are signed and checked with its key instead, and
     /// `tokens` stays empty.
     jwt: Option<Box<Jwt>>,
@@ -246,6 +252,7 @@ impl AuthStore {
             state: RwLock::new(State::default()),
             gate: RwLock::new(()),
             tokens: Mutex::new(Tokens::default()),
+            issued: AtomicU64::new(0),
             jwt: None,
             token_ttl,
             bcrypt_cost,
@@ -361,14 +368,21 @@ impl AuthStore {
         Ok(revision)
     }
 
-    /// A fresh random token prefix (etcd's: 16 letters).
-    pub fn token_prefix() -> String {
+    /// A fresh simple token for [`Op::Authenticate`], made by the member that proposes it:
+    /// etcd's shape, 16 random letters, a dot and a number (etcd's number is the entry's Raft
+    /// index; here this member's count of the tokens it made).
+    pub fn new_simple_token(&self) -> String {
         const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
         let mut raw = [0u8; 16];
         // Without OS randomness no token could be trusted: nothing sensible to go on with.
         getrandom::fill(&mut raw).expect("the OS random source");
         // 256 is not a multiple of 52: a slight bias, as harmless as for any 90-bit secret.
-        raw.iter().map(|b| LETTERS[*b as usize % LETTERS.len()] as char).collect()
+        let mut token: String =
+            raw.iter().map(|b| LETTERS[*b as usize % LETTERS.len()] as char).collect();
+        let n = self.issued.fetch_add(1, Ordering::Relaxed) + 1;
+        token.push('.');
+        token.push_str(&n.to_string());
+        token
     }
 
     /// The user a token stands for. A simple token is checked at the current auth revision
@@ -525,7 +539,7 @@ impl AuthStore {
                 }
                 tracing::info!(role = %role, "auth: revoked a permission from a role");
             }
-            Op::Authenticate { name, prefix } => {
+            Op::Authenticate { name, token } => {
                 if !enabled {
                     return Err(Error::AuthNotEnabled);
                 }
@@ -538,9 +552,12 @@ impl AuthStore {
                     // does; every member signs, the proposer's answer is the one used.
                     return jwt.sign(&name, self.revision());
                 }
+                // Only a member that made none (a bug) proposes an empty one, which would be
+                // the token of every request with an empty one: refused on every member alike.
+                if token.is_empty() {
+                    return Err(Error::Internal);
+                }
                 let mut t = self.tokens.lock();
-                t.issued += 1;
-                let token = format!("{prefix}.{}", t.issued);
                 let deadline = Instant::now() + self.token_ttl;
                 t.by_token.insert(token.clone(), (name, deadline));
                 // Expired tokens go here, on the rare path, rather than on a timer.
@@ -683,6 +700,35 @@ mod tests {
         rx.recv_timeout(Duration::from_secs(5)).expect("the change went on");
         change.join().unwrap();
         assert_eq!(s.revision(), before + 1);
+    }
+
+    /// Every member keeps the token the proposer made, whatever it applied before: one that
+    /// restored a snapshot (no tokens, no history) holds the same as one that issued many.
+    #[test]
+    fn a_token_is_the_same_on_every_member() {
+        let anyone = AuthInfo::default();
+        let busy = AuthStore::new(4, Duration::from_secs(300));
+        let hash = busy.hash_password("pw").unwrap();
+        let add = Op::UserAdd { name: ROOT.into(), hash, no_password: false };
+        busy.apply(&anyone, add).unwrap();
+        busy.apply(&anyone, Op::UserGrantRole { user: ROOT.into(), role: ROOT.into() }).unwrap();
+        busy.apply(&root(), Op::Enable).unwrap();
+        let auth = |token: String| Op::Authenticate { name: ROOT.into(), token };
+        for _ in 0..3 {
+            busy.apply(&anyone, auth(busy.new_simple_token())).unwrap();
+        }
+        let joined = AuthStore::new(4, Duration::from_secs(300));
+        joined.restore(busy.export());
+        let token = joined.new_simple_token();
+        let (prefix, n) = token.split_once('.').expect("etcd's shape");
+        assert!(prefix.len() == 16 && prefix.bytes().all(|b| b.is_ascii_alphabetic()), "{token}");
+        assert!(n.parse::<u64>().is_ok(), "{token}");
+        for s in [&busy, &joined] {
+            assert_eq!(s.apply(&anyone, auth(token.clone())), Ok(token.clone()));
+            assert_eq!(s.token_info(&token).map(|i| i.username), Some(ROOT.to_string()));
+        }
+        assert_eq!(busy.apply(&anyone, auth(String::new())), Err(Error::Internal));
+        assert!(busy.token_info("").is_none());
     }
 
     #[test]

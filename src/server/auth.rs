@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status};
 use super::apply;
 use super::member::Member;
 use super::submit::submit;
-use crate::auth::{self, AuthInfo};
+use crate::auth::AuthInfo;
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb as pb;
 use crate::proto::memetcdpb as mpb;
@@ -249,7 +249,7 @@ impl pb::auth_server::Auth for AuthService {
             };
             let a = mpb::InternalAuthenticate {
                 name: r.name.clone(),
-                token_prefix: auth::AuthStore::token_prefix(),
+                token: s.auth.new_simple_token(),
             };
             let op = mpb::auth_request::Op::Authenticate(a);
             let token = change(s, &None, op).await?;

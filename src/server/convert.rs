@@ -288,6 +288,6 @@ pub fn auth_op(r: crate::proto::memetcdpb::AuthRequest) -> Option<crate::auth::O
             key: r.key.to_vec(),
             range_end: r.range_end.to_vec(),
         },
-        A::Authenticate(a) => Op::Authenticate { name: a.name, prefix: a.token_prefix },
+        A::Authenticate(a) => Op::Authenticate { name: a.name, token: a.token },
     })
 }
