@@ -534,7 +534,21 @@ async fn members_are_added_promoted_and_removed_and_a_new_member_catches_up_from
         .iter()
         .all(|i| c.members[*i].server.as_ref().unwrap().grep_log("snapshot written").is_empty())
     {
-        assert!(start.elapsed() < Duration::from_secs(30), "no snapshot was taken");
+        if start.elapsed() > Duration::from_secs(30) {
+            let mut sizes = Vec::new();
+            for i in c.running() {
+                let st =
+                    c.raw(i).await.maint.status(pb::StatusRequest {}).await.unwrap().into_inner();
+                sizes.push((st.db_size, st.raft_index, st.raft_applied_index));
+            }
+            eprintln!("members' (db size, raft index, applied): {sizes:?}");
+            let logs: Vec<String> = c
+                .running()
+                .iter()
+                .map(|i| c.members[*i].server.as_ref().unwrap().log_tail())
+                .collect();
+            panic!("no snapshot was taken; the members' logs:\n{}", logs.join("\n---\n"));
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let slot = c.add_slot();
