@@ -1103,9 +1103,10 @@ impl RaftNode {
     }
 
     /// Where the log stood at the last snapshot, for [`RaftNode::snapshot_if_due`] (its
-    /// caller keeps it between checks).
+    /// caller keeps it between checks). Counted from when the log opened, not from the first
+    /// check: whatever was logged before that check counts towards the next snapshot too.
     pub fn snapshot_mark(&self) -> SnapshotMark {
-        SnapshotMark { logged: self.log.appended_bytes(), snapshot: self.metrics().snapshot }
+        SnapshotMark { logged: 0, snapshot: self.metrics().snapshot }
     }
 
     /// Takes a snapshot if enough was logged since the last one (`mark`, updated), so the log
