@@ -21,6 +21,7 @@
 //! the leader), [`forward`] (the requests only the leader can serve), [`log_store`],
 //! [`state_machine`], [`network`] and [`peer`] (the peer transport's two sides), [`codec`]
 //! (openraft's types on the wire), [`membership`] (flags and ids, as etcd derives them), [`tls`],
+//! [`probing`] (which peers are reachable),
 //! [`faults`] (network faults for tests), [`restore`] (founding a cluster from a backup).
 
 pub mod codec;
@@ -32,6 +33,7 @@ pub mod membership;
 pub mod network;
 pub mod node;
 pub mod peer;
+pub mod probing;
 pub mod restore;
 pub mod state_machine;
 pub mod tls;

@@ -79,8 +79,9 @@ pub struct PeerCounters {
     pub received_bytes: AtomicU64,
     /// Append and vote round trips, as the sender measures them.
     pub round_trip: Histogram,
-    /// Since when the peer has answered every call (`None` while unreachable): etcd's
-    /// `ActiveSince`, which its membership checks use.
+    /// Since when the peer has answered every probe (`None` while unreachable): etcd's
+    /// `ActiveSince`, which its membership checks use. Written by the prober alone
+    /// ([`super::probing`]); locked for that write and for the membership checks' reads.
     pub active_since: Mutex<Option<std::time::Instant>>,
 }
 
@@ -280,15 +281,6 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         self.stats.sent_bytes.fetch_add(msg.encoded_len() as u64, Ordering::Relaxed);
         let started = std::time::Instant::now();
         let resp = self.client()?.append(with_timeout(msg, option.soft_ttl())).await;
-        {
-            let mut since = self.stats.active_since.lock();
-            match &resp {
-                Ok(_) => {
-                    since.get_or_insert(started);
-                }
-                Err(_) => *since = None,
-            }
-        }
         let resp = resp.map_err(rpc_error)?;
         self.stats.round_trip.observe_duration(started.elapsed());
         codec::from_append_response(resp.into_inner())

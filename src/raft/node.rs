@@ -267,6 +267,7 @@ impl RaftNode {
             opts,
         });
         tokio::spawn(node.clone().watch_metrics(role.0));
+        tokio::spawn(super::probing::run(Arc::downgrade(&node), node.opts.heartbeat));
         if pristine && !restarted {
             if durable {
                 // The ids are kept from now on: a restart resumes this member, whatever flags
@@ -669,12 +670,18 @@ impl RaftNode {
         req: &tonic::Request<T>,
     ) -> std::result::Result<u64, tonic::Status> {
         let from = super::network::check_stamp(req, self.cluster_id)?;
+        self.check_fault(from)?;
+        Ok(from)
+    }
+
+    /// Refuses a call from member `from` while an injected fault drops its calls.
+    pub fn check_fault(&self, from: u64) -> std::result::Result<(), tonic::Status> {
         if self.faults.as_ref().is_some_and(|f| f.refuses(from)) {
             return Err(tonic::Status::unavailable(
                 "peer failpoint: calls from this member are dropped",
             ));
         }
-        Ok(from)
+        Ok(())
     }
 
     /// Traffic with the other members.

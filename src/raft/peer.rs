@@ -189,6 +189,7 @@ impl pb::raft_server::Raft for PeerService {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| u64::from_str_radix(v, 16).ok())
             .unwrap_or(0);
+        self.node.check_fault(caller)?;
         let (voters, nodes) = self.node.membership();
         let initialized = !nodes.is_empty() && !self.node.voting_blocked();
         let mut urls = req.into_inner().peer_urls;

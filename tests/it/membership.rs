@@ -1,8 +1,8 @@
 //! Membership changes and member health as etcd 3.6 has them, each run on a 3- or 4-member
 //! cluster of mem_etcd and of real etcd with the same steps, and the outcomes compared: the
-//! strict reconfiguration checks (`--strict-reconfig-check`), a removed member stopping, a
-//! learner among a client's endpoints, a leader handing over as it stops, and `/health` once a
-//! member cannot reach a quorum.
+//! strict reconfiguration checks (`--strict-reconfig-check`), a removed member stopping (and
+//! a removed leader replaced at once), a learner among a client's endpoints, a leader handing
+//! over as it stops, and `/health` once a member cannot reach a quorum.
 
 use std::time::{Duration, Instant};
 
@@ -95,6 +95,78 @@ async fn three_members_shrink_to_one_by_removes_and_the_removed_stop_as_etcds_do
     let (mem, etcd) = both(shrink).await;
     assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
     assert!(mem.iter().filter(|l| l.ends_with(": ok")).count() >= 3, "{mem:?}");
+}
+
+/// `call`'s outcome, or a deadline error after 20 s (etcd_client calls have no deadline).
+async fn within<T>(
+    call: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, etcd_client::Error> {
+    tokio::time::timeout(Duration::from_secs(20), call).await.unwrap_or_else(|_| {
+        Err(etcd_client::Error::GRpcStatus(tonic::Status::deadline_exceeded("no answer in 20 s")))
+    })
+}
+
+async fn replace_leader_with_learner(kind: Kind) -> Option<Vec<String>> {
+    let mut c = Cluster::start(kind, 3, &[]).await?;
+    tokio::time::sleep(HEALTH_INTERVAL).await;
+    let leader = c.leader().await;
+    let others: Vec<usize> = c.running().into_iter().filter(|i| *i != leader).collect();
+    let mut cl = etcd_client::Client::connect(
+        others.iter().map(|i| c.endpoint(*i)).collect::<Vec<_>>(),
+        None,
+    )
+    .await
+    .unwrap();
+    let mut log = Vec::new();
+    let id = c.member_id(leader).await;
+    let removed = within(cl.member_remove(id)).await;
+    log.push(format!("remove the leader: {}", outcome(&removed)));
+    let code = exit_of(&mut c, leader, Duration::from_secs(20)).await;
+    log.push(format!("the removed leader exited: {code:?}"));
+    if code.is_none() {
+        let _ = c.kill9(leader);
+    }
+    // As soon as the others have a new leader (etcd's drops a MemberAdd proposed before, which
+    // then times out), as etcd's TestMemberReplaceWithLearner does: the new leader has been
+    // connected to the other member since long before its election, so the cluster is healthy.
+    c.leader().await;
+    let slot = c.add_slot();
+    let peer = c.peer_url(slot);
+    let opts = etcd_client::MemberAddOptions::new().with_is_learner();
+    let added = within(cl.member_add([peer.as_str()], Some(opts))).await;
+    log.push(format!("a learner added at once: {}", outcome(&added)));
+    let Ok(added) = added else { return Some(log) };
+    let new_id = added.member().unwrap().id();
+    c.join(slot).await;
+    // Promoted once in sync (bounded: etcd's test allows 20 s in all).
+    let start = Instant::now();
+    let promoted = loop {
+        let r = within(cl.member_promote(new_id)).await;
+        if r.is_ok() || start.elapsed() > Duration::from_secs(15) {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    log.push(format!("promoted: {}", outcome(&promoted)));
+    Some(log)
+}
+
+/// etcd's TestMemberReplaceWithLearner with the leader as the member replaced: removed, it
+/// stops; a learner added as soon as the others elected a leader is accepted (every member knows since when each other member
+/// has been reachable, whatever its role), and promoted once it caught up.
+#[tokio::test]
+async fn the_removed_leader_is_replaced_by_a_learner_at_once_as_with_etcd() {
+    let (mem, etcd) = both(replace_leader_with_learner).await;
+    assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
+    assert_eq!(
+        mem,
+        [
+            "remove the leader: ok",
+            "the removed leader exited: Some(0)",
+            "a learner added at once: ok",
+            "promoted: ok"
+        ]
+    );
 }
 
 async fn learner_with_one_down(kind: Kind) -> Option<Vec<String>> {

@@ -1,0 +1,55 @@
+//! Peer liveness (etcd's rafthttp peer status): every member probes every other member of its
+//! membership once per heartbeat interval, so that each knows since when each peer has been
+//! reachable (etcd's `ActiveSince`, which the membership checks and the leadership hand-over
+//! read), whatever its role.
+//!
+//! etcd learns this from the streams every pair of its members keeps open. mem_etcd's Raft
+//! traffic flows from the leader only, so without probes a follower would know nothing of the
+//! other followers, and a new leader would refuse membership changes for etcd's health interval
+//! (5 s) after every election, as it would have been "connected" to no one for that long.
+
+use std::collections::HashMap;
+use std::sync::Weak;
+use std::time::Instant;
+
+use super::node::RaftNode;
+use crate::proto::memetcdpb as pb;
+
+/// Probes `node`'s peers until the node is dropped. At most one probe per peer is in flight: a
+/// peer that does not answer within the election timeout counts as unreachable.
+pub(super) async fn run(node: Weak<RaftNode>, every: std::time::Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut in_flight: HashMap<u64, tokio::task::JoinHandle<()>> = HashMap::new();
+    loop {
+        tick.tick().await;
+        let Some(node) = node.upgrade() else { return };
+        in_flight.retain(|_, probe| !probe.is_finished());
+        let (_, nodes) = node.membership();
+        for (id, urls) in nodes {
+            if id == node.id || in_flight.contains_key(&id) {
+                continue;
+            }
+            let stats = node.peers.stats.of(id);
+            let Some(mut client) = node.peers.raft_client(id, &urls) else {
+                *stats.active_since.lock() = None;
+                continue;
+            };
+            let timeout = node.election_timeout();
+            in_flight.insert(
+                id,
+                tokio::spawn(async move {
+                    let started = Instant::now();
+                    let probe = client.probe(pb::ProbeRequest { peer_urls: Vec::new() });
+                    let answered = matches!(tokio::time::timeout(timeout, probe).await, Ok(Ok(_)));
+                    let mut since = stats.active_since.lock();
+                    if answered {
+                        since.get_or_insert(started);
+                    } else {
+                        *since = None;
+                    }
+                }),
+            );
+        }
+    }
+}
