@@ -2,6 +2,13 @@
 //! over its peer URL, shared by openraft's replication, votes and snapshots and by the
 //! follower-to-leader requests of `node`. Every call is stamped with this member's cluster id
 //! and member id, which the receiving peer checks ([`check_stamp`]).
+//!
+//! Raft's messages travel only while a link works both ways, as etcd's do (etcd sends each
+//! message on a stream the receiver dialed, so a link blocked one way carries nothing). Here
+//! the sender dials, so a member whose incoming peer traffic is blocked would still reach the
+//! others, and, leading, keep them from electing a leader they could reach. So a peer that
+//! this member heard from once (every peer probes it each heartbeat, [`super::probing`]) but
+//! not for [`Network::one_way_after`] gets no Raft message until it is heard again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -79,10 +86,32 @@ pub struct PeerCounters {
     pub received_bytes: AtomicU64,
     /// Append and vote round trips, as the sender measures them.
     pub round_trip: Histogram,
+    /// When this member last admitted a call from the peer (ms since [`epoch_ms`]; 0: never).
+    pub heard_ms: AtomicU64,
     /// Since when the peer has answered every probe (`None` while unreachable): etcd's
     /// `ActiveSince`, which its membership checks use. Written by the prober alone
     /// ([`super::probing`]); locked for that write and for the membership checks' reads.
     pub active_since: Mutex<Option<std::time::Instant>>,
+}
+
+/// Milliseconds since this process's first call of it (never 0).
+fn epoch_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64 + 1
+}
+
+impl PeerCounters {
+    /// Records a call from the peer that this member admitted.
+    pub fn heard(&self) {
+        self.heard_ms.store(epoch_ms(), Ordering::Relaxed);
+    }
+
+    /// Whether the peer was heard from once, but not within `window`: its calls no longer
+    /// reach this member.
+    pub fn silent_for(&self, window: Duration) -> bool {
+        let at = self.heard_ms.load(Ordering::Relaxed);
+        at != 0 && epoch_ms().saturating_sub(at) > window.as_millis() as u64
+    }
 }
 
 /// Traffic with every peer, by member id.
@@ -102,6 +131,7 @@ impl PeerStats {
                     sent_bytes: AtomicU64::new(0),
                     received_bytes: AtomicU64::new(0),
                     round_trip: Histogram::seconds(),
+                    heard_ms: AtomicU64::new(0),
                     active_since: Mutex::new(None),
                 })
             })
@@ -218,6 +248,17 @@ impl Peers {
 #[derive(Clone, Debug)]
 pub struct Network {
     pub peers: Arc<Peers>,
+    /// How long a peer heard from before may stay silent before Raft stops sending it
+    /// anything (the module's doc says why).
+    pub one_way_after: Duration,
+}
+
+impl Network {
+    /// [`Network::one_way_after`] for an election timeout: long enough that a busy member's
+    /// late probes do not cut a link that works.
+    pub fn one_way_window(election: Duration) -> Duration {
+        2 * election
+    }
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -228,6 +269,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             client: self.peers.raft_client(target, &node.peer_urls),
             target,
             stats: self.peers.stats.of(target),
+            one_way_after: self.one_way_after,
         }
     }
 }
@@ -239,6 +281,7 @@ pub struct Connection {
     client: Option<RaftClient>,
     target: u64,
     stats: Arc<PeerCounters>,
+    one_way_after: Duration,
 }
 
 fn unreachable(e: impl std::fmt::Display) -> RPCError<TypeConfig> {
@@ -257,6 +300,12 @@ fn rpc_error(s: tonic::Status) -> RPCError<TypeConfig> {
 
 impl Connection {
     fn client(&self) -> Result<RaftClient, RPCError<TypeConfig>> {
+        if self.stats.silent_for(self.one_way_after) {
+            return Err(unreachable(format!(
+                "member {:x} has not reached this member for {:?}: the link works one way at most",
+                self.target, self.one_way_after
+            )));
+        }
         self.client
             .clone()
             .ok_or_else(|| unreachable(format!("member {:x} has no peer URL", self.target)))

@@ -239,10 +239,15 @@ impl RaftNode {
         let peers = Peers::new(opts.cluster_id, opts.member_id, opts.tls.clone(), opts.election);
         let config = Arc::new(raft_config(&opts)?);
         let pristine = log.is_pristine();
-        let raft =
-            Raft::new(opts.member_id, config, Network { peers: peers.clone() }, log.clone(), sm)
-                .await
-                .map_err(|e| format!("raft: {e}"))?;
+        let raft = Raft::new(
+            opts.member_id,
+            config,
+            Network { peers: peers.clone(), one_way_after: Network::one_way_window(opts.election) },
+            log.clone(),
+            sm,
+        )
+        .await
+        .map_err(|e| format!("raft: {e}"))?;
         let role =
             watch::channel(Role { leader: None, term: 0, is_leader: false, is_learner: false });
         let node = Arc::new(Self {
@@ -675,11 +680,15 @@ impl RaftNode {
     }
 
     /// Refuses a call from member `from` while an injected fault drops its calls.
+    /// Records every call admitted (see `network`: Raft uses a link only both ways).
     pub fn check_fault(&self, from: u64) -> std::result::Result<(), tonic::Status> {
         if self.faults.as_ref().is_some_and(|f| f.refuses(from)) {
             return Err(tonic::Status::unavailable(
                 "peer failpoint: calls from this member are dropped",
             ));
+        }
+        if from != 0 {
+            self.peers.stats.of(from).heard();
         }
         Ok(())
     }

@@ -7,11 +7,15 @@
 //! traffic flows from the leader only, so without probes a follower would know nothing of the
 //! other followers, and a new leader would refuse membership changes for etcd's health interval
 //! (5 s) after every election, as it would have been "connected" to no one for that long.
+//!
+//! The probes received are the other half: a peer whose probes stop arriving cannot reach this
+//! member, and Raft then sends it nothing (`network`'s module doc says why); logged here.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Weak;
 use std::time::Instant;
 
+use super::network::Network;
 use super::node::RaftNode;
 use crate::proto::memetcdpb as pb;
 
@@ -21,16 +25,36 @@ pub(super) async fn run(node: Weak<RaftNode>, every: std::time::Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut in_flight: HashMap<u64, tokio::task::JoinHandle<()>> = HashMap::new();
+    // Peers whose calls stopped reaching this member (see `network`), to log each change once.
+    let mut one_way = HashSet::new();
     loop {
         tick.tick().await;
         let Some(node) = node.upgrade() else { return };
         in_flight.retain(|_, probe| !probe.is_finished());
         let (_, nodes) = node.membership();
+        let window = Network::one_way_window(node.election_timeout());
         for (id, urls) in nodes {
-            if id == node.id || in_flight.contains_key(&id) {
+            if id == node.id {
                 continue;
             }
             let stats = node.peers.stats.of(id);
+            if stats.silent_for(window) {
+                if one_way.insert(id) {
+                    tracing::warn!(
+                        peer = format!("{id:x}"),
+                        "raft: no call from this peer reached this member for {window:?}; \
+                         sending it nothing until one does"
+                    );
+                }
+            } else if one_way.remove(&id) {
+                tracing::info!(
+                    peer = format!("{id:x}"),
+                    "raft: the peer reaches this member again"
+                );
+            }
+            if in_flight.contains_key(&id) {
+                continue;
+            }
             let Some(mut client) = node.peers.raft_client(id, &urls) else {
                 *stats.active_since.lock() = None;
                 continue;

@@ -367,13 +367,18 @@ fn probe(shared: &Member, path: &str, verbose: bool) -> Response<Body> {
 
 /// `/health`: etcd's JSON. Unhealthy (503) while an alarm is raised (`ALARM NOSPACE`) unless
 /// `?exclude=NOSPACE` says to ignore it, as in etcd, and while the WAL cannot write, since
-/// writes fail then. `serializable` is accepted and changes nothing (reads never need a leader).
+/// writes fail then. A cluster member without a leader is unhealthy (`RAFT NO LEADER`), except
+/// for `?serializable=true`, which asks only whether this member serves its own reads, as
+/// etcd's does (kubeadm's liveness probe asks it: a member cut off from the others is not
+/// restarted for it).
 fn health(shared: &Member, query: &str) -> Response<Body> {
-    let excluded: Vec<&str> = query.split('&').filter_map(|p| p.strip_prefix("exclude=")).collect();
+    let params = || query.split('&');
+    let excluded: Vec<&str> = params().filter_map(|p| p.strip_prefix("exclude=")).collect();
+    let serializable = params().any(|p| p == "serializable=true");
     let alarm = shared.alarms.first_not_excluded(&excluded).map(|a| format!("ALARM {a}"));
     let reason = alarm
         .or_else(|| match shared.raft() {
-            Some(r) if r.leader().is_none() => Some("RAFT NO LEADER".to_string()),
+            Some(r) if !serializable && r.leader().is_none() => Some("RAFT NO LEADER".to_string()),
             _ => None,
         })
         .or_else(|| match shared.store.wal() {

@@ -27,6 +27,76 @@ pub struct Cluster {
     token: String,
     /// `http` or `https` (peer TLS) for the peer URLs.
     peer_scheme: &'static str,
+    /// A proxy in front of one member's peer port, which the others reach it through
+    /// ([`Cluster::start_with_peer_proxy`]).
+    pub peer_proxy: Option<(usize, PeerProxy)>,
+}
+
+/// A TCP proxy in front of a member's peer port, as etcd's e2e tests put one (`WithPeerProxy`):
+/// what the other members send the member, and its answers, go through it, while the member's
+/// own calls go straight to the others. Blackholed, it forwards nothing either way (etcd's
+/// `BlackholeTx` and `BlackholeRx`), without closing connections.
+#[derive(Debug)]
+pub struct PeerProxy {
+    pub port: u16,
+    blackhole: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl PeerProxy {
+    /// Forwards 127.0.0.1:`port` (a free port) to 127.0.0.1:`to`.
+    async fn start(to: u16) -> PeerProxy {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let port = l.local_addr().unwrap().port();
+        let blackhole = std::sync::Arc::new(AtomicBool::new(false));
+        let hole = blackhole.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((down, _)) = l.accept().await {
+                let Ok(up) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await else {
+                    continue;
+                };
+                let (dr, dw) = down.into_split();
+                let (ur, uw) = up.into_split();
+                for (mut r, mut w) in [
+                    (
+                        Box::new(dr) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+                        Box::new(uw) as Box<dyn tokio::io::AsyncWrite + Unpin + Send>,
+                    ),
+                    (Box::new(ur), Box::new(dw)),
+                ] {
+                    let hole = hole.clone();
+                    tokio::spawn(async move {
+                        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                        let mut buf = vec![0u8; 64 << 10];
+                        while let Ok(n) = r.read(&mut buf).await {
+                            if n == 0 {
+                                break;
+                            }
+                            if !hole.load(Ordering::Relaxed)
+                                && w.write_all(&buf[..n]).await.is_err()
+                            {
+                                break;
+                            }
+                        }
+                        let _ = w.shutdown().await;
+                    });
+                }
+            }
+        });
+        PeerProxy { port, blackhole, accept }
+    }
+
+    /// Drops everything that goes through the proxy, both ways, from now on.
+    pub fn blackhole(&self) {
+        self.blackhole.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for PeerProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
 }
 
 /// Free TCP ports on 127.0.0.1, distinct (held until all are chosen).
@@ -42,6 +112,27 @@ impl Cluster {
     /// skipping is allowed.
     pub async fn start(kind: Kind, n: usize, extra: &[&str]) -> Option<Cluster> {
         Self::start_on(kind, n, extra, "http").await
+    }
+
+    /// [`Cluster::start`] with member `proxied` advertising a [`PeerProxy`] in front of its peer
+    /// port as its peer URL, so that the others reach it only through the proxy.
+    pub async fn start_with_peer_proxy(kind: Kind, n: usize, proxied: usize) -> Option<Cluster> {
+        if kind == Kind::Etcd {
+            peer_binary("etcd")?;
+        }
+        let mut c = Self::unstarted(kind, n, &[], "http");
+        c.peer_proxy = Some((proxied, PeerProxy::start(c.members[proxied].peer_port).await));
+        c.restart_all(&(0..n).collect::<Vec<_>>()).await;
+        c.leader().await;
+        Some(c)
+    }
+
+    /// The port member `i`'s peer URL names: its own, or its proxy's.
+    fn advertised_peer_port(&self, i: usize) -> u16 {
+        match &self.peer_proxy {
+            Some((p, proxy)) if *p == i => proxy.port,
+            _ => self.members[i].peer_port,
+        }
     }
 
     /// [`Cluster::start`] with peer URLs of `scheme` (`https`: `extra` has the peer TLS flags).
@@ -74,7 +165,7 @@ impl Cluster {
             .collect();
         let token = format!("it-{}", ports[0]);
         let extra = extra.iter().map(|s| s.to_string()).collect();
-        Cluster { kind, members, extra, token, peer_scheme }
+        Cluster { kind, members, extra, token, peer_scheme, peer_proxy: None }
     }
 
     /// A cluster of `kind` whose member `i` is restored from the snapshot `files[i]` (with the
@@ -135,9 +226,8 @@ impl Cluster {
 
     /// The `--initial-cluster` of the founding members.
     pub fn initial_cluster(&self) -> String {
-        self.members
-            .iter()
-            .map(|m| format!("{}={}://127.0.0.1:{}", m.name, self.peer_scheme, m.peer_port))
+        (0..self.members.len())
+            .map(|i| format!("{}={}", self.members[i].name, self.peer_url(i)))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -150,12 +240,12 @@ impl Cluster {
     fn args_with(&self, i: usize, state: &str, initial: &str) -> Vec<String> {
         let m = &self.members[i];
         let client = format!("http://127.0.0.1:{}", m.client_port);
-        let peer = format!("{}://127.0.0.1:{}", self.peer_scheme, m.peer_port);
+        let listen = format!("{}://127.0.0.1:{}", self.peer_scheme, m.peer_port);
         let mut a = vec![
             format!("--name={}", m.name),
             format!("--initial-cluster={initial}"),
-            format!("--initial-advertise-peer-urls={peer}"),
-            format!("--listen-peer-urls={peer}"),
+            format!("--initial-advertise-peer-urls={}", self.peer_url(i)),
+            format!("--listen-peer-urls={listen}"),
             format!("--listen-client-urls={client}"),
             format!("--advertise-client-urls={client}"),
             format!("--initial-cluster-token={}", self.token),
@@ -244,7 +334,7 @@ impl Cluster {
             .iter()
             .enumerate()
             .filter(|(j, m)| *j == i || m.server.is_some())
-            .map(|(_, m)| format!("{}={}://127.0.0.1:{}", m.name, self.peer_scheme, m.peer_port))
+            .map(|(j, m)| format!("{}={}", m.name, self.peer_url(j)))
             .collect::<Vec<_>>()
             .join(",");
         self.args_with(i, "existing", &initial)
@@ -313,7 +403,7 @@ impl Cluster {
     }
 
     pub fn peer_url(&self, i: usize) -> String {
-        format!("{}://127.0.0.1:{}", self.peer_scheme, self.members[i].peer_port)
+        format!("{}://127.0.0.1:{}", self.peer_scheme, self.advertised_peer_port(i))
     }
 
     pub fn endpoint(&self, i: usize) -> String {

@@ -2,7 +2,8 @@
 //! cluster of mem_etcd and of real etcd with the same steps, and the outcomes compared: the
 //! strict reconfiguration checks (`--strict-reconfig-check`), a removed member stopping (and
 //! a removed leader replaced at once), a learner among a client's endpoints, a leader handing
-//! over as it stops, and `/health` once a member cannot reach a quorum.
+//! over as it stops, and `/health` once a member cannot reach a quorum or the others cannot
+//! reach it.
 
 use std::time::{Duration, Instant};
 
@@ -347,6 +348,86 @@ async fn health_without_quorum(kind: Kind) -> Option<Vec<String>> {
 async fn health_fails_without_a_quorum_as_etcds_does() {
     let (mem, etcd) = both(health_without_quorum).await;
     assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
+}
+
+/// `GET path` on `addr`: the status code, or `no answer` after 5 s (etcd's health read may
+/// hang that long).
+async fn status_of_get(addr: std::net::SocketAddr, path: &str) -> String {
+    let get = crate::operations::http_get(addr, path);
+    match tokio::time::timeout(Duration::from_secs(5), get).await {
+        Ok(a) => a.status.to_string(),
+        Err(_) => "no answer".into(),
+    }
+}
+
+async fn incoming_blocked(kind: Kind, leader: bool) -> Option<Vec<String>> {
+    // Member 0's peer URL is a proxy, as in etcd's e2e tests (`WithPeerProxy`).
+    let c = Cluster::start_with_peer_proxy(kind, 3, 0).await?;
+    let want = if leader { 0 } else { 1 };
+    let start = Instant::now();
+    loop {
+        let now = c.leader().await;
+        if now == want {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{kind:?}: no move to member {want}");
+        let id = c.member_id(want).await;
+        let _ = within(c.client(now).await.move_leader(id)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let mut log = vec![format!("member 0 leads: {leader}")];
+    // Nothing reaches member 0's peer port any more, nor leaves it (etcd's blackhole); its own
+    // calls to the others are not blocked.
+    c.peer_proxy.as_ref().unwrap().1.blackhole();
+    let addr: std::net::SocketAddr =
+        format!("127.0.0.1:{}", c.members[0].client_port).parse().unwrap();
+    let start = Instant::now();
+    let mut health = "200".to_string();
+    while start.elapsed() < Duration::from_secs(20) && health == "200" {
+        health = status_of_get(addr, "/health").await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("{kind:?}: /health on the blocked member: {health} after {:?}", start.elapsed());
+    let red = if health == "200" { "200 for 20 s" } else { "503 or no answer" };
+    log.push(format!("the blocked member's /health: {red}"));
+    log.push(format!(
+        "its /health?serializable=true: {}",
+        status_of_get(addr, "/health?serializable=true").await
+    ));
+    // The others go on: they elect a leader among themselves if need be.
+    let mut others =
+        etcd_client::Client::connect([c.endpoint(1), c.endpoint(2)], None).await.unwrap();
+    let start = Instant::now();
+    let put = loop {
+        let r = within(others.put("after", "v", None)).await;
+        if r.is_ok() || start.elapsed() > Duration::from_secs(20) {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    log.push(format!("a put through the others: {}", outcome(&put)));
+    Some(log)
+}
+
+/// etcd's e2e `network partitioned` health case: a member whose peer port is blackholed (its
+/// peers' traffic to it, and its answers, dropped; its own calls to them not) is cut off: its
+/// `/health` fails (503, or no answer) while `?serializable=true` stays 200, and the others go
+/// on, whether it was a follower or the leader (mem_etcd's leader stops sending to peers it no
+/// longer hears from, so the others elect a leader they can reach).
+#[tokio::test]
+async fn a_member_whose_incoming_peer_traffic_is_blocked_is_cut_off_as_etcds_is() {
+    for leader in [false, true] {
+        let (mem, etcd) = both(|k| incoming_blocked(k, leader)).await;
+        assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
+        assert_eq!(
+            mem[1..],
+            [
+                "the blocked member's /health: 503 or no answer",
+                "its /health?serializable=true: 200",
+                "a put through the others: ok"
+            ]
+        );
+    }
 }
 
 async fn voter_added_to_one(kind: Kind) -> Option<Vec<String>> {
