@@ -272,7 +272,14 @@ impl RaftNode {
             opts,
         });
         tokio::spawn(node.clone().watch_metrics(role.0));
-        tokio::spawn(super::probing::run(Arc::downgrade(&node), node.opts.heartbeat));
+        let weak = Arc::downgrade(&node);
+        tokio::spawn(super::probing::run(
+            node.peers.clone(),
+            node.id,
+            node.opts.heartbeat,
+            node.opts.election,
+            move || weak.upgrade().map(|n| n.membership().1),
+        ));
         if pristine && !restarted {
             if durable {
                 // The ids are kept from now on: a restart resumes this member, whatever flags

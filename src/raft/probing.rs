@@ -11,17 +11,23 @@
 //! The probes received are the other half: a peer whose probes stop arriving cannot reach this
 //! member, and Raft then sends it nothing (`network`'s module doc says why); logged here.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Weak;
-use std::time::Instant;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use super::network::Network;
-use super::node::RaftNode;
+use super::network::{Network, Peers};
 use crate::proto::memetcdpb as pb;
 
-/// Probes `node`'s peers until the node is dropped. At most one probe per peer is in flight: a
-/// peer that does not answer within the election timeout counts as unreachable.
-pub(super) async fn run(node: Weak<RaftNode>, every: std::time::Duration) {
+/// Probes, every `every`, the peers of member `me` that `members` lists (with their peer URLs)
+/// until it answers `None` (the node is gone). At most one probe per peer is in flight: a peer
+/// that does not answer within the `election` timeout counts as unreachable.
+pub(super) async fn run(
+    peers: Arc<Peers>,
+    me: u64,
+    every: Duration,
+    election: Duration,
+    members: impl Fn() -> Option<BTreeMap<u64, Vec<String>>>,
+) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut in_flight: HashMap<u64, tokio::task::JoinHandle<()>> = HashMap::new();
@@ -29,15 +35,14 @@ pub(super) async fn run(node: Weak<RaftNode>, every: std::time::Duration) {
     let mut one_way = HashSet::new();
     loop {
         tick.tick().await;
-        let Some(node) = node.upgrade() else { return };
+        let Some(nodes) = members() else { return };
         in_flight.retain(|_, probe| !probe.is_finished());
-        let (_, nodes) = node.membership();
-        let window = Network::one_way_window(node.election_timeout());
+        let window = Network::one_way_window(election);
         for (id, urls) in nodes {
-            if id == node.id {
+            if id == me {
                 continue;
             }
-            let stats = node.peers.stats.of(id);
+            let stats = peers.stats.of(id);
             if stats.silent_for(window) {
                 if one_way.insert(id) {
                     tracing::warn!(
@@ -55,11 +60,11 @@ pub(super) async fn run(node: Weak<RaftNode>, every: std::time::Duration) {
             if in_flight.contains_key(&id) {
                 continue;
             }
-            let Some(mut client) = node.peers.raft_client(id, &urls) else {
+            let Some(mut client) = peers.raft_client(id, &urls) else {
                 *stats.active_since.lock() = None;
                 continue;
             };
-            let timeout = node.election_timeout();
+            let timeout = election;
             in_flight.insert(
                 id,
                 tokio::spawn(async move {

@@ -107,6 +107,23 @@ async fn within<T>(
     })
 }
 
+/// `call` made (each time [`within`] its deadline) until it succeeds or `max` has passed; its
+/// last outcome.
+async fn until_ok<T, F, Fut>(max: Duration, mut call: F) -> Result<T, etcd_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    let start = Instant::now();
+    loop {
+        let r = within(call()).await;
+        if r.is_ok() || start.elapsed() > max {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn replace_leader_with_learner(kind: Kind) -> Option<Vec<String>> {
     let mut c = Cluster::start(kind, 3, &[]).await?;
     tokio::time::sleep(HEALTH_INTERVAL).await;
@@ -140,21 +157,19 @@ async fn replace_leader_with_learner(kind: Kind) -> Option<Vec<String>> {
     let new_id = added.member().unwrap().id();
     c.join(slot).await;
     // Promoted once in sync (bounded: etcd's test allows 20 s in all).
-    let start = Instant::now();
-    let promoted = loop {
-        let r = within(cl.member_promote(new_id)).await;
-        if r.is_ok() || start.elapsed() > Duration::from_secs(15) {
-            break r;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let promoted = until_ok(Duration::from_secs(15), || {
+        let mut cl = cl.clone();
+        async move { cl.member_promote(new_id).await }
+    })
+    .await;
     log.push(format!("promoted: {}", outcome(&promoted)));
     Some(log)
 }
 
 /// etcd's TestMemberReplaceWithLearner with the leader as the member replaced: removed, it
-/// stops; a learner added as soon as the others elected a leader is accepted (every member knows since when each other member
-/// has been reachable, whatever its role), and promoted once it caught up.
+/// stops; a learner added as soon as the others elected a leader is accepted (every member
+/// knows since when each other member has been reachable, whatever its role), and promoted
+/// once it caught up.
 #[tokio::test]
 async fn the_removed_leader_is_replaced_by_a_learner_at_once_as_with_etcd() {
     let (mem, etcd) = both(replace_leader_with_learner).await;
@@ -395,16 +410,12 @@ async fn incoming_blocked(kind: Kind, leader: bool) -> Option<Vec<String>> {
         status_of_get(addr, "/health?serializable=true").await
     ));
     // The others go on: they elect a leader among themselves if need be.
-    let mut others =
-        etcd_client::Client::connect([c.endpoint(1), c.endpoint(2)], None).await.unwrap();
-    let start = Instant::now();
-    let put = loop {
-        let r = within(others.put("after", "v", None)).await;
-        if r.is_ok() || start.elapsed() > Duration::from_secs(20) {
-            break r;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let others = etcd_client::Client::connect([c.endpoint(1), c.endpoint(2)], None).await.unwrap();
+    let put = until_ok(Duration::from_secs(20), || {
+        let mut others = others.clone();
+        async move { others.put("after", "v", None).await }
+    })
+    .await;
     log.push(format!("a put through the others: {}", outcome(&put)));
     Some(log)
 }
