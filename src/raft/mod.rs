@@ -22,6 +22,7 @@
 //! [`state_machine`], [`network`] and [`peer`] (the peer transport's two sides), [`codec`]
 //! (openraft's types on the wire), [`membership`] (flags and ids, as etcd derives them), [`tls`],
 //! [`probing`] (which peers are reachable),
+//! [`read_index`] (one quorum confirmation for every read waiting),
 //! [`faults`] (network faults for tests), [`restore`] (founding a cluster from a backup).
 
 pub mod codec;
@@ -34,6 +35,7 @@ pub mod network;
 pub mod node;
 pub mod peer;
 pub mod probing;
+pub mod read_index;
 pub mod restore;
 pub mod state_machine;
 pub mod tls;

@@ -126,6 +126,8 @@ pub struct RaftNode {
     /// The server's side of the forwarded requests it serves when this member leads (see
     /// [`LeaderRequests`]): set once, as the server starts the node, before it serves peers.
     leader_requests: OnceLock<Arc<dyn LeaderRequests>>,
+    /// The linearizable reads waiting for the next shared read index round.
+    reads: Arc<super::read_index::SharedReadIndex>,
     opts: NodeOptions,
 }
 
@@ -269,6 +271,7 @@ impl RaftNode {
             faults: opts.failpoint.clone().map(super::faults::PeerFaults::start),
             removed: watch::channel(false).0,
             leader_requests: OnceLock::new(),
+            reads: Arc::default(),
             opts,
         });
         tokio::spawn(node.clone().watch_metrics(role.0));
@@ -280,6 +283,16 @@ impl RaftNode {
             node.opts.election,
             move || weak.upgrade().map(|n| n.membership().1),
         ));
+        let weak = Arc::downgrade(&node);
+        let reads = node.reads.clone();
+        tokio::spawn(async move {
+            reads
+                .run(|| {
+                    let node = weak.upgrade();
+                    async move { Some(node?.confirm_read_index().await) }
+                })
+                .await
+        });
         if pristine && !restarted {
             if durable {
                 // The ids are kept from now on: a restart resumes this member, whatever flags
@@ -919,8 +932,16 @@ impl RaftNode {
         }
     }
 
-    /// The index a linearizable read must wait for, confirmed with a quorum by the leader.
+    /// The index a linearizable read must wait for: the next shared round's
+    /// ([`super::read_index`]), within the request timeout.
     pub async fn read_index(&self) -> Result<u64> {
+        tokio::time::timeout(self.request_timeout(), self.reads.read_index())
+            .await
+            .unwrap_or(Err(Error::Timeout))
+    }
+
+    /// One read index, confirmed with a quorum by the leader: a shared round's.
+    async fn confirm_read_index(&self) -> Result<u64> {
         match self.at_leader(Forwarded::ReadIndex(pb::Empty {})).await? {
             Answer::ReadIndex(r) => Ok(r.index),
             _ => Err(Error::Internal),
@@ -958,8 +979,8 @@ impl RaftNode {
         matched as f64 >= leader_last as f64 * fraction && (matched > 0 || leader_last == 0)
     }
 
-    /// Since when member `id` has been reachable from this member without a failed call
-    /// (`None`: unreachable, or never called; this member itself: always).
+    /// Since when member `id` has answered every probe of this member ([`super::probing`];
+    /// `None`: unreachable, or not probed yet; this member itself: always).
     pub fn active_since(&self, id: u64) -> Option<std::time::Instant> {
         if id == self.id {
             return Some(std::time::Instant::now() - Duration::from_secs(3600));

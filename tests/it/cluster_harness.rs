@@ -44,10 +44,9 @@ pub struct PeerProxy {
 }
 
 impl PeerProxy {
-    /// Forwards 127.0.0.1:`port` (a free port) to 127.0.0.1:`to`.
-    async fn start(to: u16) -> PeerProxy {
+    /// Forwards what `l` accepts to 127.0.0.1:`to`.
+    fn start(l: tokio::net::TcpListener, to: u16) -> PeerProxy {
         use std::sync::atomic::{AtomicBool, Ordering};
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let port = l.local_addr().unwrap().port();
         let blackhole = std::sync::Arc::new(AtomicBool::new(false));
         let hole = blackhole.clone();
@@ -120,8 +119,10 @@ impl Cluster {
         if kind == Kind::Etcd {
             peer_binary("etcd")?;
         }
+        // Bound before the members' ports are chosen, so that none of them can be its port.
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let mut c = Self::unstarted(kind, n, &[], "http");
-        c.peer_proxy = Some((proxied, PeerProxy::start(c.members[proxied].peer_port).await));
+        c.peer_proxy = Some((proxied, PeerProxy::start(l, c.members[proxied].peer_port)));
         c.restart_all(&(0..n).collect::<Vec<_>>()).await;
         c.leader().await;
         Some(c)
