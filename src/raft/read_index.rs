@@ -94,25 +94,19 @@ mod tests {
             })
             .await
         });
-        let first: Vec<_> = (0..10)
-            .map(|_| {
-                tokio::spawn({
+        let reads = || -> Vec<_> {
+            (0..10)
+                .map(|_| {
                     let s = shared.clone();
-                    async move { s.read_index().await }
+                    tokio::spawn(async move { s.read_index().await })
                 })
-            })
-            .collect();
+                .collect()
+        };
+        let first = reads();
         tokio::time::sleep(Duration::from_millis(10)).await;
         // Round 1 is in flight: these join round 2.
         let started = rounds.load(Ordering::SeqCst);
-        let later: Vec<_> = (0..10)
-            .map(|_| {
-                tokio::spawn({
-                    let s = shared.clone();
-                    async move { s.read_index().await }
-                })
-            })
-            .collect();
+        let later = reads();
         for f in first {
             assert_eq!(f.await.unwrap(), Ok(1));
         }
