@@ -18,13 +18,15 @@
 //! is written twice, and snapshots of the store ([`state_machine`]) bound the log.
 //!
 //! Modules: [`node`] (the node: starting, proposing, reading, membership, and the one road to
-//! the leader), [`forward`] (the requests only the leader can serve), [`log_store`],
+//! the leader), [`forward`] (the requests only the leader can serve), [`batch`] (proposals go
+//! to the leader in batches), [`log_store`],
 //! [`state_machine`], [`network`] and [`peer`] (the peer transport's two sides), [`codec`]
 //! (openraft's types on the wire), [`membership`] (flags and ids, as etcd derives them), [`tls`],
 //! [`probing`] (which peers are reachable),
 //! [`read_index`] (one quorum confirmation for every read waiting),
 //! [`faults`] (network faults for tests), [`restore`] (founding a cluster from a backup).
 
+pub mod batch;
 pub mod codec;
 pub mod corrupt;
 pub mod faults;

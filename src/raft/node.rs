@@ -13,6 +13,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{ChangeMembers, EntryPayload, Membership, Precondition, ReadPolicy, ServerState};
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_stream::StreamExt;
 
 use super::forward::{Answer, Forwarded, LeaderRequests};
 use super::log_store::{LogOptions, LogStore};
@@ -128,6 +129,8 @@ pub struct RaftNode {
     leader_requests: OnceLock<Arc<dyn LeaderRequests>>,
     /// The linearizable reads waiting for the next shared read index round.
     reads: Arc<super::read_index::SharedReadIndex>,
+    /// The proposals waiting for the next batch to the leader.
+    proposals: Arc<super::batch::ProposalBatcher>,
     opts: NodeOptions,
 }
 
@@ -272,6 +275,7 @@ impl RaftNode {
             removed: watch::channel(false).0,
             leader_requests: OnceLock::new(),
             reads: Arc::default(),
+            proposals: Arc::default(),
             opts,
         });
         tokio::spawn(node.clone().watch_metrics(role.0));
@@ -290,6 +294,16 @@ impl RaftNode {
                 .run(|| {
                     let node = weak.upgrade();
                     async move { Some(node?.confirm_read_index().await) }
+                })
+                .await
+        });
+        let weak = Arc::downgrade(&node);
+        let proposals = node.proposals.clone();
+        tokio::spawn(async move {
+            proposals
+                .run(|requests| {
+                    let node = weak.upgrade()?;
+                    Some(async move { node.forward_proposals(requests).await })
                 })
                 .await
         });
@@ -778,9 +792,10 @@ impl RaftNode {
     }
 
     /// Proposes an encoded request and returns the log index it was applied at and the
-    /// encoded answer. On a follower the request goes to the leader, and the answer comes back
-    /// once this member has applied it too (so a client reading from this member next sees its
-    /// write). A failure never hides a commit: an answer is success only once committed.
+    /// encoded answer. The request goes to the leader in the next batch of this member's
+    /// proposals ([`super::batch`]), and the answer comes back once this member has applied it
+    /// too (so a client reading from this member next sees its write). A failure never hides
+    /// a commit: an answer is success only once committed.
     pub async fn propose(&self, request: Bytes) -> Result<(u64, Bytes)> {
         self.proposals_pending.fetch_add(1, Ordering::Relaxed);
         let r = self.propose_inner(request).await;
@@ -792,10 +807,43 @@ impl RaftNode {
     }
 
     async fn propose_inner(&self, request: Bytes) -> Result<(u64, Bytes)> {
-        match self.at_leader(Forwarded::Propose(request)).await? {
-            Answer::Propose(r) => Ok((r.index, r.response)),
-            _ => Err(Error::Internal),
+        let deadline = Instant::now() + self.request_timeout();
+        loop {
+            let answer = tokio::time::timeout_at(deadline, self.proposals.propose(request.clone()))
+                .await
+                .unwrap_or(Err(Error::Timeout));
+            match answer {
+                Ok((index, response)) => {
+                    tokio::time::timeout_at(deadline, self.wait_applied(index))
+                        .await
+                        .map_err(|_| Error::Timeout)?;
+                    return Ok((index, response));
+                }
+                // Not appended: a leader that lost its leadership as the batch came, while
+                // others of the batch were appended (a whole batch refused is sent again by
+                // `at_leader`). Safe to send again, to whoever leads now.
+                Err(Error::NotLeader) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(Error::NotLeader) => return Err(Error::Timeout),
+                Err(e) => return Err(e),
+            }
         }
+    }
+
+    /// One batch of this member's proposals, through the one road to the leader: the answers,
+    /// one per request, in order.
+    async fn forward_proposals(&self, requests: Vec<Bytes>) -> Result<Vec<super::batch::Answer>> {
+        let answer = self.at_leader(Forwarded::Propose(pb::Proposals { requests })).await?;
+        let Answer::Propose(proposed) = answer else { return Err(Error::Internal) };
+        Ok(proposed
+            .answers
+            .into_iter()
+            .map(|a| match a.error {
+                Some(code) => Err(Error::from_code(code).unwrap_or(Error::Internal)),
+                None => Ok((a.index, a.response)),
+            })
+            .collect())
     }
 
     /// Registers the server's side of the forwarded requests (see [`LeaderRequests`]); once.
@@ -845,7 +893,7 @@ impl RaftNode {
             else {
                 return Err(Error::NoLeader);
             };
-            match self.ask_leader(c, request.clone(), deadline, left).await {
+            match self.ask_leader(c, request.clone(), left).await {
                 Ok(v) => return Ok(v),
                 Err(s)
                     if Error::from_message(s.message()) == Some(Error::NotLeader)
@@ -862,35 +910,24 @@ impl RaftNode {
         }
     }
 
-    /// One call to the leader's `Forward`, with `left` to answer (and, for a proposal, until
-    /// `deadline` for this member to apply it).
+    /// One call to the leader's `Forward`, with `left` to answer.
     async fn ask_leader(
         &self,
         mut c: RaftClient,
         request: Forwarded,
-        deadline: Instant,
         left: Duration,
     ) -> std::result::Result<Answer, tonic::Status> {
         let mut req = tonic::Request::new(pb::ForwardRequest { request: Some(request) });
         req.set_timeout(left);
         let answer = c.forward(req).await?.into_inner().response;
-        let answer = answer.ok_or_else(|| tonic::Status::internal("a forward without answer"))?;
-        if let Answer::Propose(r) = &answer
-            && tokio::time::timeout_at(deadline, self.wait_applied(r.index)).await.is_err()
-        {
-            return Err(tonic::Status::deadline_exceeded(Error::Timeout.message()));
-        }
-        Ok(answer)
+        answer.ok_or_else(|| tonic::Status::internal("a forward without answer"))
     }
 
     /// Serves a forwarded request on this member, which must lead (`NotLeader`: it does not,
     /// and did nothing): the request of a follower, or of this member's own client.
     pub async fn serve_forwarded(&self, request: Forwarded) -> Result<Answer> {
         match request {
-            Forwarded::Propose(r) => {
-                let (index, response) = self.propose_local(r).await?;
-                Ok(Answer::Propose(pb::ProposeResponse { index, response }))
-            }
+            Forwarded::Propose(p) => Ok(Answer::Propose(self.propose_local(p.requests).await?)),
             Forwarded::ReadIndex(_) => {
                 let index = self.read_index_local().await?;
                 Ok(Answer::ReadIndex(pb::ReadIndexResponse { index }))
@@ -916,20 +953,38 @@ impl RaftNode {
             .await;
     }
 
-    /// Proposes on this member, which must lead. `NotLeader` means it was not appended.
-    pub async fn propose_local(&self, request: Bytes) -> Result<(u64, Bytes)> {
-        match self.raft.client_write(Proposal(request)).await {
-            Ok(r) => Ok((r.log_id.index, r.data)),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(Error::NotLeader),
-            Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_))) => {
-                Err(Error::TimeoutLeaderFail)
-            }
-            Err(RaftError::APIError(e)) => {
-                tracing::error!(error = %e, "raft: proposal failed");
-                Err(Error::Internal)
-            }
-            Err(RaftError::Fatal(_)) => Err(Error::Stopped),
+    /// Proposes a batch on this member, which must lead, as one message to Raft, and answers
+    /// each request once applied. `NotLeader` (for the whole batch, or for one request): not
+    /// appended.
+    async fn propose_local(&self, requests: Vec<Bytes>) -> Result<pb::Proposed> {
+        let n = requests.len();
+        let failed = |e: Error| pb::ProposeResponse { error: Some(e.code()), ..Default::default() };
+        let mut results = match self.raft.client_write_many(requests.into_iter().map(Proposal)).await
+        {
+            Ok(s) => s,
+            Err(_) => return Err(Error::Stopped),
+        };
+        let mut answers = Vec::with_capacity(n);
+        while let Some(r) = results.next().await {
+            answers.push(match r {
+                Ok(Ok(w)) => {
+                    pb::ProposeResponse { index: w.log_id.index, response: w.response, error: None }
+                }
+                Ok(Err(ClientWriteError::ForwardToLeader(_))) => failed(Error::NotLeader),
+                Ok(Err(ClientWriteError::LogEntryDiscarded(_))) => failed(Error::TimeoutLeaderFail),
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "raft: proposal failed");
+                    failed(Error::Internal)
+                }
+                // Raft stopped: what it did with the rest is unknown.
+                Err(_) => break,
+            });
         }
+        answers.resize_with(n, || failed(Error::TimeoutLeaderFail));
+        if answers.iter().all(|a| a.error == Some(Error::NotLeader.code())) {
+            return Err(Error::NotLeader);
+        }
+        Ok(pb::Proposed { answers })
     }
 
     /// The index a linearizable read must wait for: the next shared round's

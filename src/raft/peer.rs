@@ -162,10 +162,12 @@ impl pb::raft_server::Raft for PeerService {
         let Some(mut request) = req.into_inner().request else {
             return Err(Status::invalid_argument("a forwarded call without a request"));
         };
-        if let Forwarded::Propose(r) = &mut request {
+        if let Forwarded::Propose(p) = &mut request {
             // A view into the received HTTP/2 buffer would pin that whole buffer for as long
             // as the entry stays in the log: the log keeps its own copy, of the exact size.
-            *r = bytes::Bytes::copy_from_slice(r);
+            for r in &mut p.requests {
+                *r = bytes::Bytes::copy_from_slice(r);
+            }
         }
         let fut = self.node.serve_forwarded(request);
         let r = if has_deadline {
