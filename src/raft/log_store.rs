@@ -333,10 +333,9 @@ impl LogStore {
             segs.pop();
         }
         let next = mem.last_log_id().map_or(0, |l| l.index + 1);
-        let (seq, older) = match segs.pop() {
-            Some((_, seq, _)) => (seq + 1, segs.into_iter().map(|(p, _, f)| (p, f)).collect()),
-            None => (1, Vec::new()),
-        };
+        // Every segment found stays known, to be deleted once purged (the last one too).
+        let seq = segs.last().map_or(1, |s| s.1 + 1);
+        let older = segs.into_iter().map(|(p, _, f)| (p, f)).collect();
         let seg = new_segment(&opts.dir, seq, next, older, &mem)?;
         let disk = Arc::new(Disk {
             dir: opts.dir.clone(),
