@@ -11,6 +11,19 @@
 //! log id and the purge point, so a segment whose entries are all purged can be deleted without
 //! losing them.
 //!
+//! # In memory
+//! openraft reads entries back to send them to followers and to apply them; a member that
+//! keeps up only asks for the newest. The log is purged only once a snapshot covers it (see
+//! `state_machine`: up to 256 MiB of log), so holding every entry until then would hold the
+//! data about twice (the store holds it too). So with a disk only the newest `keep_in_memory`
+//! entries are held (etcd's `--snapshot-count` default); for older ones the log keeps where
+//! their record is (a few tens of bytes each) and reads them back from their segment when asked
+//! (a lagging follower, an apply far behind), without holding the log's lock over the read.
+//! Segments are deleted only once all their entries are purged, so such a read finds its file
+//! unless a purge overtook it: then it returns what follows the purged part, as a read that
+//! started after the purge would. With `--wal-mode none` there is nothing to read back from,
+//! and every entry since the purge point is held.
+//!
 //! # When an append counts as written
 //! `none`: at once (a restarted member has nothing; see `node` for how it rejoins). `buffered`:
 //! once `write(2)` returned, fdatasync'd every `--wal-flush-interval` in the background.
@@ -22,7 +35,8 @@ use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::ops::{Bound, RangeBounds};
+use std::ops::{Bound, Range, RangeBounds};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,12 +52,17 @@ use super::types::{CommittedLeaderId, Entry, LogId, Proposal, TypeConfig, Vote};
 use crate::data_dir::sync_dir;
 use crate::proto::memetcdpb as pb;
 use crate::wal::Mode;
-use crate::wal::record::{Decoder, FILE_HEADER_LEN, Framer, put_bytes, put_uvarint};
+use crate::wal::frame::{Frame, Frames};
+use crate::wal::record::{Decoder, FILE_HEADER_LEN, FRAME_LEN, Framer, put_bytes, put_uvarint};
 use crate::wal::segment::{self, End};
 
 /// First bytes of a Raft log segment.
 const MAGIC: &[u8; 8] = b"MEMETCDR";
 const VERSION: u32 = 1;
+
+/// Entries held in memory by default: etcd's `--snapshot-count` default, about as many entries
+/// as etcd's own in-memory Raft log holds between its snapshots.
+pub const DEFAULT_KEEP_IN_MEMORY: u64 = 10_000;
 
 /// Record types. Values are part of the format: never reuse one.
 mod tag {
@@ -162,68 +181,146 @@ fn get_log_id(r: &mut Decoder<'_>) -> Option<Option<LogId>> {
     })
 }
 
-/// The log as openraft sees it. Entries are kept in memory from the purge point on, so reads
-/// (replication to followers) never touch the disk.
+/// Where an entry's record is: enough to give its log id without the entry, and to read it
+/// back. Kept for every entry, since an entry held now is dropped later.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Loc {
+    term: u64,
+    /// The segment (see [`Disk::paths`] for its file).
+    seq: u64,
+    /// Where the record's frame starts in the segment.
+    offset: u64,
+    /// The record's length, frame included.
+    len: u32,
+}
+
+/// The log as openraft sees it. With a disk, only the newest entries are held (see the module
+/// doc): the replication of followers that keep up, and the apply, ask for no others.
 #[derive(Debug, Default)]
 struct Mem {
     /// The newest purged log id: entries up to it are gone.
     purged: Option<LogId>,
-    /// Entries `purged.index + 1 ..`, consecutive.
+    /// With a disk: where entry `purged.index + 1 + i` is, for each entry, consecutive (empty
+    /// without a disk). What gives the log ids of the entries not held, and reads them back.
+    locs: VecDeque<Loc>,
+    /// The newest entries, consecutive, ending at the last one: all of them without a disk, at
+    /// most `keep` with one (the others are *spilled*: only their `locs` are held).
     entries: VecDeque<Entry>,
+    /// How many entries to hold, with a disk; `None` (no disk) holds all.
+    keep: Option<usize>,
     vote: Option<Vote>,
     committed: Option<LogId>,
 }
 
+/// What [`Mem::range`] found: the locations of the spilled entries `start ..`, then the held
+/// entries that follow them.
+#[derive(Debug)]
+struct Plan {
+    start: u64,
+    spilled: Vec<Loc>,
+    held: Vec<Entry>,
+}
+
 impl Mem {
-    /// The index the first entry in memory has (or would have).
+    /// The index the first entry has (or would have).
     fn first_index(&self) -> u64 {
         self.purged.map_or(0, |p| p.index + 1)
     }
 
+    /// How many entries the log has from the purge point on.
+    fn len(&self) -> usize {
+        if self.keep.is_some() { self.locs.len() } else { self.entries.len() }
+    }
+
+    /// How many of them, from the first on, are not held.
+    fn spilled(&self) -> usize {
+        self.len() - self.entries.len()
+    }
+
     fn last_log_id(&self) -> Option<LogId> {
-        self.entries.back().map(|e| e.log_id).or(self.purged)
+        match self.entries.back() {
+            Some(e) => Some(e.log_id),
+            None => self
+                .locs
+                .back()
+                .map(|l| log_id(l.term, self.first_index() + self.locs.len() as u64 - 1)),
+        }
+        .or(self.purged)
     }
 
     fn truncate_after(&mut self, after: Option<LogId>) {
-        let keep = after.map_or(0, |l| l.index + 1).saturating_sub(self.first_index());
-        self.entries.truncate(keep as usize);
+        let n = after.map_or(0, |l| l.index + 1).saturating_sub(self.first_index()) as usize;
+        let spilled = self.spilled();
+        self.locs.truncate(n);
+        self.entries.truncate(n.saturating_sub(spilled));
     }
 
-    fn push(&mut self, e: Entry) -> io::Result<()> {
-        if self.purged.is_some_and(|p| e.log_id.index <= p.index) {
+    /// Whether an entry with `id` read or appended next belongs in the log, making room for
+    /// it: an entry rewritten after a conflict ends the log before it.
+    fn accept(&mut self, id: LogId) -> io::Result<bool> {
+        if self.purged.is_some_and(|p| id.index <= p.index) {
             // Covered by a snapshot: replaying an older segment.
-            return Ok(());
+            return Ok(false);
         }
         let want = self.last_log_id().map_or(0, |l| l.index + 1);
-        if e.log_id.index < want {
+        if id.index < want {
             // An entry rewritten after a conflict: what followed it is gone too.
-            self.truncate_after(e.log_id.index.checked_sub(1).map(|i| self.log_id_at(i)));
-        } else if e.log_id.index > want {
+            self.truncate_after(id.index.checked_sub(1).map(|i| self.log_id_at(i)));
+        } else if id.index > want {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("raft log: entry {} after {want}: a hole in the log", e.log_id.index),
+                format!("raft log: entry {} after {want}: a hole in the log", id.index),
             ));
         }
-        if e.log_id.index >= self.first_index() {
-            self.entries.push_back(e);
+        Ok(id.index >= self.first_index())
+    }
+
+    /// Appends `e`, whose record is at `loc` with a disk (`None` without), and drops the oldest
+    /// held entry if more than `keep` are held: its record is written already.
+    fn push(&mut self, e: Entry, loc: Option<Loc>) -> io::Result<()> {
+        debug_assert_eq!(loc.is_some(), self.keep.is_some());
+        if !self.accept(e.log_id)? {
+            return Ok(());
+        }
+        self.locs.extend(loc);
+        self.entries.push_back(e);
+        if self.keep.is_some_and(|k| self.entries.len() > k) {
+            self.entries.pop_front();
         }
         Ok(())
     }
 
+    /// Appends an entry without holding it (replaying the segments, before any is held).
+    fn push_spilled(&mut self, id: LogId, loc: Loc) -> io::Result<()> {
+        debug_assert!(self.entries.is_empty() && self.keep.is_some());
+        if self.accept(id)? {
+            self.locs.push_back(loc);
+        }
+        Ok(())
+    }
+
+    /// The log id of entry `index`, at most the last one's.
     fn log_id_at(&self, index: u64) -> LogId {
-        match index.checked_sub(self.first_index()) {
-            Some(i) => self.entries[i as usize].log_id,
-            None => self.purged.expect("an index below the first entry is purged"),
+        let Some(i) = index.checked_sub(self.first_index()) else {
+            return self.purged.expect("an index below the first entry is purged");
+        };
+        match (i as usize).checked_sub(self.spilled()) {
+            Some(h) => self.entries[h].log_id,
+            None => log_id(self.locs[i as usize].term, index),
         }
     }
 
     fn purge(&mut self, upto: LogId) {
-        let n = (upto.index + 1).saturating_sub(self.first_index()).min(self.entries.len() as u64);
-        self.entries.drain(..n as usize);
+        let n = (upto.index + 1).saturating_sub(self.first_index()).min(self.len() as u64) as usize;
+        let spilled = self.spilled();
+        self.locs.drain(..n.min(self.locs.len()));
+        self.entries.drain(..n.saturating_sub(spilled));
         self.purged = Some(upto);
     }
 
-    fn range(&self, range: impl RangeBounds<u64>) -> Vec<Entry> {
+    /// The entries of `range` the log has: held ones cloned, spilled ones to read back (off
+    /// the lock) from where their records are.
+    fn range(&self, range: impl RangeBounds<u64>) -> Plan {
         let first = self.first_index();
         let start = match range.start_bound() {
             Bound::Included(&s) => s,
@@ -236,12 +333,125 @@ impl Mem {
             Bound::Excluded(&e) => e,
             Bound::Unbounded => u64::MAX,
         }
-        .min(first + self.entries.len() as u64);
+        .min(first + self.len() as u64);
+        let mut plan = Plan { start, spilled: Vec::new(), held: Vec::new() };
         if start >= end {
-            return Vec::new();
+            return plan;
         }
-        self.entries.range((start - first) as usize..(end - first) as usize).cloned().collect()
+        let held_from = first + self.spilled() as u64;
+        if start < held_from {
+            let to = end.min(held_from);
+            plan.spilled =
+                self.locs.range((start - first) as usize..(to - first) as usize).copied().collect();
+        }
+        let from = start.max(held_from);
+        if from < end {
+            plan.held = self
+                .entries
+                .range((from - held_from) as usize..(end - held_from) as usize)
+                .cloned()
+                .collect();
+        }
+        plan
     }
+}
+
+fn log_id(term: u64, index: u64) -> LogId {
+    LogId::new(CommittedLeaderId::new(term), index)
+}
+
+/// Reads back entries `start ..`, one per `locs`, from their records: one read per run of them
+/// in a segment. `paths` names the segments' files by seq (`None`: deleted). A segment found
+/// gone must be one whose entries were all purged since `locs` were taken (`first_index`
+/// tells where the log starts now); as segments go oldest first, the entries read before it
+/// are purged too and are dropped, so what is returned ends the run and starts where the log
+/// still had entries. Anything else that fails (a segment gone that should be there, a short
+/// read, a record that is not the entry expected) is an error.
+fn read_back(
+    start: u64,
+    locs: &[Loc],
+    paths: impl FnOnce(&[u64]) -> Vec<Option<PathBuf>>,
+    first_index: impl Fn() -> u64,
+) -> io::Result<Vec<Entry>> {
+    let mut runs: Vec<(u64, Range<usize>)> = Vec::new();
+    for (i, l) in locs.iter().enumerate() {
+        match runs.last_mut() {
+            Some((seq, r)) if *seq == l.seq => r.end = i + 1,
+            _ => runs.push((l.seq, i..i + 1)),
+        }
+    }
+    let paths = paths(&runs.iter().map(|r| r.0).collect::<Vec<_>>());
+    let mut out = Vec::with_capacity(locs.len());
+    for ((seq, r), path) in runs.into_iter().zip(paths) {
+        let first = start + r.start as u64;
+        let read = match &path {
+            Some(path) => read_run(path, first, &locs[r.clone()])?,
+            None => None,
+        };
+        match read {
+            Some(entries) => out.extend(entries),
+            None => {
+                let last = start + r.end as u64 - 1;
+                let now = first_index();
+                if last >= now {
+                    return Err(io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!(
+                            "raft log: segment {seq} (entries {first}..={last}) is gone, but the log starts at {now}"
+                        ),
+                    ));
+                }
+                out.clear();
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Reads entries `first ..`, one per `locs` (all in the segment at `path`, in order), with
+/// one read from the first record to the end of the last; `None` if the file is gone.
+fn read_run(path: &Path, first: u64, locs: &[Loc]) -> io::Result<Option<Vec<Entry>>> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let bad = |offset: u64, what: String| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("raft log {} at offset {offset}: {what}", path.display()),
+        )
+    };
+    let (Some(a), Some(z)) = (locs.first(), locs.last()) else { return Ok(Some(Vec::new())) };
+    let base = a.offset;
+    let mut buf = vec![0; (z.offset + u64::from(z.len)).saturating_sub(base) as usize];
+    file.read_exact_at(&mut buf, base).map_err(|e| {
+        io::Error::new(e.kind(), format!("raft log {} at offset {base}: {e}", path.display()))
+    })?;
+    let mut out = Vec::with_capacity(locs.len());
+    for (index, l) in (first..).zip(locs) {
+        let at = l.offset.wrapping_sub(base) as usize;
+        let rec = buf
+            .get(at..at.saturating_add(l.len as usize))
+            .ok_or_else(|| bad(l.offset, "past the run read".into()))?;
+        // Each body gets its own buffer (as when the log is loaded): the store may keep slices
+        // of an entry's payload, which must not pin the whole run.
+        match Frames::new(rec, l.offset).next(Record::decode)? {
+            Frame::Good(Record::Entry(e)) if e.log_id == log_id(l.term, index) => out.push(e),
+            Frame::Good(Record::Entry(e)) => {
+                let want = log_id(l.term, index);
+                return Err(bad(l.offset, format!("expected entry {want}, found {}", e.log_id)));
+            }
+            Frame::Good(_) => {
+                return Err(bad(l.offset, format!("expected entry {index}, found another record")));
+            }
+            Frame::Bad(b) => return Err(bad(l.offset, format!("entry {index}: {b}"))),
+            Frame::Short | Frame::End => {
+                return Err(bad(l.offset, format!("entry {index} cut short")));
+            }
+        }
+    }
+    Ok(Some(out))
 }
 
 /// The log's files and how writes reach them.
@@ -251,7 +461,8 @@ struct Disk {
     mode: Mode,
     segment_bytes: u64,
     /// The segment being written and what else the writer needs; appends come from openraft's
-    /// log task one at a time, the syncer takes the lock only to sync.
+    /// log task one at a time, the syncer takes the lock only to sync, and reads of spilled
+    /// entries only to find their segments' files.
     file: Mutex<Segment>,
     /// fsync mode: callbacks waiting for the next fdatasync, and whether the syncer should
     /// stop; buffered mode: whether anything was written since the last background sync.
@@ -265,8 +476,8 @@ struct Segment {
     path: PathBuf,
     seq: u64,
     size: u64,
-    /// Segments before this one, oldest first: (path, first index it may hold).
-    older: Vec<(PathBuf, u64)>,
+    /// Segments before this one, oldest first: (path, seq, first index it may hold).
+    older: Vec<(PathBuf, u64, u64)>,
     first: u64,
 }
 
@@ -297,8 +508,8 @@ fn file_header() -> [u8; FILE_HEADER_LEN as usize] {
 /// A Raft log of `--wal-mode` in `dir` (`None` for mode none).
 #[derive(Clone, Debug)]
 pub struct LogStore {
-    /// Shared by openraft's log task (writes) and the replication tasks (reads); held briefly,
-    /// never across an await.
+    /// Shared by openraft's log task (writes) and the replication tasks and the apply (reads);
+    /// held briefly: never across an await, nor while spilled entries are read back.
     mem: Arc<Mutex<Mem>>,
     disk: Option<Arc<Disk>>,
     /// Bytes of entries appended since start: what snapshots are scheduled by.
@@ -312,6 +523,9 @@ pub struct LogOptions {
     pub mode: Mode,
     pub segment_bytes: u64,
     pub flush_interval: Duration,
+    /// How many of the newest entries to hold in memory; older ones are read back from the
+    /// segments when asked for.
+    pub keep_in_memory: u64,
 }
 
 impl LogStore {
@@ -328,16 +542,16 @@ impl LogStore {
         }
         fs::create_dir_all(&opts.dir)?;
         let mut segs = list(&opts.dir)?;
-        let mem = load(&opts.dir, &segs, true)?;
+        let keep = usize::try_from(opts.keep_in_memory).unwrap_or(usize::MAX);
+        let mem = load(&opts.dir, &segs, true, keep)?;
         if segs.last().is_some_and(|s| !s.0.exists()) {
             segs.pop();
         }
         let next = mem.last_log_id().map_or(0, |l| l.index + 1);
-        let (seq, older) = match segs.pop() {
-            Some((_, seq, _)) => (seq + 1, segs.into_iter().map(|(p, _, f)| (p, f)).collect()),
-            None => (1, Vec::new()),
-        };
-        let seg = new_segment(&opts.dir, seq, next, older, &mem)?;
+        // Every segment found stays known: entries are read back from them, and they are
+        // deleted once purged.
+        let seq = segs.last().map_or(1, |s| s.1 + 1);
+        let seg = new_segment(&opts.dir, seq, next, segs, &mem)?;
         let disk = Arc::new(Disk {
             dir: opts.dir.clone(),
             mode: opts.mode,
@@ -375,6 +589,18 @@ impl LogStore {
         m.vote.is_none() && m.last_log_id().is_none()
     }
 
+    /// Reads back the spilled entries `start ..` at `locs` (see [`read_back`]).
+    fn read_spilled(&self, start: u64, locs: &[Loc]) -> io::Result<Vec<Entry>> {
+        let d = self.disk.as_ref().expect("only a log with a disk spills entries");
+        read_back(start, locs, |seqs| d.paths(seqs), || self.mem.lock().first_index())
+    }
+
+    /// How many entries are held in memory.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.mem.lock().entries.len()
+    }
+
     /// Writes records; `sync` makes them durable before returning (votes), whatever the mode.
     fn write(&self, recs: &[Record], sync: bool) -> io::Result<()> {
         let Some(d) = &self.disk else { return Ok(()) };
@@ -404,7 +630,7 @@ impl LogStore {
         let mem = self.mem.lock();
         let next = mem.last_log_id().map_or(0, |l| l.index + 1);
         let mut older = std::mem::take(&mut seg.older);
-        older.push((seg.path.clone(), seg.first));
+        older.push((seg.path.clone(), seg.seq, seg.first));
         *seg = new_segment(&d.dir, seg.seq + 1, next, older, &mem)?;
         Ok(())
     }
@@ -414,18 +640,18 @@ impl LogStore {
         let Some(d) = &self.disk else { return Ok(()) };
         let mut seg = d.file.lock();
         let current_first = seg.first;
-        let mut firsts: Vec<u64> = seg.older.iter().map(|o| o.1).collect();
+        let mut firsts: Vec<u64> = seg.older.iter().map(|o| o.2).collect();
         firsts.push(current_first);
         let mut keep = Vec::new();
         let mut deleted = false;
-        for (i, (path, first)) in std::mem::take(&mut seg.older).into_iter().enumerate() {
+        for (i, (path, seq, first)) in std::mem::take(&mut seg.older).into_iter().enumerate() {
             // Entries of segment i are below the next segment's first index (a rewrite after a
             // conflict only lowers what later segments hold).
             if firsts[i + 1].saturating_sub(1) <= purged && (keep.is_empty()) {
                 fs::remove_file(&path)?;
                 deleted = true;
             } else {
-                keep.push((path, first));
+                keep.push((path, seq, first));
             }
         }
         seg.older = keep;
@@ -453,14 +679,20 @@ fn list(dir: &Path) -> io::Result<Vec<(PathBuf, u64, u64)>> {
     Ok(out)
 }
 
-/// Reads the log of segments `segs` (see [`list`]) in `dir`. A torn last record ends it, and
-/// is cut off if `repair` (else the files are left as they are); corruption elsewhere is an
-/// error.
-fn load(dir: &Path, segs: &[(PathBuf, u64, u64)], repair: bool) -> io::Result<Mem> {
-    let mut mem = Mem::default();
+/// Reads the log of segments `segs` (see [`list`]) in `dir`, holding its newest `keep`
+/// entries. A torn last record ends it, and is cut off if `repair` (else the files are left as
+/// they are); corruption elsewhere is an error.
+fn load(dir: &Path, segs: &[(PathBuf, u64, u64)], repair: bool, keep: usize) -> io::Result<Mem> {
+    /// A record as replayed: an entry by its log id and location only, so that no more than
+    /// one segment's payloads are in memory at once.
+    enum Replay {
+        Entry(LogId, Loc),
+        Other(Record),
+    }
+    let mut mem = Mem { keep: Some(keep), ..Mem::default() };
     let n = segs.len();
     let mut reads = Vec::with_capacity(n);
-    for (i, (path, _, _)) in segs.iter().enumerate() {
+    for (i, (path, seq, _)) in segs.iter().enumerate() {
         let data = fs::read(path)?;
         let read = segment::parse(&data, MAGIC, VERSION, Record::decode);
         match &read.end {
@@ -485,27 +717,48 @@ fn load(dir: &Path, segs: &[(PathBuf, u64, u64)], repair: bool) -> io::Result<Me
                 ));
             }
         }
-        reads.push(read.records);
+        let replay = read.records.into_iter().map(|(offset, rec)| match rec {
+            Record::Entry(e) => {
+                let at = offset as usize;
+                let body = u32::from_le_bytes(data[at..at + 4].try_into().expect("4 bytes"));
+                // A good record's body is at most `MAX_BODY`: its length fits.
+                let len = body + FRAME_LEN as u32;
+                let loc = Loc { term: e.log_id.leader_id.term, seq: *seq, offset, len };
+                Replay::Entry(e.log_id, loc)
+            }
+            r => Replay::Other(r),
+        });
+        reads.push(replay.collect::<Vec<_>>());
     }
     // The purge point first: the segments of the entries before it may be deleted already,
     // and what remains starts past it.
     let purged = reads
         .iter()
         .flatten()
-        .filter_map(|(_, r)| if let Record::Purge(p) = r { Some(*p) } else { None })
+        .filter_map(|r| if let Replay::Other(Record::Purge(p)) = r { Some(*p) } else { None })
         .max();
     if let Some(p) = purged {
         mem.purge(p);
     }
-    for (_, rec) in reads.into_iter().flatten() {
+    for rec in reads.into_iter().flatten() {
         match rec {
-            Record::Entry(e) => mem.push(e)?,
-            Record::Vote(v) => mem.vote = Some(v),
-            Record::Committed(c) => mem.committed = c,
-            Record::Truncate(after) => mem.truncate_after(after),
-            Record::Purge(_) => {}
+            Replay::Entry(id, loc) => mem.push_spilled(id, loc)?,
+            Replay::Other(Record::Vote(v)) => mem.vote = Some(v),
+            Replay::Other(Record::Committed(c)) => mem.committed = c,
+            Replay::Other(Record::Truncate(after)) => mem.truncate_after(after),
+            Replay::Other(Record::Entry(_) | Record::Purge(_)) => {}
         }
     }
+    // The newest entries, read back: their segments were just read, so from the page cache.
+    let from = mem.len() - mem.len().min(keep);
+    let locs: Vec<Loc> = mem.locs.range(from..).copied().collect();
+    let paths = |seqs: &[u64]| {
+        let path = |seq| segs.iter().find(|s| s.1 == seq).map(|s| s.0.clone());
+        seqs.iter().map(|&seq| path(seq)).collect()
+    };
+    // Nothing is purged meanwhile: a segment gone is an error.
+    let entries = read_back(mem.first_index() + from as u64, &locs, paths, || 0)?;
+    mem.entries = entries.into();
     Ok(mem)
 }
 
@@ -526,7 +779,7 @@ pub fn read_local(dir: &Path) -> io::Result<LocalLog> {
     if !dir.exists() {
         return Ok(LocalLog::default());
     }
-    let mem = load(dir, &list(dir)?, false)?;
+    let mem = load(dir, &list(dir)?, false, usize::MAX)?;
     Ok(LocalLog { vote: mem.vote, committed: mem.committed, entries: mem.entries.into() })
 }
 
@@ -536,7 +789,7 @@ fn new_segment(
     dir: &Path,
     seq: u64,
     first: u64,
-    older: Vec<(PathBuf, u64)>,
+    older: Vec<(PathBuf, u64, u64)>,
     mem: &Mem,
 ) -> io::Result<Segment> {
     let path = dir.join(segment_name(seq, first));
@@ -556,6 +809,16 @@ fn new_segment(
 }
 
 impl Disk {
+    /// The files of segments `seqs` (`None`: deleted).
+    fn paths(&self, seqs: &[u64]) -> Vec<Option<PathBuf>> {
+        let seg = self.file.lock();
+        let path = |seq| match seq == seg.seq {
+            true => Some(seg.path.clone()),
+            false => seg.older.iter().find(|o| o.1 == seq).map(|o| o.0.clone()),
+        };
+        seqs.iter().map(|&seq| path(seq)).collect()
+    }
+
     /// fsync mode: syncs whenever appends wait, then tells openraft they are durable (all
     /// appends made before the sync started are in it). Buffered mode: syncs what was
     /// written every `interval`.
@@ -599,7 +862,17 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, io::Error> {
-        Ok(self.mem.lock().range(range))
+        let Plan { start, spilled, held } = self.mem.lock().range(range);
+        if spilled.is_empty() {
+            return Ok(held);
+        }
+        // A read may wait for the disk: not on one of the runtime's workers.
+        let me = self.clone();
+        let mut out = tokio::task::spawn_blocking(move || me.read_spilled(start, &spilled))
+            .await
+            .map_err(io::Error::other)??;
+        out.extend(held);
+        Ok(out)
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
@@ -659,18 +932,31 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.appended.fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
         if let Some(d) = &self.disk {
             let mut buf = Vec::new();
+            // Where each record starts in `buf`, and its length.
+            let mut spans = Vec::with_capacity(entries.len());
             for e in &entries {
+                let at = buf.len();
                 Record::Entry(e.clone()).encode(&mut buf);
+                let len = u32::try_from(buf.len() - at).map_err(|_| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "raft log: an entry of 4 GiB or more",
+                    )
+                })?;
+                spans.push((at as u64, len));
             }
-            {
+            let (seq, base) = {
                 let mut seg = d.file.lock();
                 seg.file.write_all(&buf)?;
+                let base = seg.size;
                 seg.size += buf.len() as u64;
-            }
+                (seg.seq, base)
+            };
             {
                 let mut mem = self.mem.lock();
-                for e in entries {
-                    mem.push(e)?;
+                for (e, (at, len)) in entries.into_iter().zip(spans) {
+                    let term = e.log_id.leader_id.term;
+                    mem.push(e, Some(Loc { term, seq, offset: base + at, len }))?;
                 }
             }
             let mut q = d.sync.lock();
@@ -691,7 +977,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         let mut mem = self.mem.lock();
         for e in entries {
-            mem.push(e)?;
+            mem.push(e, None)?;
         }
         drop(mem);
         callback.io_completed(Ok(()));
@@ -731,6 +1017,7 @@ mod tests {
             mode,
             segment_bytes: 1 << 20,
             flush_interval: Duration::from_millis(5),
+            keep_in_memory: DEFAULT_KEEP_IN_MEMORY,
         }
     }
 
@@ -739,6 +1026,289 @@ mod tests {
         let (tx, rx) = TypeConfig::oneshot();
         s.append(entries, IOFlushed::signal(tx)).await.unwrap();
         rx.await.unwrap().unwrap();
+    }
+
+    /// An entry of 100 to 400 bytes that tells its log id.
+    fn sized(term: u64, index: u64) -> Entry {
+        let mut data = format!("{term}/{index}/").into_bytes();
+        data.resize(100 + (index as usize * 37) % 300, b'a' + (index % 26) as u8);
+        Entry { log_id: log_id(term, index), payload: EntryPayload::Normal(Proposal(data.into())) }
+    }
+
+    fn entries(term: u64, indexes: Range<u64>) -> Vec<Entry> {
+        indexes.map(|i| sized(term, i)).collect()
+    }
+
+    /// Small segments (several per test) and `keep` entries held.
+    fn small(dir: &Path, mode: Mode, keep: u64) -> LogOptions {
+        LogOptions { segment_bytes: 4096, keep_in_memory: keep, ..opts(dir, mode) }
+    }
+
+    /// Appends `entries` in batches of 1 to 4, with a committed record between batches (so the
+    /// runs read back have other records among them).
+    async fn append_batches(s: &mut LogStore, entries: &[Entry]) {
+        let mut rest = entries;
+        for n in (1..=4).cycle() {
+            if rest.is_empty() {
+                break;
+            }
+            let (batch, tail) = rest.split_at(n.min(rest.len()));
+            append(s, batch.to_vec()).await;
+            s.save_committed(Some(batch[0].log_id)).await.unwrap();
+            rest = tail;
+        }
+    }
+
+    /// Reads ranges of every shape over the log and checks each against `want` (the log's
+    /// entries from the purge point on).
+    async fn check_ranges(s: &mut LogStore, want: &[Entry]) {
+        use Bound::*;
+        let n = want.last().map_or(0, |e| e.log_id.index + 1);
+        let mut ranges = vec![
+            (Unbounded, Unbounded),
+            (Included(0), Excluded(n)),
+            (Excluded(0), Included(n.saturating_sub(2))),
+            (Included(n.saturating_sub(1)), Unbounded),
+            (Included(n.saturating_sub(4)), Excluded(n)),
+            (Included(n + 3), Unbounded),
+            (Unbounded, Excluded(5)),
+        ];
+        for a in (0..n).step_by(3) {
+            ranges.push((Included(a), Excluded(a + 7)));
+            ranges.push((Included(a), Included(a)));
+        }
+        for r in ranges {
+            let expected: Vec<Entry> =
+                want.iter().filter(|e| r.contains(&e.log_id.index)).cloned().collect();
+            let got = s.try_get_log_entries(r).await.unwrap();
+            assert_eq!(got, expected, "range {r:?}");
+        }
+        let st = s.get_log_state().await.unwrap();
+        if let Some(last) = want.last() {
+            assert_eq!(st.last_log_id, Some(last.log_id));
+        }
+    }
+
+    #[tokio::test]
+    async fn spilled_entries_are_read_back_across_segments() {
+        for mode in [Mode::Buffered, Mode::Fsync, Mode::None] {
+            let dir = tempfile::tempdir().unwrap();
+            let o = small(dir.path(), mode, 3);
+            let mut s = LogStore::open(&o).unwrap();
+            let want = entries(1, 0..60);
+            append_batches(&mut s, &want).await;
+            if mode == Mode::None {
+                assert_eq!(s.held(), 60, "nothing to read back from: all held");
+            } else {
+                assert!(list(&o.dir).unwrap().len() >= 4, "several segments");
+                assert_eq!(s.held(), 3, "{mode:?}");
+            }
+            check_ranges(&mut s, &want).await;
+            s.close();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_truncation_into_the_spilled_entries_then_appends_read_back() {
+        for mode in [Mode::Buffered, Mode::Fsync] {
+            let dir = tempfile::tempdir().unwrap();
+            let o = small(dir.path(), mode, 3);
+            let mut want = {
+                let mut s = LogStore::open(&o).unwrap();
+                let mut want = entries(1, 0..40);
+                append_batches(&mut s, &want).await;
+                // Into the spilled part: nothing is held any more.
+                s.truncate_after(Some(log_id(1, 19))).await.unwrap();
+                want.truncate(20);
+                assert_eq!(s.held(), 0);
+                assert_eq!(s.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 19)));
+                check_ranges(&mut s, &want).await;
+                let more = entries(2, 20..35);
+                append_batches(&mut s, &more).await;
+                want.extend(more);
+                check_ranges(&mut s, &want).await;
+                // Into the held part.
+                s.truncate_after(Some(log_id(2, 33))).await.unwrap();
+                want.truncate(34);
+                let more = entries(3, 34..36);
+                append(&mut s, more.clone()).await;
+                want.extend(more);
+                assert_eq!(s.held(), 3);
+                check_ranges(&mut s, &want).await;
+                s.close();
+                want
+            };
+            // A restart finds the newest record of each index.
+            let mut s = LogStore::open(&o).unwrap();
+            check_ranges(&mut s, &want).await;
+            s.truncate_after(Some(log_id(1, 10))).await.unwrap();
+            want.truncate(11);
+            let more = entries(4, 11..15);
+            append_batches(&mut s, &more).await;
+            want.extend(more);
+            check_ranges(&mut s, &want).await;
+            s.close();
+        }
+    }
+
+    #[tokio::test]
+    async fn purged_entries_are_gone_and_the_others_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = small(dir.path(), Mode::Buffered, 3);
+        let mut s = LogStore::open(&o).unwrap();
+        let mut want = entries(1, 0..60);
+        append_batches(&mut s, &want).await;
+        let before = list(&o.dir).unwrap().len();
+        s.purge(log_id(1, 25)).await.unwrap();
+        assert!(list(&o.dir).unwrap().len() < before, "purged segments are deleted");
+        want.drain(..26);
+        check_ranges(&mut s, &want).await;
+        assert_eq!(s.get_log_state().await.unwrap().last_purged_log_id, Some(log_id(1, 25)));
+        // Into the held entries.
+        s.purge(log_id(1, 58)).await.unwrap();
+        want.drain(..want.len() - 1);
+        assert_eq!(s.held(), 1);
+        check_ranges(&mut s, &want).await;
+        // Past the last entry (a snapshot installed), then appends.
+        s.purge(log_id(1, 70)).await.unwrap();
+        assert_eq!(s.try_get_log_entries(..).await.unwrap(), []);
+        assert_eq!(s.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 70)));
+        let want = entries(2, 71..80);
+        append_batches(&mut s, &want).await;
+        check_ranges(&mut s, &want).await;
+        s.close();
+        let mut s = LogStore::open(&o).unwrap();
+        check_ranges(&mut s, &want).await;
+        // Every segment from before the restart is known, and deleted once purged.
+        s.purge(log_id(2, 79)).await.unwrap();
+        assert_eq!(list(&o.dir).unwrap().len(), 1, "only the current segment is left");
+        s.close();
+    }
+
+    #[tokio::test]
+    async fn a_read_overtaken_by_a_purge_returns_what_follows_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = small(dir.path(), Mode::Buffered, 3);
+        let mut s = LogStore::open(&o).unwrap();
+        let want = entries(1, 0..60);
+        append_batches(&mut s, &want).await;
+        // The locations are taken, then a purge deletes segments before they are read.
+        let plan = s.mem.lock().range(..);
+        assert_eq!((plan.start, plan.spilled.len(), plan.held.len()), (0, 57, 3));
+        // The first segment read, then the second found deleted by a purge (of both): the
+        // entries from the first are dropped too, never leaving a hole.
+        let second = plan.spilled.iter().find(|l| l.seq != plan.spilled[0].seq).unwrap().seq;
+        let after = plan.spilled.iter().rposition(|l| l.seq == second).unwrap() + 1;
+        let d = s.disk.clone().unwrap();
+        let paths = |seqs: &[u64]| {
+            let mut p = d.paths(seqs);
+            p[1] = None;
+            p
+        };
+        let got = read_back(0, &plan.spilled, paths, || after as u64).unwrap();
+        assert_eq!(got, want[after..57]);
+        // The same with the second segment's entries not purged: an error.
+        let err = read_back(0, &plan.spilled, paths, || after as u64 - 1).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound, "{err}");
+
+        // A real purge deleting segments before they are read.
+        s.purge(log_id(1, 30)).await.unwrap();
+        let got = s.read_spilled(plan.start, &plan.spilled).unwrap();
+        let first = got[0].log_id.index;
+        assert!(first > 0 && first <= 31, "starts after the deleted segments: {first}");
+        assert_eq!(got, want[first as usize..57]);
+
+        // A segment gone that holds entries not purged: an error.
+        let kept = list(&o.dir).unwrap();
+        fs::remove_file(&kept[0].0).unwrap();
+        let err = s.try_get_log_entries(..).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound, "{err}");
+        // What follows it still reads back.
+        let later = want[40..].to_vec();
+        assert_eq!(s.try_get_log_entries(40..).await.unwrap(), later);
+        s.close();
+    }
+
+    #[tokio::test]
+    async fn a_damaged_record_read_back_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = small(dir.path(), Mode::Buffered, 3);
+        let mut s = LogStore::open(&o).unwrap();
+        let want = entries(1, 0..20);
+        append_batches(&mut s, &want).await;
+        let loc = s.mem.lock().locs[5];
+        let path = s.disk.as_ref().unwrap().paths(&[loc.seq])[0].clone().unwrap();
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(b"X", loc.offset + u64::from(loc.len) - 1).unwrap();
+        let err = s.try_get_log_entries(3..8).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        assert_eq!(s.try_get_log_entries(6..).await.unwrap(), want[6..]);
+        s.close();
+    }
+
+    #[tokio::test]
+    async fn a_restart_holds_only_the_newest_entries() {
+        for mode in [Mode::Buffered, Mode::Fsync] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut o = small(dir.path(), mode, 3);
+            let mut want = entries(1, 0..60);
+            {
+                let mut s = LogStore::open(&o).unwrap();
+                append_batches(&mut s, &want).await;
+                s.truncate_after(Some(log_id(1, 49))).await.unwrap();
+                want.truncate(50);
+                let more = entries(2, 50..55);
+                append_batches(&mut s, &more).await;
+                want.extend(more);
+                s.purge(log_id(1, 4)).await.unwrap();
+                want.drain(..5);
+                s.close();
+            }
+            for (keep, held) in [(3, 3), (10, 10), (1000, 50), (0, 0)] {
+                o.keep_in_memory = keep;
+                let mut s = LogStore::open(&o).unwrap();
+                assert_eq!(s.held(), held, "{mode:?} keep {keep}");
+                check_ranges(&mut s, &want).await;
+                s.close();
+            }
+            o.keep_in_memory = 3;
+            let mut s = LogStore::open(&o).unwrap();
+            let more = entries(2, 55..70);
+            append_batches(&mut s, &more).await;
+            want.extend(more);
+            assert_eq!(s.held(), 3);
+            check_ranges(&mut s, &want).await;
+            s.close();
+        }
+    }
+
+    #[tokio::test]
+    async fn read_local_returns_every_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = small(dir.path(), Mode::Buffered, 3);
+        let mut want = entries(1, 0..60);
+        {
+            let mut s = LogStore::open(&o).unwrap();
+            s.save_vote(&Vote::new_committed(3, 1)).await.unwrap();
+            append_batches(&mut s, &want).await;
+            s.purge(log_id(1, 9)).await.unwrap();
+            s.truncate_after(Some(log_id(1, 29))).await.unwrap();
+            want.truncate(30);
+            let more = entries(3, 30..45);
+            append_batches(&mut s, &more).await;
+            want.extend(more);
+            want.drain(..10);
+            s.close();
+        }
+        let local = read_local(&o.dir).unwrap();
+        assert_eq!(local.vote, Some(Vote::new_committed(3, 1)));
+        assert_eq!(local.committed, Some(log_id(3, 43)), "the last batch starts at 43");
+        assert_eq!(local.entries, want);
+    }
+
+    #[test]
+    fn a_location_is_small() {
+        assert_eq!(std::mem::size_of::<Loc>(), 32);
     }
 
     #[tokio::test]

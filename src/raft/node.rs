@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tokio_stream::StreamExt;
 
 use super::forward::{Answer, Forwarded, LeaderRequests};
-use super::log_store::{LogOptions, LogStore};
+use super::log_store::{DEFAULT_KEEP_IN_MEMORY, LogOptions, LogStore};
 use super::membership::InitialMember;
 use super::network::{Network, Peers, RaftClient};
 use super::state_machine::{StateMachine, StateMachineStore};
@@ -222,6 +222,7 @@ impl RaftNode {
             mode: opts.mode,
             segment_bytes: opts.segment_bytes,
             flush_interval: opts.flush_interval,
+            keep_in_memory: DEFAULT_KEEP_IN_MEMORY,
         })
         .map_err(|e| format!("raft log: {e}"))?;
         if let Some(term) = founded

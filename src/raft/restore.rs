@@ -204,7 +204,7 @@ mod tests {
 
     use super::*;
     use crate::data_dir::DataDir;
-    use crate::raft::log_store::{LogOptions, LogStore};
+    use crate::raft::log_store::{DEFAULT_KEEP_IN_MEMORY, LogOptions, LogStore};
     use crate::raft::{Entry, Proposal, SnapshotJob, TypeConfig, Vote};
     use crate::wal::Mode;
 
@@ -252,6 +252,7 @@ mod tests {
             mode: Mode::Buffered,
             segment_bytes: 1 << 20,
             flush_interval: std::time::Duration::from_millis(5),
+            keep_in_memory: DEFAULT_KEEP_IN_MEMORY,
         };
         let mut log = LogStore::open(&opts).unwrap();
         log.save_vote(&Vote::new_committed(4, 2)).await.unwrap();
