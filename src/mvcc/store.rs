@@ -181,6 +181,18 @@ pub(super) struct Commit {
     /// Revisions handed to the WAL and not yet durable, oldest first. Pushed by the in-order
     /// publisher, popped by the WAL writer; both in revision order.
     awaiting: Mutex<std::collections::VecDeque<(i64, RevisionEvents)>>,
+    /// Revisions completed while a cluster member applies a batch of Raft entries, published
+    /// together when the batch ends ([`Store::hold_publishing`]). Locked by the in-order
+    /// publisher and by the applier; deliveries happen under it, so held revisions never
+    /// reach watchers after later ones.
+    held: Mutex<Held>,
+}
+
+/// See [`Commit::held`].
+#[derive(Debug, Default)]
+struct Held {
+    on: bool,
+    revisions: Vec<(i64, RevisionEvents)>,
 }
 
 impl Commit {
@@ -191,6 +203,7 @@ impl Commit {
             observer: std::sync::OnceLock::new(),
             wal: std::sync::OnceLock::new(),
             awaiting: Mutex::new(Default::default()),
+            held: Mutex::new(Held::default()),
         }
     }
 
@@ -202,10 +215,25 @@ impl Commit {
             w.append(batch.iter_mut().filter_map(|(_, p)| p.entry.take()));
             return false;
         }
+        let mut held = self.held.lock();
+        if held.on {
+            held.revisions.extend(batch.iter().map(|(r, p)| (*r, p.events.clone())));
+            return false;
+        }
         let out: Vec<(i64, RevisionEvents)> =
             batch.iter().map(|(r, p)| (*r, p.events.clone())).collect();
         self.deliver(&out);
         true
+    }
+
+    /// Publishes the revisions `held` holds (under its lock, so that later revisions cannot
+    /// overtake them).
+    fn release(&self, held: &mut Held) {
+        if let Some(&(last, _)) = held.revisions.last() {
+            self.deliver(&held.revisions);
+            held.revisions.clear();
+            self.clock.advance(last);
+        }
     }
 
     /// Event log first, then the observer.
@@ -290,6 +318,31 @@ impl Store {
             config,
             direct_closed: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Holds back the publishing of revisions completed from now on (their events, and readers'
+    /// view of them) until [`Store::stop_holding`]. A cluster member applies the Raft log
+    /// sequentially, one revision at a time: published one by one, each revision would wake
+    /// every watch stream it matches and cost it a write of its own, where a member alone's
+    /// concurrent writers complete revisions in groups. Held over a batch of entries, the
+    /// batch's revisions reach watchers together. Only for a store with no WAL of its own,
+    /// whose one writer (the apply loop) holds it: a write waiting to see its own revision
+    /// would wait for the release.
+    pub fn hold_publishing(&self) {
+        self.commit.held.lock().on = true;
+    }
+
+    /// Publishes what [`Store::hold_publishing`] held back so far, and stops holding.
+    pub fn stop_holding(&self) {
+        let mut held = self.commit.held.lock();
+        held.on = false;
+        self.commit.release(&mut held);
+    }
+
+    /// Publishes what [`Store::hold_publishing`] held back so far (a request about to read the
+    /// published revision), holding on if it was.
+    pub fn publish_held(&self) {
+        self.commit.release(&mut self.commit.held.lock());
     }
 
     /// Registers the one observer of committed revisions (the watch hub).

@@ -645,3 +645,36 @@ fn a_restored_backup_is_the_store_at_the_backups_revision() {
     // Writing goes on after the backup's revision.
     assert_eq!(put(&r, "next", "n"), before.0 + 1);
 }
+
+/// Revisions applied while publishing is held (a cluster member's batch of Raft entries)
+/// reach readers and the observer only at the release, all together and in order; a release
+/// in the middle (a request that reads the published revision) keeps holding.
+#[test]
+fn held_revisions_are_published_together_at_the_release() {
+    let s = store();
+    let seen = Arc::new(Recorder::default());
+    s.set_observer(seen.clone());
+    let put = |k: &str| {
+        s.put_logged(PutRequest { key: b(k), value: b("v"), ..Default::default() })
+            .unwrap()
+            .response
+            .revision
+    };
+    assert_eq!(put("a"), 2);
+    assert_eq!(s.current_revision(), 2, "published at once when not held");
+    s.hold_publishing();
+    assert_eq!((put("b"), put("c")), (3, 4));
+    assert_eq!(s.current_revision(), 2, "held: readers do not see them yet");
+    assert_eq!(s.range(&RangeRequest { key: b("b"), ..Default::default() }).unwrap().count, 0);
+    assert_eq!(seen.0.lock().unwrap().len(), 1, "nor do watchers");
+    s.publish_held();
+    assert_eq!(s.current_revision(), 4);
+    assert_eq!(put("d"), 5);
+    assert_eq!(s.current_revision(), 4, "still held after a release in the middle");
+    s.stop_holding();
+    assert_eq!(s.current_revision(), 5);
+    assert_eq!(put("e"), 6);
+    assert_eq!(s.current_revision(), 6, "published at once again");
+    let revs: Vec<i64> = seen.0.lock().unwrap().iter().map(|(r, _)| *r).collect();
+    assert_eq!(revs, [2, 3, 4, 5, 6], "every revision once, in order");
+}

@@ -123,7 +123,7 @@ pub fn replay_committed(dir: &RaftDir, machine: &dyn StateMachine) -> io::Result
         }
         match &e.payload {
             EntryPayload::Normal(p) => {
-                machine.apply(&p.0);
+                machine.apply(&p.0, false);
             }
             EntryPayload::Membership(m) => membership = m.clone(),
             EntryPayload::Blank => {}
@@ -213,7 +213,7 @@ mod tests {
     struct Recorder(Mutex<Vec<String>>);
 
     impl StateMachine for Recorder {
-        fn apply(&self, request: &[u8]) -> Bytes {
+        fn apply(&self, request: &[u8], _answer: bool) -> Bytes {
             self.0.lock().push(String::from_utf8_lossy(request).into_owned());
             Bytes::new()
         }

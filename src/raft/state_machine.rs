@@ -48,10 +48,18 @@ pub type Snapshot = openraft::Snapshot<CommittedLeaderId, u64, PeerNode, Snapsho
 
 /// What Raft replicates: the server's applier.
 pub trait StateMachine: Send + Sync + std::fmt::Debug + 'static {
-    /// Applies one committed request (as proposed) and returns the encoded answer for the
-    /// member that proposed it. Must be deterministic: every member calls it with the same
-    /// requests in the same order.
-    fn apply(&self, request: &[u8]) -> bytes::Bytes;
+    /// Applies one committed request (as proposed) and, if `answer`, returns the encoded answer
+    /// for the member that proposed it (only the leader that appended it has someone waiting
+    /// for one: every other member's would be thrown away, so it is not made). Must be
+    /// deterministic: every member calls it with the same requests in the same order.
+    fn apply(&self, request: &[u8], answer: bool) -> bytes::Bytes;
+
+    /// A batch of committed entries is about to be applied.
+    fn batch_started(&self) {}
+
+    /// The batch was applied: what it wrote becomes visible (to readers and watchers) by the
+    /// time this returns, and not before, so that watchers get the batch's revisions together.
+    fn batch_applied(&self) {}
 
     /// Fixes the current state for a snapshot. Called between two applies, so it must be
     /// cheap; the returned job writes that state later, on a blocking thread, while applying
@@ -290,10 +298,20 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     where
         S: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + Send,
     {
+        self.machine.batch_started();
+        // Answered once the whole batch is visible: a client told its write succeeded must
+        // find it in its next read.
+        let mut answers = Vec::new();
         while let Some(item) = entries.next().await {
-            let (entry, responder) = item?;
+            let (entry, responder) = match item {
+                Ok(e) => e,
+                Err(e) => {
+                    self.machine.batch_applied();
+                    return Err(e);
+                }
+            };
             let answer = match &entry.payload {
-                EntryPayload::Normal(p) => self.machine.apply(&p.0),
+                EntryPayload::Normal(p) => self.machine.apply(&p.0, responder.is_some()),
                 EntryPayload::Membership(m) => {
                     self.membership = StoredMembership::new(Some(entry.log_id), m.clone());
                     bytes::Bytes::new()
@@ -302,8 +320,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             };
             self.applied = Some(entry.log_id);
             if let Some(r) = responder {
-                r.send(answer);
+                answers.push((r, answer));
             }
+        }
+        self.machine.batch_applied();
+        for (r, answer) in answers {
+            r.send(answer);
         }
         self.progress.send_replace(self.applied.map_or(0, |l| l.index));
         Ok(())

@@ -125,6 +125,11 @@ fn apply(s: &Member, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> 
     // of the log (etcd's authApplierV3); one atomic load while auth is disabled.
     let auth = s.auth.is_enabled();
     let who = from_header(&header);
+    if !matches!(req, Req::Put(_) | Req::DeleteRange(_) | Req::Txn(_)) {
+        // The others read the published revision (a compaction's bound, a grant's header):
+        // everything applied before them is published first (see `Store::hold_publishing`).
+        s.store.publish_held();
+    }
     Ok(match req {
         Req::Put(p) => {
             if auth {
@@ -235,14 +240,26 @@ pub struct Applier {
 }
 
 impl StateMachine for Applier {
-    fn apply(&self, request: &[u8]) -> Bytes {
+    fn apply(&self, request: &[u8], answer: bool) -> Bytes {
         let Some(s) = self.shared.upgrade() else { return encode(Err(Error::Stopped)) };
         let r = match mpb::Request::decode(request) {
             Ok(mpb::Request { request: Some(req), header }) => apply(&s, req, header),
             // Every member refuses it alike: nothing changes.
             _ => Err(Error::Internal),
         };
-        encode(r)
+        if answer { encode(r) } else { Bytes::new() }
+    }
+
+    fn batch_started(&self) {
+        if let Some(s) = self.shared.upgrade() {
+            s.store.hold_publishing();
+        }
+    }
+
+    fn batch_applied(&self) {
+        if let Some(s) = self.shared.upgrade() {
+            s.store.stop_holding();
+        }
     }
 
     fn hash_kv(&self, rev: i64) -> crate::error::Result<crate::raft::KvHash> {
