@@ -251,6 +251,12 @@ pub struct Config {
     )]
     pub peer_client_cert_auth: bool,
 
+    /// A cluster member keeps this many of the newest Raft log entries in memory (etcd keeps
+    /// its Raft log in memory from its last snapshot, taken every this many entries); older
+    /// ones are read back from the log files when a lagging member needs them.
+    #[arg(long, env = "ETCD_SNAPSHOT_COUNT", default_value_t = crate::raft::log_store::DEFAULT_KEEP_IN_MEMORY)]
+    pub snapshot_count: u64,
+
     /// Raft heartbeat interval, in milliseconds.
     #[arg(long, env = "ETCD_HEARTBEAT_INTERVAL", default_value_t = 100)]
     pub heartbeat_interval: u64,
@@ -756,6 +762,7 @@ impl Config {
             segment_bytes: wal.segment_bytes,
             flush_interval: wal.flush_interval,
             snapshot_bytes: wal.snapshot_bytes,
+            keep_in_memory: self.snapshot_count,
             heartbeat: Duration::from_millis(self.heartbeat_interval.max(1)),
             election: Duration::from_millis(self.election_timeout.max(1)),
             // The caller's: TLS settings are the server's to build (`server::tls::peer_client`).
@@ -843,7 +850,6 @@ const NO_EFFECT: &[(&str, Takes)] = {
         ("wal-dir", Value),
         ("max-snapshots", Value),
         ("max-wals", Value),
-        ("snapshot-count", Value),
         ("snapshot-catchup-entries", Value),
         ("experimental-snapshot-catchup-entries", Value),
         ("backend-bbolt-freelist-type", Value),
@@ -1326,13 +1332,17 @@ mod tests {
             "-name",
             "a",
             "--name=b",
+            "--max-snapshots=1",
+            "--max-snapshots",
+            "2",
             "--snapshot-count=1",
             "--snapshot-count",
             "2",
         ])
         .expect("parses");
         assert_eq!(c.config.name, "b");
-        assert_eq!(c.no_effect, ["snapshot-count"]);
+        assert_eq!(c.config.snapshot_count, 2);
+        assert_eq!(c.no_effect, ["max-snapshots"]);
         let c = load([
             "mem_etcd",
             "--listen-client-urls=http://127.0.0.1:1,http://127.0.0.1:2",

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tokio_stream::StreamExt;
 
 use super::forward::{Answer, Forwarded, LeaderRequests};
-use super::log_store::{DEFAULT_KEEP_IN_MEMORY, LogOptions, LogStore};
+use super::log_store::{LogOptions, LogStore};
 use super::membership::InitialMember;
 use super::network::{Network, Peers, RaftClient};
 use super::state_machine::{StateMachine, StateMachineStore};
@@ -49,6 +49,8 @@ pub struct NodeOptions {
     /// A snapshot is taken once this many bytes were logged since the last one (or the
     /// machine's size, if larger).
     pub snapshot_bytes: u64,
+    /// `--snapshot-count`: the newest Raft log entries kept in memory (with a disk).
+    pub keep_in_memory: u64,
     pub heartbeat: Duration,
     pub election: Duration,
     pub tls: Option<super::tls::PeerTls>,
@@ -222,7 +224,7 @@ impl RaftNode {
             mode: opts.mode,
             segment_bytes: opts.segment_bytes,
             flush_interval: opts.flush_interval,
-            keep_in_memory: DEFAULT_KEEP_IN_MEMORY,
+            keep_in_memory: opts.keep_in_memory,
         })
         .map_err(|e| format!("raft log: {e}"))?;
         if let Some(term) = founded
@@ -960,11 +962,11 @@ impl RaftNode {
     async fn propose_local(&self, requests: Vec<Bytes>) -> Result<pb::Proposed> {
         let n = requests.len();
         let failed = |e: Error| pb::ProposeResponse { error: Some(e.code()), ..Default::default() };
-        let mut results = match self.raft.client_write_many(requests.into_iter().map(Proposal)).await
-        {
-            Ok(s) => s,
-            Err(_) => return Err(Error::Stopped),
-        };
+        let mut results =
+            match self.raft.client_write_many(requests.into_iter().map(Proposal)).await {
+                Ok(s) => s,
+                Err(_) => return Err(Error::Stopped),
+            };
         let mut answers = Vec::with_capacity(n);
         while let Some(r) = results.next().await {
             answers.push(match r {
