@@ -10,7 +10,12 @@
 //! themselves cost about 300 bytes per event besides the key and value: a third of the memory
 //! of a Lease update. Only the compaction revision's own events are kept whole, since
 //! compaction may drop a delete written at exactly that revision.
+//!
+//! The newest [`RECENT`] revisions are kept as published, besides: watchers that fell a little
+//! behind (many at once, when a burst of writes outruns their streams) read those instead of
+//! each rebuilding its own copy, and share the events, and their encoding, with the live path.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -40,7 +45,15 @@ struct Inner {
     partitions: Vec<Arc<Partition>>,
     /// The events of revision `compacted`, which the partitions' compaction may drop.
     at_compaction: Option<RevisionEvents>,
+    /// The newest revisions published, consecutive, at most `recent_max`.
+    recent: VecDeque<(i64, RevisionEvents)>,
+    /// [`RECENT`], but for tests of the reads rebuilt from the partitions.
+    recent_max: usize,
 }
+
+/// The newest revisions kept as published (a few hundred KiB of events at most, whose keys and
+/// values the store shares).
+pub const RECENT: usize = 8192;
 
 /// A read overtaken by a compaction of the partitions it was reading: try again.
 struct Overtaken;
@@ -55,6 +68,8 @@ impl EventLog {
                 compacted: 0,
                 partitions: Vec::new(),
                 at_compaction: None,
+                recent: VecDeque::new(),
+                recent_max: RECENT,
             }),
         }
     }
@@ -73,6 +88,31 @@ impl EventLog {
     pub fn published_through(&self, rev: i64) {
         let mut g = self.inner.write();
         g.last = g.last.max(rev);
+    }
+
+    /// Publishes a batch of consecutive revisions, the next ones (the publisher, in revision
+    /// order): as [`published_through`](Self::published_through), keeping their events among
+    /// the recent ones.
+    pub fn publish(&self, batch: &[(i64, RevisionEvents)]) {
+        let Some(&(last, _)) = batch.last() else { return };
+        let mut g = self.inner.write();
+        if g.recent.back().is_some_and(|(r, _)| *r + 1 != batch[0].0) {
+            g.recent.clear();
+        }
+        let skip = batch.len().saturating_sub(g.recent_max);
+        g.recent.extend(batch[skip..].iter().cloned());
+        let over = g.recent.len().saturating_sub(g.recent_max);
+        g.recent.drain(..over);
+        g.last = g.last.max(last);
+    }
+
+    /// Keeps at most `n` recent revisions as published from now on (tests: 0 rebuilds every
+    /// read from the partitions).
+    #[cfg(test)]
+    pub(crate) fn keep_recent(&self, n: usize) {
+        let mut g = self.inner.write();
+        g.recent_max = n;
+        g.recent.clear();
     }
 
     /// Forgets revisions below `rev` (compaction at `rev` keeps `rev` itself: a watch may start
@@ -113,6 +153,11 @@ impl EventLog {
             let start = from.max(g.first);
             let revs = i64::try_from(max_revs).unwrap_or(i64::MAX);
             let end = to.min(g.last).min(start.saturating_add(revs).saturating_sub(1));
+            if let Some(&(first_recent, _)) = g.recent.front()
+                && first_recent <= start
+            {
+                return Ok(Self::recent(&g.recent, start, end, max_bytes));
+            }
             let kept = g.at_compaction.clone().filter(|_| start == g.compacted);
             let parts = g.partitions.clone();
             drop(g);
@@ -120,6 +165,27 @@ impl EventLog {
                 return Ok(out);
             }
         }
+    }
+
+    /// Revisions `start..=end` of the recent ones, which hold `start`, as
+    /// [`read`](Self::read) returns them.
+    fn recent(
+        recent: &VecDeque<(i64, RevisionEvents)>,
+        start: i64,
+        end: i64,
+        max_bytes: usize,
+    ) -> Vec<(i64, RevisionEvents)> {
+        let skip = (start - recent[0].0) as usize;
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for (rev, events) in recent.iter().skip(skip).take_while(|(r, _)| *r <= end) {
+            if bytes >= max_bytes && !out.is_empty() {
+                break;
+            }
+            bytes += events.iter().map(|e| e.kv.key.len() + e.kv.value.len()).sum::<usize>();
+            out.push((*rev, events.clone()));
+        }
+        out
     }
 
     /// Revisions `start..=end` rebuilt from the partitions (`kept`: revision `start`'s events,

@@ -238,9 +238,7 @@ impl Commit {
 
     /// Event log first, then the observer.
     fn deliver(&self, batch: &[(i64, RevisionEvents)]) {
-        if let Some((rev, _)) = batch.last() {
-            self.events.published_through(*rev);
-        }
+        self.events.publish(batch);
         if let Some(o) = self.observer.get() {
             o.on_commit(batch);
         }
