@@ -1328,6 +1328,9 @@ struct Habits {
     /// A share of the operations are grants, revocations and creates with a lease, so that
     /// revocations delete keys while other clients write (the Kubernetes mix has few).
     lease_heavy: bool,
+    /// Most operations are linearizable Gets, so that many wait for a read index at once on
+    /// every member and share its rounds (`raft::read_index`) while writes go on.
+    read_heavy: bool,
 }
 
 /// One client's traffic: what a controller does through kube-apiserver's storage layer.
@@ -1342,7 +1345,7 @@ async fn client(
     stop: tokio::sync::watch::Receiver<bool>,
     habits: Habits,
 ) -> Vec<Op> {
-    let Habits { think, serializable, lease_heavy } = habits;
+    let Habits { think, serializable, lease_heavy, read_heavy } = habits;
     let mut rng = SmallRng::seed_from_u64(seed ^ (id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let mut ops = Vec::new();
     // The mod revision this client last saw per key, as an informer's cache would hold it.
@@ -1380,7 +1383,9 @@ async fn client(
         serial += 1;
         let value = format!("c{id}-{serial}").into_bytes();
         let roll = rng.random_range(0..100);
-        let req = if lease_heavy && rng.random_bool(0.4) {
+        let req = if read_heavy && rng.random_bool(0.6) {
+            Req::Get { key: key.clone() }
+        } else if lease_heavy && rng.random_bool(0.4) {
             let grant = Req::Grant { id: ((id as i64 + 1) << 32) | serial };
             match (leases.is_empty(), rng.random_range(0..100)) {
                 (true, _) => grant,
@@ -1758,7 +1763,7 @@ async fn run_mix(seed: u64, faults: Option<Faults>, lease_heavy: bool) -> String
         // Runs of several seconds pace their clients, so that their histories stay a size the
         // search checks in seconds.
         let think = if faulty { THINK } else { Duration::ZERO };
-        let habits = Habits { think, serializable: false, lease_heavy };
+        let habits = Habits { think, serializable: false, lease_heavy, read_heavy: false };
         tasks.push(tokio::spawn(client(id, conn, seed, t0, pad, stop_rx.clone(), habits)));
     }
     let mut ops = Vec::new();
@@ -2308,7 +2313,8 @@ async fn replaced(c: &Cluster, gone: usize, ids: &[u64]) -> Duration {
 /// serializable), seven watchers spread over them (from the start, resuming, and in fault runs
 /// one that stalls) and one from an older revision; `faults` injected meanwhile; then every check,
 /// each watcher's against its own member's streams.
-async fn cluster_run(seed: u64, faults: ClusterFaults) -> String {
+/// `read_heavy`: the clients mostly read, linearizably (see [`Habits`]).
+async fn cluster_run(seed: u64, faults: ClusterFaults, read_heavy: bool) -> String {
     let kind = target();
     // Periodic progress notifications as in the runs on one server; the WAL flag is mem_etcd's
     // (the harness gives etcd none of those).
@@ -2367,7 +2373,7 @@ async fn cluster_run(seed: u64, faults: ClusterFaults) -> String {
     for id in 0..CLIENTS {
         let conn = Conn::new(dials[id % MEMBERS].clone(), faulty).await;
         let think = if faulty { CLUSTER_THINK } else { Duration::ZERO };
-        let habits = Habits { think, serializable: true, lease_heavy: false };
+        let habits = Habits { think, serializable: !read_heavy, lease_heavy: false, read_heavy };
         let stop = stop_rx.clone();
         tasks.push(tokio::spawn(client(id, conn, seed, t0, faults.pad, stop, habits)));
     }
@@ -2440,7 +2446,17 @@ const CLUSTER_FAULT_RUNS: u64 = 2;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cluster_history_holds_without_faults() {
     let f = ClusterFaults { faults: &[], pad: 0, at_least: Duration::ZERO };
-    seeds_with("cluster history", CLUSTER_RUNS, |seed| cluster_run(seed, f)).await;
+    seeds_with("cluster history", CLUSTER_RUNS, |seed| cluster_run(seed, f, false)).await;
+}
+
+/// Clients on every member mostly reading linearizably while others write: reads that arrive
+/// together share one read index round, on the leader and on followers (one forwarded call
+/// per round), and each must still see every write acknowledged before it began. Against etcd
+/// too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_history_holds_when_reads_share_read_index_rounds() {
+    let f = ClusterFaults { faults: &[], pad: 0, at_least: Duration::ZERO };
+    seeds_with("cluster history read-heavy", CLUSTER_RUNS, |seed| cluster_run(seed, f, true)).await;
 }
 
 /// The leader, a follower, then the leader again killed with SIGKILL and restarted on their
@@ -2453,7 +2469,8 @@ async fn cluster_history_holds_while_members_are_killed() {
         pad: CLUSTER_PAD,
         at_least: FAULT_RUN,
     };
-    seeds_with("cluster history kill9", CLUSTER_FAULT_RUNS, |seed| cluster_run(seed, f)).await;
+    seeds_with("cluster history kill9", CLUSTER_FAULT_RUNS, |seed| cluster_run(seed, f, false))
+        .await;
 }
 
 /// The leader cut off by a partition (its serializable reads go stale, never backwards), then
@@ -2471,8 +2488,10 @@ async fn cluster_history_holds_across_partitions_and_pauses() {
         &[PartitionLeader, PauseLeader, PauseFollower]
     };
     let f = ClusterFaults { faults, pad: CLUSTER_PAD, at_least: FAULT_RUN };
-    seeds_with("cluster history partition+pause", CLUSTER_FAULT_RUNS, |seed| cluster_run(seed, f))
-        .await;
+    seeds_with("cluster history partition+pause", CLUSTER_FAULT_RUNS, |seed| {
+        cluster_run(seed, f, false)
+    })
+    .await;
 }
 
 // ---------------------------------------------------------------------------------------------
