@@ -128,9 +128,11 @@ async fn every_listed_flag_is_accepted_and_the_last_of_a_repeat_wins() {
     assert!(http_get(http, "/health").await.starts_with("HTTP/1.1 200"));
     let no_effect = s.grep_log("no effect in mem_etcd");
     assert_eq!(no_effect.len(), 1, "{}", s.log_tail());
-    for f in ["--max-wals", "--snapshot-count", "--backend-batch-interval", "--enable-pprof"] {
+    for f in ["--max-wals", "--max-snapshots", "--backend-batch-interval", "--enable-pprof"] {
         assert!(no_effect[0].contains(f), "{f} not in {}", no_effect[0]);
     }
+    // It bounds the Raft log held in memory (a cluster member's).
+    assert!(!no_effect[0].contains("--snapshot-count"), "{}", no_effect[0]);
 }
 
 /// A rustls client that takes any server certificate (auto TLS is self-signed), offering ALPN
