@@ -72,10 +72,12 @@
 //! See [`mvcc::store`] for why this is linearizable without a global lock.
 //!
 //! In a cluster one floor goes on top, and the Raft log takes the WAL's place below:
-//! validate → propose (a follower forwards to the leader) → appended on a majority, written or
-//! fdatasync'd per each member's `--wal-mode` → committed → applied on every member, in log
-//! order, through the same path (lock, evaluate, allocate, apply, complete, publish; the store
-//! keeps no WAL of its own) → reply from the member the client called, once it has applied.
+//! validate → propose (every member sends the proposals waiting on it to the leader in one
+//! call, `raft::batch`; the leader appends them as one batch) → appended on a majority, written
+//! or fdatasync'd per each member's `--wal-mode` → committed → applied on every member, in log
+//! order, through the same path (lock, evaluate, allocate, apply, complete; the store keeps no
+//! WAL of its own), each batch of entries published to readers and watchers at once when it is
+//! applied → reply from the member the client called, once it has applied.
 //!
 //! **Why the request, not its outcome, is replicated.** The other sound design keeps the
 //! leader's parallel apply and replicates the WAL records it produces; but then a leader that
