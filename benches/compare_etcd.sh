@@ -3,7 +3,11 @@
 # (data on tmpfs), back to back on this machine, with the same flags. Prints requests/s, the
 # server's CPU time per request (user+system of the server processes / requests) and the ratio.
 #
-# Usage: benches/compare_etcd.sh [put|txn-put|range|watch|all]   (default all)
+# Usage: benches/compare_etcd.sh [put|txn-put|range|watch|memory|all]   (default all: all but
+#        memory)
+# memory: TOTAL distinct keys put once each (8-byte keys, 1 KiB values); its RSS column, read two
+#        seconds after the load, is what a server holds for them (with MEMBERS=1 and MEMBERS=3,
+#        a cluster member's memory against a member alone's).
 # env: TOTAL (requests per run, default 100000), CLIENTS (100), CONNS (10)
 #      MEMBERS (1: one server each; 3 or 5: a cluster of that many members on 127.0.0.1, started
 #      with etcd's cluster flags, every member in the benchmark's --endpoints, which spreads its
@@ -31,6 +35,9 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
 
 MEMBERS=${MEMBERS:-1}
 ETCDCTL=$(dirname "$ETCD_BIN")/etcdctl
+
+# The largest resident set among the servers, in MiB.
+max_rss_mb() { local p; for p in "$@"; do awk '$1 == "VmRSS:" {print $2}' "/proc/$p/status"; done | sort -n | tail -1 | awk '{printf "%.0f", $1 / 1024}'; }
 
 cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
 
@@ -82,11 +89,16 @@ run() { # KIND WORKLOAD
         --key-space-size 1000 --sequential-keys --total 1000 >/dev/null 2>&1
       args=(range foo --consistency l --total "$TOTAL") ;;
     watch) args=(watch --streams 10 --watch-per-stream 100 --watched-key-total 100 --put-total "$TOTAL" --put-rate 0) ;;
+    memory) args=(put --key-size 8 --val-size 1024 --key-space-size "$TOTAL" --sequential-keys --total "$TOTAL") ;;
   esac
   local c0 c1 out client
   c0=$(cpu_ticks "${SERVER_PIDS[@]}")
   out=$(/usr/bin/time -f '%U %S' -o "$TMP/client.time" "$BENCH" "${common[@]}" "${args[@]}" 2>&1)
   c1=$(cpu_ticks "${SERVER_PIDS[@]}")
+  # The allocator returns freed memory after a second.
+  if [ "$2" = memory ]; then sleep 2; fi
+  local rss
+  rss=$(max_rss_mb "${SERVER_PIDS[@]}")
   client=$(awk -v n="$TOTAL" '{printf "%.1f", ($1 + $2) * 1e6 / n}' "$TMP/client.time")
   stop
   local rps
@@ -94,7 +106,7 @@ run() { # KIND WORKLOAD
   [ -n "$rps" ] || rps=$(grep -m1 -oE '[0-9.]+ (events|requests)/s' <<<"$out" | grep -oE '^[0-9.]+' || echo 0)
   local ticks=$((c1 - c0)) hz
   hz=$(getconf CLK_TCK)
-  echo "$rps $(awk -v t="$ticks" -v hz="$hz" -v n="$TOTAL" 'BEGIN{printf "%.1f", t / hz * 1e6 / n}') $client"
+  echo "$rps $(awk -v t="$ticks" -v hz="$hz" -v n="$TOTAL" 'BEGIN{printf "%.1f", t / hz * 1e6 / n}') $client $rss"
   echo "$out" >"$TMP/$1-$2.out"
   cp "$TMP/$1-$2.out" "/tmp/compare-$1-$2.out"
 }
@@ -104,18 +116,18 @@ median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print a[in
 workloads=(put txn-put range watch)
 [ "$WHAT" = all ] || workloads=("$WHAT")
 ROUNDS=${ROUNDS:-1}
-printf '%-8s %14s %14s %7s %16s %16s %18s %18s\n' workload "mem_etcd req/s" "etcd req/s" ratio \
-  "mem_etcd cpu/req" "etcd cpu/req" "client cpu (mem)" "client cpu (etcd)"
+printf '%-8s %14s %14s %7s %16s %16s %18s %18s %13s %13s\n' workload "mem_etcd req/s" "etcd req/s" ratio \
+  "mem_etcd cpu/req" "etcd cpu/req" "client cpu (mem)" "client cpu (etcd)" "mem_etcd RSS" "etcd RSS"
 for w in "${workloads[@]}"; do
-  mr='' mc='' mk='' er='' ec='' ek=''
+  mr='' mc='' mk='' mm='' er='' ec='' ek='' em=''
   for _ in $(seq "$ROUNDS"); do
-    read -r a b c < <(run mem_etcd "$w"); mr+="$a " mc+="$b " mk+="$c "
-    read -r a b c < <(run etcd "$w"); er+="$a " ec+="$b " ek+="$c "
+    read -r a b c d < <(run mem_etcd "$w"); mr+="$a " mc+="$b " mk+="$c " mm+="$d "
+    read -r a b c d < <(run etcd "$w"); er+="$a " ec+="$b " ek+="$c " em+="$d "
   done
-  m_rps=$(median <<<"$mr") m_cpu=$(median <<<"$mc") m_cl=$(median <<<"$mk")
-  e_rps=$(median <<<"$er") e_cpu=$(median <<<"$ec") e_cl=$(median <<<"$ek")
+  m_rps=$(median <<<"$mr") m_cpu=$(median <<<"$mc") m_cl=$(median <<<"$mk") m_rss=$(median <<<"$mm")
+  e_rps=$(median <<<"$er") e_cpu=$(median <<<"$ec") e_cl=$(median <<<"$ek") e_rss=$(median <<<"$em")
   ratio=$(awk -v a="$m_rps" -v b="$e_rps" 'BEGIN{ if (b > 0) printf "%.2fx", a / b; else print "-" }')
-  printf '%-8s %14.0f %14.0f %7s %13s µs %13s µs %15s µs %15s µs\n' "$w" "$m_rps" "$e_rps" "$ratio" \
-    "$m_cpu" "$e_cpu" "$m_cl" "$e_cl"
+  printf '%-8s %14.0f %14.0f %7s %13s µs %13s µs %15s µs %15s µs %9s MiB %9s MiB\n' "$w" "$m_rps" "$e_rps" "$ratio" \
+    "$m_cpu" "$e_cpu" "$m_cl" "$e_cl" "$m_rss" "$e_rss"
 done
-echo "($(nproc) cores; $MEMBERS member(s) per server; $TOTAL requests per run; $CLIENTS clients over $CONNS connections; median of $ROUNDS alternating run(s) per server; mem_etcd flags: --wal-mode buffered ${MEM_ARGS:-}; full outputs in /tmp/compare-*.out)"
+echo "($(nproc) cores; $MEMBERS member(s) per server (RSS: the largest member's); $TOTAL requests per run; $CLIENTS clients over $CONNS connections; median of $ROUNDS alternating run(s) per server; mem_etcd flags: --wal-mode buffered ${MEM_ARGS:-}; full outputs in /tmp/compare-*.out)"
