@@ -10,7 +10,8 @@ use bytes::Bytes;
 
 use openraft::EntryPayload;
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, VoteRequest, VoteResponse,
+    AppendEntriesRequest, StreamAppendError, StreamAppendResult, TransferLeaderRequest,
+    VoteRequest, VoteResponse,
 };
 
 use super::types::{
@@ -130,24 +131,24 @@ pub fn from_append_request(r: pb::AppendRequest) -> Result<AppendEntriesRequest<
     })
 }
 
-pub fn append_response(r: &AppendEntriesResponse<TypeConfig>) -> pb::AppendResponse {
+pub fn append_result(r: &StreamAppendResult<TypeConfig>) -> pb::AppendResponse {
     use pb::append_response::Result as R;
-    let (result, partial_log_id) = match r {
-        AppendEntriesResponse::Success => (R::Success(true), None),
-        AppendEntriesResponse::PartialSuccess(l) => (R::Partial(true), opt_log_id(l)),
-        AppendEntriesResponse::Conflict => (R::Conflict(true), None),
-        AppendEntriesResponse::HigherVote(v) => (R::HigherVote(vote(v)), None),
+    let (result, log_id) = match r {
+        Ok(matched) => (R::Matched(true), opt_log_id(matched)),
+        Err(StreamAppendError::Conflict(at)) => (R::Conflict(true), Some(log_id(at))),
+        Err(StreamAppendError::HigherVote(v)) => (R::HigherVote(vote(v)), None),
     };
-    pb::AppendResponse { result: Some(result), partial_log_id }
+    pb::AppendResponse { result: Some(result), log_id }
 }
 
-pub fn from_append_response(r: pb::AppendResponse) -> Result<AppendEntriesResponse<TypeConfig>> {
+pub fn from_append_result(r: pb::AppendResponse) -> Result<StreamAppendResult<TypeConfig>> {
     use pb::append_response::Result as R;
     Ok(match r.result.ok_or(Malformed("append result"))? {
-        R::Success(_) => AppendEntriesResponse::Success,
-        R::Partial(_) => AppendEntriesResponse::PartialSuccess(from_opt_log_id(&r.partial_log_id)),
-        R::Conflict(_) => AppendEntriesResponse::Conflict,
-        R::HigherVote(v) => AppendEntriesResponse::HigherVote(from_vote(&Some(v))?),
+        R::Matched(_) => Ok(from_opt_log_id(&r.log_id)),
+        R::Conflict(_) => Err(StreamAppendError::Conflict(from_log_id(
+            r.log_id.as_ref().ok_or(Malformed("append conflict log id"))?,
+        ))),
+        R::HigherVote(v) => Err(StreamAppendError::HigherVote(from_vote(&Some(v))?)),
     })
 }
 

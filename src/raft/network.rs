@@ -1,7 +1,8 @@
 //! Reaching the other members (etcd's `rafthttp`, client side): one HTTP/2 connection per peer
 //! over its peer URL, shared by openraft's replication, votes and snapshots and by the
-//! follower-to-leader requests of `node`. Every call is stamped with this member's cluster id
-//! and member id, which the receiving peer checks ([`check_stamp`]).
+//! follower-to-leader requests of `node`. Replication to a follower runs on one `Append` stream
+//! at a time, with a few requests in flight ([`APPEND_WINDOW`]). Every call is stamped with
+//! this member's cluster id and member id, which the receiving peer checks ([`check_stamp`]).
 //!
 //! Raft's messages travel only while a link works both ways, as etcd's do (etcd sends each
 //! message on a stream the receiver dialed, so a link blocked one way carries nothing). Here
@@ -15,13 +16,15 @@ use std::fmt::Write as _;
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
+use openraft::base::{BoxFuture, BoxStream};
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{Backoff, RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
-    TransferLeaderResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendError,
+    StreamAppendResult, TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use parking_lot::Mutex;
 use tonic::metadata::MetadataValue;
@@ -312,6 +315,115 @@ impl Connection {
     }
 }
 
+/// Requests in flight on one `Append` stream. The leader sends entries appended meanwhile
+/// without waiting for the answer to the previous request (etcd's raft pipelines its appends
+/// too, up to `MaxInflightMsgs`): a follower's log and commit keep up a round trip sooner, and
+/// in the 3-member e2e bench puts cost about 15% less CPU than with one request at a time
+/// (79 against 93 µs). Four were as good as sixteen; the window bounds what is sent ahead.
+const APPEND_WINDOW: usize = 4;
+
+/// The answers of an `Append` stream, as openraft takes them.
+type AppendAnswers<'s> =
+    BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>;
+
+/// What the sending and the receiving side of one `Append` stream share.
+#[derive(Default)]
+struct Unanswered {
+    /// The requests sent and not answered yet, oldest first: when each went (for the
+    /// round-trip metric and the deadline) and its place in the window. Locked by the sender
+    /// to add and by the receiver to take, once per message each.
+    sent: Mutex<std::collections::VecDeque<(Instant, tokio::sync::OwnedSemaphorePermit)>>,
+    /// Why the sending side ended the stream, when it did: written once by the sender, read
+    /// by the receiver when the stream ends.
+    stopped: Mutex<Option<RPCError<TypeConfig>>>,
+}
+
+impl Connection {
+    /// Opens an `Append` stream to the peer and sends it `input`. An answer that takes longer
+    /// than `ttl` (openraft's heartbeat interval, as for one call) ends the stream as
+    /// unreachable, so a stalled peer is noticed as it was with one call per request.
+    async fn open_append_stream<S>(
+        &mut self,
+        input: S,
+        ttl: Duration,
+    ) -> Result<AppendAnswers<'static>, RPCError<TypeConfig>>
+    where
+        S: futures_util::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
+    {
+        let mut client = self.client()?;
+        let shared = Arc::new(Unanswered::default());
+        let window = Arc::new(tokio::sync::Semaphore::new(APPEND_WINDOW));
+        let (stats, target, one_way) = (self.stats.clone(), self.target, self.one_way_after);
+        let requests = futures_util::stream::unfold(
+            (input, shared.clone(), window),
+            move |(mut input, shared, window)| {
+                let stats = stats.clone();
+                async move {
+                    let place = window.clone().acquire_owned().await.ok()?;
+                    let rpc = input.next().await?;
+                    if stats.silent_for(one_way) {
+                        *shared.stopped.lock() = Some(unreachable(format!(
+                            "member {target:x} has not reached this member for {one_way:?}: \
+                             the link works one way at most"
+                        )));
+                        return None;
+                    }
+                    let msg = codec::append_request(&rpc);
+                    stats.sent_bytes.fetch_add(msg.encoded_len() as u64, Ordering::Relaxed);
+                    shared.sent.lock().push_back((Instant::now(), place));
+                    Some((msg, (input, shared, window)))
+                }
+            },
+        );
+        let answers = match tokio::time::timeout(ttl, client.append(requests)).await {
+            Ok(r) => r.map_err(rpc_error)?.into_inner(),
+            Err(_) => return Err(unreachable(format!("member {target:x}: no answer in {ttl:?}"))),
+        };
+        let stats = self.stats.clone();
+        let answers = futures_util::stream::unfold(Some((answers, shared)), move |state| {
+            let stats = stats.clone();
+            async move {
+                let (mut answers, shared) = state?;
+                loop {
+                    let next = match tokio::time::timeout(ttl, answers.message()).await {
+                        Ok(next) => next,
+                        Err(_) => {
+                            let late = shared
+                                .sent
+                                .lock()
+                                .front()
+                                .is_some_and(|(at, _)| at.elapsed() >= ttl);
+                            if late {
+                                let e = unreachable(format!(
+                                    "member {target:x}: no append answer in {ttl:?}"
+                                ));
+                                return Some((Err(e), None));
+                            }
+                            continue;
+                        }
+                    };
+                    return match next {
+                        Ok(Some(msg)) => {
+                            if let Some((at, _place)) = shared.sent.lock().pop_front() {
+                                stats.round_trip.observe_duration(at.elapsed());
+                            }
+                            let r = codec::from_append_result(msg).map_err(|e| {
+                                RPCError::Network(NetworkError::from_string(e.to_string()))
+                            });
+                            // openraft stops at the first refusal; so does the stream.
+                            let go_on = matches!(r, Ok(Ok(_)));
+                            Some((r, go_on.then_some((answers, shared))))
+                        }
+                        Ok(None) => shared.stopped.lock().take().map(|e| (Err(e), None)),
+                        Err(status) => Some((Err(rpc_error(status)), None)),
+                    };
+                }
+            }
+        });
+        Ok(Box::pin(answers))
+    }
+}
+
 fn with_timeout<T>(msg: T, ttl: Duration) -> tonic::Request<T> {
     let mut r = tonic::Request::new(msg);
     r.set_timeout(ttl);
@@ -326,14 +438,35 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        let msg = codec::append_request(&rpc);
-        self.stats.sent_bytes.fetch_add(msg.encoded_len() as u64, Ordering::Relaxed);
-        let started = std::time::Instant::now();
-        let resp = self.client()?.append(with_timeout(msg, option.soft_ttl())).await;
-        let resp = resp.map_err(rpc_error)?;
-        self.stats.round_trip.observe_duration(started.elapsed());
-        codec::from_append_response(resp.into_inner())
-            .map_err(|e| RPCError::Network(NetworkError::from_string(e.to_string())))
+        // openraft sends everything through `stream_append`; this is the same road for one.
+        let mut answers = self.stream_append(futures_util::stream::iter([rpc]), option).await?;
+        match answers.next().await {
+            Some(Ok(Ok(matched))) => Ok(AppendEntriesResponse::PartialSuccess(matched)),
+            Some(Ok(Err(StreamAppendError::Conflict(_)))) => Ok(AppendEntriesResponse::Conflict),
+            Some(Ok(Err(StreamAppendError::HigherVote(v)))) => {
+                Ok(AppendEntriesResponse::HigherVote(v))
+            }
+            Some(Err(e)) => Err(e),
+            None => Err(unreachable("the peer ended the append stream without an answer")),
+        }
+    }
+
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        option: RPCOption,
+    ) -> BoxFuture<'s, Result<AppendAnswers<'s>, RPCError<TypeConfig>>>
+    where
+        S: futures_util::Stream<Item = AppendEntriesRequest<TypeConfig>>
+            + openraft::OptionalSend
+            + Unpin
+            + 'static,
+    {
+        Box::pin(async move {
+            let answers: AppendAnswers<'s> =
+                self.open_append_stream(input, option.soft_ttl()).await?;
+            Ok(answers)
+        })
     }
 
     async fn vote(

@@ -18,6 +18,10 @@ use super::state_machine::{SnapshotFile, open_snapshot, temp_path};
 use crate::error::Error;
 use crate::proto::memetcdpb as pb;
 
+/// The answers of an `Append` stream.
+pub type AppendResults =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<pb::AppendResponse, Status>> + Send>>;
+
 /// The Raft service of this member.
 #[derive(Debug, Clone)]
 pub struct PeerService {
@@ -45,27 +49,60 @@ fn status(e: Error) -> Status {
 
 #[tonic::async_trait]
 impl pb::raft_server::Raft for PeerService {
+    type AppendStream = AppendResults;
+
     async fn append(
         &self,
-        req: Request<pb::AppendRequest>,
-    ) -> Result<Response<pb::AppendResponse>, Status> {
+        req: Request<Streaming<pb::AppendRequest>>,
+    ) -> Result<Response<Self::AppendStream>, Status> {
         let from = self.node.check_peer(&req)?;
-        let msg = req.into_inner();
-        self.node.peer_stats().of(from).received_bytes.fetch_add(
-            prost::Message::encoded_len(&msg) as u64,
-            std::sync::atomic::Ordering::Relaxed,
+        let node = self.node.clone();
+        // Why the requests stopped, when this side stopped them (a fault injected since the
+        // stream opened, a malformed message): the caller gets it after the answers to what
+        // was accepted before, so no answer is lost and none is made up.
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<Status>();
+        let counters = node.peer_stats().of(from);
+        let requests = futures_util::stream::unfold(
+            (req.into_inner(), node.clone(), Some(stop_tx)),
+            move |(mut input, node, mut stop)| {
+                let counters = counters.clone();
+                async move {
+                    let refused = match input.message().await {
+                        Ok(Some(msg)) => match node.check_fault(from) {
+                            Err(s) => s,
+                            Ok(()) => {
+                                counters.received_bytes.fetch_add(
+                                    prost::Message::encoded_len(&msg) as u64,
+                                    std::sync::atomic::Ordering::Relaxed,
+                                );
+                                match codec::from_append_request(msg) {
+                                    Ok(rpc) => {
+                                        if rpc.vote.committed {
+                                            node.heard_from_leader();
+                                        }
+                                        return Some((rpc, (input, node, stop)));
+                                    }
+                                    Err(e) => Status::from(e),
+                                }
+                            }
+                        },
+                        // The leader closed its side, or the connection went: the answers
+                        // still owed are sent (or fail) on their own.
+                        Ok(None) | Err(_) => return None,
+                    };
+                    if let Some(tx) = stop.take() {
+                        let _ = tx.send(refused);
+                    }
+                    None
+                }
+            },
         );
-        let rpc = codec::from_append_request(msg)?;
-        if rpc.vote.committed {
-            self.node.heard_from_leader();
-        }
-        let resp = self
-            .node
-            .raft
-            .append_entries(rpc)
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
-        Ok(Response::new(codec::append_response(&resp)))
+        let answers = self.node.raft.stream_append(Box::pin(requests)).map(|r| match r {
+            Ok(result) => Ok(codec::append_result(&result)),
+            Err(fatal) => Err(Status::unavailable(fatal.to_string())),
+        });
+        let stopped = futures_util::stream::once(stop_rx).filter_map(|r| r.ok().map(Err));
+        Ok(Response::new(Box::pin(answers.chain(stopped))))
     }
 
     async fn vote(
