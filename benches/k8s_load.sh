@@ -16,7 +16,8 @@
 #      MEM_BIN      (the mem_etcd binary; else this tree's release build), MEM_ARGS (extra flags)
 #      ETCD_BIN, KUBE_APISERVER_BIN (else built and cached by tests/peers/install_*.sh)
 #      K8S_LOAD_BIN (else benches/k8s_load built and cached in ~/.cache/mem_etcd/k8s_load/)
-#      APISERVER_ARGS (extra kube-apiserver flags), RESULTS (/tmp/k8s_load-results.jsonl)
+#      APISERVER_ARGS (extra kube-apiserver flags), RESULTS (/tmp/k8s_load-results.jsonl),
+#      LOG_DIR (/tmp/k8s_load-logs: each run's kube-apiserver and datastore logs)
 # The load client runs on the same cores as the servers; its CPU seconds are in the table too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,7 @@ LISTS=${LISTS:-200}
 PAGE_SIZE=${PAGE_SIZE:-500}
 RUN_TIMEOUT=${RUN_TIMEOUT:-15m}
 RESULTS=${RESULTS:-/tmp/k8s_load-results.jsonl}
+LOG_DIR=${LOG_DIR:-/tmp/k8s_load-logs}
 DS_PORT=23891      # member i: client port DS_PORT + 2i, peer port DS_PORT + 2i + 1
 API_PORT=26443
 
@@ -80,6 +82,7 @@ cleanup() {
 }
 trap cleanup EXIT
 : >"$RESULTS"
+mkdir -p "$LOG_DIR"
 
 client_url() { echo "http://127.0.0.1:$((DS_PORT + 2 * $1))"; }
 peer_url() { echo "http://127.0.0.1:$((DS_PORT + 2 * $1 + 1))"; }
@@ -162,6 +165,8 @@ for backend in $BACKENDS; do
         log "FAILED: $backend $profile clients=$clients"; tail -20 "$TMP/err" >&2
         tail -20 "$TMP/apiserver/log" >&2
       fi
+      cp "$TMP/apiserver/log" "$LOG_DIR/$backend-$profile-$clients.apiserver.log"
+      for f in "$TMP"/ds*.log; do cp "$f" "$LOG_DIR/$backend-$profile-$clients.$(basename "$f")"; done
       stop_all
     done
   done

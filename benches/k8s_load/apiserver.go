@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -158,9 +160,9 @@ func printTable(files []string) error {
 					errs, 100*rate, proc(r.Datastore), proc(r.Apiserver), r.Client.CPUS))
 			case "watch-churn":
 				w := r.Watch
-				out = append(out, fmt.Sprintf("| %s | %d | %d | %.0f | %.1f | %d | %d / %d | %d / %d / %d / %d | %.1f | %.1f | %.0f | %s | %s | %.1f |",
+				out = append(out, fmt.Sprintf("| %s | %d | %d | %.0f | %.1f | %d | %d / %d | %d / %d / %d / %d | %d | %.1f | %.1f | %.0f | %s | %s | %.1f |",
 					r.Label, r.Clients, r.Objects, r.Write.PerS, r.Write.P99Ms, r.Write.Errors+r.Write.Skipped,
-					w.Matched, w.Expected, w.Missing, w.Unexpected, w.Duplicate, w.OutOfOrder+w.Errors, w.LagP50Ms, w.LagP99Ms,
+					w.Matched, w.Expected, w.Missing, w.Unexpected, w.Duplicate, w.OutOfOrder+w.Errors, w.Reconnects, w.LagP50Ms, w.LagP99Ms,
 					w.EventsPerS, proc(r.Datastore), proc(r.Apiserver), r.Client.CPUS))
 			}
 		}
@@ -177,12 +179,52 @@ func printTable(files []string) error {
 		case "watch-churn":
 			fmt.Println("watch-churn: ConfigMaps created, updated, updated and deleted under watches")
 			fmt.Println()
-			fmt.Println("| backend | clients | objects | writes/s | write p99 ms | write errors (+ skipped) | events matched / expected | missing / unexpected / duplicate / out of order + watch errors | lag p50 ms | lag p99 ms | events/s | datastore CPU s | datastore peak RSS MiB | apiserver CPU s | apiserver peak RSS MiB | client CPU s |")
-			fmt.Println("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+			fmt.Println("| backend | clients | objects | writes/s | write p99 ms | write errors (+ skipped) | events matched / expected | missing / unexpected / duplicate / out of order + watch errors | watches cut off and resumed | lag p50 ms | lag p99 ms | events/s | datastore CPU s | datastore peak RSS MiB | apiserver CPU s | apiserver peak RSS MiB | client CPU s |")
+			fmt.Println("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 		}
 		for _, l := range out {
 			fmt.Println(l)
 		}
 	}
 	return nil
+}
+
+// The kube-apiserver metrics a run reports, for the ConfigMaps only: its calls to the
+// datastore and their errors, the watch cache's consistent reads (and whether they fell back
+// to the datastore), events it received and dispatched, re-initializations, and the watchers it
+// closed for not keeping up (apiserver_terminated_watchers_total: a client that reads its watch
+// too slowly is cut off, and resumes from its last resourceVersion).
+var apiserverMetrics = []string{
+	"etcd_requests_total", "etcd_request_errors_total",
+	"apiserver_watch_cache_consistent_read_total", "apiserver_watch_cache_read_wait_seconds_count",
+	"apiserver_watch_cache_read_wait_seconds_sum",
+	"apiserver_watch_cache_events_received_total", "apiserver_watch_cache_events_dispatched_total",
+	"apiserver_watch_cache_initializations_total", "apiserver_terminated_watchers_total",
+}
+
+// scrapeMetrics reads kube-apiserver's /metrics and keeps the series above whose resource is
+// configmaps, as "name{labels}" -> value.
+func scrapeMetrics(ctx context.Context, cs *kubernetes.Clientset) (map[string]float64, error) {
+	body, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "#") ||
+			!(strings.Contains(line, `resource="configmaps"`) || strings.Contains(line, `type="configmaps"`)) {
+			continue
+		}
+		name := line[:strings.IndexAny(line+"{ ", "{ ")]
+		if !slices.Contains(apiserverMetrics, name) {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[sp+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[line[:sp]] += v
+	}
+	return out, nil
 }

@@ -119,6 +119,14 @@ func main() {
 		err = fmt.Errorf("unknown --profile %q (create-list or watch-churn)", c.profile)
 	}
 	exitOn(err)
+	if admin, err := newClient(&c); err == nil {
+		mctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		res.ApiserverMetrics, err = scrapeMetrics(mctx, admin)
+		cancel()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "k8s_load: reading kube-apiserver's /metrics:", err)
+		}
+	}
 	line, err := json.Marshal(res)
 	exitOn(err)
 	fmt.Println(string(line))

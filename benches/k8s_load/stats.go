@@ -29,6 +29,8 @@ type result struct {
 	Datastore *procStats `json:"datastore,omitempty"`
 	Apiserver *procStats `json:"apiserver,omitempty"`
 	Client    procStats  `json:"client"`
+	// kube-apiserver's own counters for the ConfigMaps at the end of the run (scrapeMetrics).
+	ApiserverMetrics map[string]float64 `json:"apiserver_metrics,omitempty"`
 }
 
 // opStats: requests of one kind, every error counted by its kind.

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,7 @@ type watcher struct {
 	initial   int
 	bookmarks int
 	reconnect int
+	closes    []string // when the server closed the watch (the first few)
 	errs      errCounts
 	// Events after the initial state, read by the run to know when all are in.
 	count    atomic.Int64
@@ -138,6 +140,9 @@ func (w *watcher) run(ctx context.Context, c *config, t0 time.Time) {
 		}
 		// Closed by the server: go on from the last resourceVersion seen.
 		w.reconnect++
+		if len(w.closes) < 4 {
+			w.closes = append(w.closes, fmt.Sprintf("%.2fs after rv %s", time.Since(t0).Seconds(), lastRV))
+		}
 		if initialDone {
 			opts = metav1.ListOptions{LabelSelector: c.selector(), AllowWatchBookmarks: true,
 				ResourceVersion: lastRV}
@@ -362,6 +367,9 @@ func match(writes []writeRec, watchers []*watcher, expected int, writeStart time
 			ws.ByError[k] += v
 		}
 		ws.PerWatcher = append(ws.PerWatcher, pw)
+		if wi < 2 && len(w.closes) > 0 {
+			example("watcher %d: closed by the server %d times: %s", wi, w.reconnect, strings.Join(w.closes, ", "))
+		}
 	}
 	slices.Sort(lags)
 	ws.LagP50Ms, ws.LagP99Ms, ws.LagMaxMs = ms(pct(lags, 0.5)), ms(pct(lags, 0.99)), ms(pct(lags, 1))
