@@ -7,7 +7,9 @@
 # prints one table per profile. The results, one JSON line per run, go to $RESULTS.
 #
 # Usage: benches/k8s_load.sh
-# env: BACKENDS     (default "mem_etcd etcd"): mem_etcd, etcd (a member alone, etcd 3.6.16)
+# env: BACKENDS     (default "mem_etcd etcd"): mem_etcd, etcd (a member alone, etcd 3.6.16);
+#                   mem_etcd3, etcd3 (3-member clusters on 127.0.0.1, every member in
+#                   kube-apiserver's --etcd-servers)
 #      CONCURRENCY  (default "10 50 200"): client counts, each a run of its own
 #      PROFILES     (default "create-list watch-churn")
 #      OBJECTS      (default 10000): ConfigMaps per run
@@ -92,7 +94,8 @@ start_backend() {
   local kind members=1 i initial='' flags servers=''
   case $1 in
     mem_etcd|etcd) kind=$1 ;;
-    *) log "unknown backend '$1' (mem_etcd, etcd)"; exit 2 ;;
+    mem_etcd3|etcd3) kind=${1%3} members=3 ;;
+    *) log "unknown backend '$1' (mem_etcd, etcd, mem_etcd3, etcd3)"; exit 2 ;;
   esac
   DS_PIDS=()
   for i in $(seq 0 $((members - 1))); do initial+="m$i=$(peer_url "$i"),"; done
