@@ -20,6 +20,8 @@
 #      K8S_LOAD_BIN (else benches/k8s_load built and cached in ~/.cache/mem_etcd/k8s_load/)
 #      APISERVER_ARGS (extra kube-apiserver flags), RESULTS (/tmp/k8s_load-results.jsonl),
 #      LOG_DIR (/tmp/k8s_load-logs: each run's kube-apiserver and datastore logs)
+#      STRICT=1 (a run fails when a request failed, a list was incomplete or a watch event was
+#      missing, unexpected, duplicated or out of order: tests/run.sh's check)
 # The load client runs on the same cores as the servers; its CPU seconds are in the table too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -159,7 +161,7 @@ for backend in $BACKENDS; do
       if "$TOOL" --kubeconfig "$TMP/apiserver/kubeconfig" --profile "$profile" --clients "$clients" \
           --objects "$OBJECTS" --watchers "$WATCHERS" --value-bytes "$VALUE_BYTES" \
           --lists "$LISTS" --page-size "$PAGE_SIZE" --timeout "$RUN_TIMEOUT" --label "$backend" \
-          --datastore-pids "${DS_PIDS[*]}" --apiserver-pids "$API_PID" \
+          --datastore-pids "${DS_PIDS[*]}" --apiserver-pids "$API_PID" ${STRICT:+--strict} \
           >"$TMP/out" 2>"$TMP/err"; then
         grep '^{' "$TMP/out" >>"$RESULTS"
         grep -v '^{' "$TMP/out" >&2

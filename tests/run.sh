@@ -9,11 +9,12 @@
 #    and kube-apiserver + kubectl 1.36 for the end-to-end test the same way (about 10 minutes the
 #    first time), unless KUBE_APISERVER_BIN and KUBECTL_BIN already point at them,
 # 3. runs `cargo test --release` (unit tests in src/, the integration suite tests/it, doc tests),
-#    then (on a full run) Kubernetes' own storage suites against mem_etcd (tests/k8s_storage),
+#    then (on a full run) Kubernetes' own storage suites against mem_etcd (tests/k8s_storage)
+#    and kube-apiserver under benches/k8s_load's two profiles at a small size,
 # 4. runs the benches once in test mode, so they never rot.
 #
 # Works from any directory, as root on a fresh Debian machine or as a user with sudo.
-# A failing set-up step (1-2) stops the script at once. The test steps (3, 3b, 4) all run even
+# A failing set-up step (1-2) stops the script at once. The test steps (3, 3b, 3c, 4) all run even
 # when an earlier one fails, and the script ends with one line per step (passed, FAILED, or
 # left out and why) and a non-zero exit if any failed. Peers are required; only a local run with
 # MEM_ETCD_SKIP_PEERS=1 (and CI not "true") may go on without them, and the peer tests then
@@ -131,6 +132,30 @@ else
   # "<suite>: N passed, M failed, K skipped" lines count into the closing line.
   passed=$((passed + $(sed -n 's/^[a-z0-9]*: \([0-9][0-9]*\) passed, .*/\1/p' "$storage_log" | awk '{s+=$1} END {print s+0}')))
   failed=$((failed + $(sed -n 's/^[a-z0-9]*: [0-9][0-9]* passed, \([0-9][0-9]*\) failed.*/\1/p' "$storage_log" | awk '{s+=$1} END {print s+0}')))
+fi
+
+# --- 3c. kube-apiserver under load (benches/k8s_load), small, so the tool cannot rot ---------
+load_step="benches/k8s_load (go test; both profiles, 200 ConfigMaps, via kube-apiserver)"
+if [ "$#" -ne 0 ]; then
+  record "$load_step" "left out: arguments select a subset of the cargo tests"
+elif [ ! -x target/release/mem_etcd ]; then
+  record "$load_step" "FAILED (no target/release/mem_etcd: the cargo build failed)"
+elif [ -z "${KUBE_APISERVER_BIN:-}" ] && [ "$skip_ok" = 1 ]; then
+  log "!!!!!!!! WARNING: no kube-apiserver; MEM_ETCD_SKIP_PEERS=1, so benches/k8s_load was SKIPPED !!!!!!!!"
+  record "$load_step" "SKIPPED (no kube-apiserver; MEM_ETCD_SKIP_PEERS=1)"
+else
+  log "$load_step"
+  # Every write acknowledged, every list whole, every watch event delivered once and in order
+  # (STRICT), against the same target as the cargo tests.
+  if (cd benches/k8s_load && PATH=$PATH:/usr/local/go/bin GOFLAGS="-mod=mod -buildvcs=false" \
+        GOTOOLCHAIN=local go test ./...) &&
+      BACKENDS=${MEM_ETCD_TEST_TARGET:-mem_etcd} CONCURRENCY=5 OBJECTS=200 LISTS=10 WATCHERS=5 \
+        STRICT=1 RUN_TIMEOUT=3m MEM_BIN="$PWD/target/release/mem_etcd" \
+        RESULTS="$(mktemp)" benches/k8s_load.sh; then
+    record "$load_step" passed
+  else
+    record "$load_step" FAILED
+  fi
 fi
 
 # --- 4. benches, in test mode ---------------------------------------------------------------

@@ -56,6 +56,7 @@ type config struct {
 	dsPIDs       []int
 	apiPIDs      []int
 	runID        string
+	strict       bool
 }
 
 func main() {
@@ -89,6 +90,7 @@ func main() {
 	flag.Float64Var(&c.qps, "qps", 100000, "client-go's client-side rate limit per connection (QPS and Burst), set far above what the run sends")
 	flag.StringVar(&c.label, "label", "", "free text carried into the JSON (the backend's name)")
 	flag.StringVar(&dsPIDs, "datastore-pids", "", "comma-separated PIDs of the datastore's processes: their CPU seconds during the run and peak RSS are reported, summed")
+	flag.BoolVar(&c.strict, "strict", false, "exit with status 2 when any request failed, a list came back incomplete or a watch event was missing, unexpected, duplicated or out of order (tests/run.sh's check)")
 	flag.StringVar(&apiPIDs, "apiserver-pids", "", "comma-separated PIDs of kube-apiserver, reported as --datastore-pids")
 	flag.Parse()
 	c.burst = int(c.qps)
@@ -131,6 +133,12 @@ func main() {
 	exitOn(err)
 	fmt.Println(string(line))
 	fmt.Println(res.human())
+	if c.strict {
+		if faults := res.faults(); len(faults) > 0 {
+			fmt.Fprintln(os.Stderr, "k8s_load: --strict:", strings.Join(faults, ", "))
+			os.Exit(2)
+		}
+	}
 }
 
 func exitOn(err error) {

@@ -236,6 +236,31 @@ func selfStats() procStats {
 }
 
 // human is the one-line summary printed after the JSON.
+// faults lists what a correct datastore under kube-apiserver never shows: failed requests,
+// incomplete lists, and watch events missing, unexpected, duplicated or out of order.
+func (r *result) faults() []string {
+	var out []string
+	add := func(n int, what string) {
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%d %s", n, what))
+		}
+	}
+	add(r.Write.Errors, "failed writes")
+	add(r.Write.Skipped, "writes skipped after a failure")
+	if r.Read != nil {
+		add(r.Read.Errors, "failed list requests")
+		add(r.Read.Incomplete, "incomplete lists")
+	}
+	if w := r.Watch; w != nil {
+		add(w.Missing, "missing events")
+		add(w.Unexpected, "unexpected events")
+		add(w.Duplicate, "duplicate events")
+		add(w.OutOfOrder, "events out of order")
+		add(w.Errors, "watch errors")
+	}
+	return out
+}
+
 func (r *result) human() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s clients=%d objects=%d:", r.Label, r.Profile, r.Clients, r.Objects)
