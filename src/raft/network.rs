@@ -350,17 +350,27 @@ impl Connection {
     where
         S: futures_util::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
     {
+        // The first request is taken before the stream opens: openraft waits out its backoff
+        // while producing it, so a peer that is down is retried at the backoff's pace and not
+        // in a loop of failed connects.
+        let mut input = input;
+        let Some(first) = input.next().await else {
+            return Ok(Box::pin(futures_util::stream::empty()));
+        };
         let mut client = self.client()?;
         let shared = Arc::new(Unanswered::default());
         let window = Arc::new(tokio::sync::Semaphore::new(APPEND_WINDOW));
         let (stats, target, one_way) = (self.stats.clone(), self.target, self.one_way_after);
         let requests = futures_util::stream::unfold(
-            (input, shared.clone(), window),
-            move |(mut input, shared, window)| {
+            (Some(first), input, shared.clone(), window),
+            move |(mut first, mut input, shared, window)| {
                 let stats = stats.clone();
                 async move {
                     let place = window.clone().acquire_owned().await.ok()?;
-                    let rpc = input.next().await?;
+                    let rpc = match first.take() {
+                        Some(rpc) => rpc,
+                        None => input.next().await?,
+                    };
                     if stats.silent_for(one_way) {
                         *shared.stopped.lock() = Some(unreachable(format!(
                             "member {target:x} has not reached this member for {one_way:?}: \
@@ -371,7 +381,7 @@ impl Connection {
                     let msg = codec::append_request(&rpc);
                     stats.sent_bytes.fetch_add(msg.encoded_len() as u64, Ordering::Relaxed);
                     shared.sent.lock().push_back((Instant::now(), place));
-                    Some((msg, (input, shared, window)))
+                    Some((msg, (first, input, shared, window)))
                 }
             },
         );
