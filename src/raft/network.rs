@@ -301,14 +301,24 @@ fn rpc_error(s: tonic::Status) -> RPCError<TypeConfig> {
     }
 }
 
+/// Refuses to send to `target` while its calls no longer reach this member (see the module).
+fn both_ways(
+    stats: &PeerCounters,
+    target: u64,
+    window: Duration,
+) -> Result<(), RPCError<TypeConfig>> {
+    if stats.silent_for(window) {
+        return Err(unreachable(format!(
+            "member {target:x} has not reached this member for {window:?}: the link works one \
+             way at most"
+        )));
+    }
+    Ok(())
+}
+
 impl Connection {
     fn client(&self) -> Result<RaftClient, RPCError<TypeConfig>> {
-        if self.stats.silent_for(self.one_way_after) {
-            return Err(unreachable(format!(
-                "member {:x} has not reached this member for {:?}: the link works one way at most",
-                self.target, self.one_way_after
-            )));
-        }
+        both_ways(&self.stats, self.target, self.one_way_after)?;
         self.client
             .clone()
             .ok_or_else(|| unreachable(format!("member {:x} has no peer URL", self.target)))
@@ -362,27 +372,21 @@ impl Connection {
         let window = Arc::new(tokio::sync::Semaphore::new(APPEND_WINDOW));
         let (stats, target, one_way) = (self.stats.clone(), self.target, self.one_way_after);
         let requests = futures_util::stream::unfold(
-            (Some(first), input, shared.clone(), window),
-            move |(mut first, mut input, shared, window)| {
-                let stats = stats.clone();
-                async move {
-                    let place = window.clone().acquire_owned().await.ok()?;
-                    let rpc = match first.take() {
-                        Some(rpc) => rpc,
-                        None => input.next().await?,
-                    };
-                    if stats.silent_for(one_way) {
-                        *shared.stopped.lock() = Some(unreachable(format!(
-                            "member {target:x} has not reached this member for {one_way:?}: \
-                             the link works one way at most"
-                        )));
-                        return None;
-                    }
-                    let msg = codec::append_request(&rpc);
-                    stats.sent_bytes.fetch_add(msg.encoded_len() as u64, Ordering::Relaxed);
-                    shared.sent.lock().push_back((Instant::now(), place));
-                    Some((msg, (first, input, shared, window)))
+            (Some(first), input, shared.clone(), window, stats),
+            move |(mut first, mut input, shared, window, stats)| async move {
+                let place = window.clone().acquire_owned().await.ok()?;
+                let rpc = match first.take() {
+                    Some(rpc) => rpc,
+                    None => input.next().await?,
+                };
+                if let Err(e) = both_ways(&stats, target, one_way) {
+                    *shared.stopped.lock() = Some(e);
+                    return None;
                 }
+                let msg = codec::append_request(&rpc);
+                stats.sent_bytes.fetch_add(msg.encoded_len() as u64, Ordering::Relaxed);
+                shared.sent.lock().push_back((Instant::now(), place));
+                Some((msg, (first, input, shared, window, stats)))
             },
         );
         let answers = match tokio::time::timeout(ttl, client.append(requests)).await {
@@ -390,10 +394,9 @@ impl Connection {
             Err(_) => return Err(unreachable(format!("member {target:x}: no answer in {ttl:?}"))),
         };
         let stats = self.stats.clone();
-        let answers = futures_util::stream::unfold(Some((answers, shared)), move |state| {
-            let stats = stats.clone();
+        let answers = futures_util::stream::unfold(Some((answers, shared, stats)), move |state| {
             async move {
-                let (mut answers, shared) = state?;
+                let (mut answers, shared, stats) = state?;
                 loop {
                     let next = match tokio::time::timeout(ttl, answers.message()).await {
                         Ok(next) => next,
@@ -422,7 +425,7 @@ impl Connection {
                             });
                             // openraft stops at the first refusal; so does the stream.
                             let go_on = matches!(r, Ok(Ok(_)));
-                            Some((r, go_on.then_some((answers, shared))))
+                            Some((r, go_on.then_some((answers, shared, stats))))
                         }
                         Ok(None) => shared.stopped.lock().take().map(|e| (Err(e), None)),
                         Err(status) => Some((Err(rpc_error(status)), None)),

@@ -63,9 +63,8 @@ impl pb::raft_server::Raft for PeerService {
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<Status>();
         let counters = node.peer_stats().of(from);
         let requests = futures_util::stream::unfold(
-            (req.into_inner(), node.clone(), Some(stop_tx)),
-            move |(mut input, node, mut stop)| {
-                let counters = counters.clone();
+            (req.into_inner(), node, counters, Some(stop_tx)),
+            move |(mut input, node, counters, mut stop)| {
                 async move {
                     let refused = match input.message().await {
                         Ok(Some(msg)) => match node.check_fault(from) {
@@ -80,7 +79,7 @@ impl pb::raft_server::Raft for PeerService {
                                         if rpc.vote.committed {
                                             node.heard_from_leader();
                                         }
-                                        return Some((rpc, (input, node, stop)));
+                                        return Some((rpc, (input, node, counters, stop)));
                                     }
                                     Err(e) => Status::from(e),
                                 }
