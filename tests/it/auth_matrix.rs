@@ -843,7 +843,7 @@ async fn gateway_run(addr: std::net::SocketAddr, ctx: &Ctx) -> Vec<[String; 4]> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_matrix_over_the_gateway() {
     // etcd's gateway dials etcd's own listen address: give it a real port.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let flags = [
         "--listen-client-urls",

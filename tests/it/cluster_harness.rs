@@ -98,13 +98,6 @@ impl Drop for PeerProxy {
     }
 }
 
-/// Free TCP ports on 127.0.0.1, distinct (held until all are chosen).
-pub fn free_ports(n: usize) -> Vec<u16> {
-    let held: Vec<std::net::TcpListener> =
-        (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind")).collect();
-    held.iter().map(|l| l.local_addr().unwrap().port()).collect()
-}
-
 impl Cluster {
     /// Starts `n` members at once (etcd's members only report ready once their cluster has
     /// formed) and waits until they agree on a leader. `None`: the etcd peer is missing and

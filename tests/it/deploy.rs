@@ -41,7 +41,7 @@
 //! The Kubernetes peers (kube-apiserver, kubectl) and etcdctl follow support.rs' peer policy.
 
 use std::collections::BTreeSet;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -51,7 +51,7 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use serde_json::Value;
 
 use crate::operations::http_get;
-use crate::support::{Kind, Server, loud, peer_binary};
+use crate::support::{Kind, Server, free_ports_on, loud, peer_binary};
 
 const MEM_ETCD: &str = env!("CARGO_BIN_EXE_mem_etcd");
 /// How long a member may take to log a line the test waits for.
@@ -201,24 +201,6 @@ fn flag<'a>(args: &'a [String], name: &str) -> &'a str {
 
 // ---------------------------------------------------------------------------------------------
 // Addresses and directories
-
-/// `n` ports free on every one of `ips` (held until all are chosen).
-fn ports_free_on(ips: &[&str], n: usize) -> Vec<u16> {
-    let mut held = Vec::new();
-    let mut ports = Vec::new();
-    while ports.len() < n {
-        let first = TcpListener::bind((ips[0], 0)).expect("bind a loopback address");
-        let port = first.local_addr().unwrap().port();
-        let rest: Option<Vec<TcpListener>> =
-            ips[1..].iter().map(|ip| TcpListener::bind((*ip, port)).ok()).collect();
-        if let Some(rest) = rest {
-            held.push(first);
-            held.extend(rest);
-            ports.push(port);
-        }
-    }
-    ports
-}
 
 fn temp_dir(prefix: &str) -> tempfile::TempDir {
     let mut b = tempfile::Builder::new();
@@ -469,7 +451,7 @@ fn single_member_arg_lists(certs: &crate::tls::Certs, root: &Path) -> Vec<Single
     let cert = |n: &str| path_str(&certs.path(n));
     let mut out = Vec::new();
     let mut add = |what: &'static str, args: Vec<String>, extra: &[(&str, String)]| {
-        let p = ports_free_on(&["127.0.0.1"], 2);
+        let p = free_ports_on(&["127.0.0.1"], 2);
         let data = path_str(&root.join(what.replace(['/', ' ', '.'], "_")));
         let mut list = vec![
             ("0.0.0.0:2379".to_string(), format!("127.0.0.1:{}", p[0])),
@@ -560,7 +542,7 @@ async fn statefulset_cluster_args_form_a_cluster() {
     // The README's replacement patch replaces args/4.
     assert_eq!(template[4], "--initial-cluster-state=new", "README's args/4 patch: {template:?}");
     let ips = ["127.0.0.21", "127.0.0.22", "127.0.0.23"];
-    let p = ports_free_on(&ips, 3);
+    let p = free_ports_on(&ips, 3);
     let root = temp_dir("mem_etcd-deploy-sts-");
     let mut procs = Vec::new();
     let mut client_urls = Vec::new();
@@ -617,7 +599,7 @@ async fn static_pod_cluster_forms_a_tls_cluster() {
         "the header's sed command changed: update this test"
     );
     let ips = ["127.0.0.31", "127.0.0.32", "127.0.0.33"];
-    let p = ports_free_on(&ips, 2);
+    let p = free_ports_on(&ips, 2);
     let root = temp_dir("mem_etcd-deploy-static-");
     let ca = Ca::new("etcd-ca");
     std::fs::write(root.path().join("ca.crt"), &ca.pem).unwrap();
@@ -641,7 +623,7 @@ async fn static_pod_cluster_forms_a_tls_cluster() {
         for name in ["server", "peer"] {
             ca.issue(&pki, name, &node, &[&node, ip, "localhost", "127.0.0.1"]);
         }
-        let local = ports_free_on(&["127.0.0.1"], 2);
+        let local = free_ports_on(&["127.0.0.1"], 2);
         let mut list = vec![
             ("127.0.0.1:2379".to_string(), format!("127.0.0.1:{}", local[0])),
             ("127.0.0.1:2381".to_string(), format!("127.0.0.1:{}", local[1])),
@@ -690,12 +672,12 @@ async fn systemd_env_files_form_a_cluster_and_the_runbook_works() {
     let exec_args = exec_start(&unit, false);
     assert!(unit.contains("\nEnvironmentFile=/etc/mem_etcd/mem_etcd.env\n"), "required env file");
     let ips = ["127.0.0.11", "127.0.0.12", "127.0.0.13"];
-    let p = ports_free_on(&ips, 2);
+    let p = free_ports_on(&ips, 2);
     let root = temp_dir("mem_etcd-deploy-systemd-");
     // What systemd would pass: the env file's variables, with the hosts' addresses, free ports
     // and a temporary data directory substituted.
     let host_env = |i: usize, data: &Path| -> Vec<(String, String)> {
-        let local = ports_free_on(&["127.0.0.1"], 2);
+        let local = free_ports_on(&["127.0.0.1"], 2);
         let mut list = vec![
             ("127.0.0.1:2379".to_string(), format!("127.0.0.1:{}", local[0])),
             ("127.0.0.1:2381".to_string(), format!("127.0.0.1:{}", local[1])),
@@ -840,7 +822,7 @@ impl Apiserver {
         let token = format!("t{:x}", std::process::id());
         std::fs::write(p("tokens.csv"), format!("{token},admin,admin-uid,\"system:masters\"\n"))
             .unwrap();
-        let port = ports_free_on(&["127.0.0.1"], 1)[0];
+        let port = free_ports_on(&["127.0.0.1"], 1)[0];
         std::fs::write(
             p("kubeconfig"),
             format!(

@@ -249,10 +249,6 @@ impl Drop for EnvServer {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// Starts mem_etcd with `env` and `args` (and a data dir of its own) and waits until gRPC
 /// answers.
 async fn start_with_env(env: &[(&str, &str)], args: &[&str]) -> EnvServer {

@@ -237,7 +237,7 @@ struct Gw {
 impl Gw {
     async fn start() -> Option<Gw> {
         // etcd's gateway dials etcd's own listen address: give it a real port.
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = free_port();
         let url = format!("http://127.0.0.1:{port}");
         let etcd = Server::start(
             Kind::Etcd,
@@ -251,7 +251,7 @@ impl Gw {
         )
         .await?;
         // The member add below grows mem_etcd into a cluster, which listens on its peer URL.
-        let peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let peer = free_port();
         let peer = format!("http://127.0.0.1:{peer}");
         let (listen, advertise) =
             (format!("--listen-peer-urls={peer}"), format!("--initial-advertise-peer-urls={peer}"));

@@ -49,7 +49,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::support::{DataDir, Kind, Kv, Server, kvs, loud, peer_binary, say};
+use crate::support::{DataDir, Kind, Kv, Server, free_port, kvs, loud, peer_binary, say};
 
 /// One kube-apiserver at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -228,11 +228,6 @@ impl Drop for Stream {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// A free TCP port on 127.0.0.1 (free when this returns; kube-apiserver binds it right after).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind :0").local_addr().unwrap().port()
 }
 
 /// `n` random bytes from the standard library's OS-seeded hasher keys (a test key needs no

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 
-use crate::cluster_harness::free_ports;
 use crate::etcdctl::etcdctl;
+use crate::support::free_ports;
 use crate::support::*;
 
 /// The PKI kubeadm makes under /etc/kubernetes/pki/etcd: one CA, a server and a peer certificate

@@ -242,6 +242,47 @@ pub fn parse_address(line: &str) -> Option<SocketAddr> {
     None
 }
 
+/// `n` distinct ports free on every one of `ips`, for a process started later to listen on.
+///
+/// They come from below the kernel's ephemeral range (32768 and up on Linux): a port picked by
+/// binding `:0` is an ephemeral one, and between our check and the child's bind the kernel may
+/// hand it to any outgoing connection as its source port (CI once lost a member that way). A
+/// process-wide cursor, starting at an offset of this process's id, never hands out a port twice.
+pub fn free_ports_on(ips: &[&str], n: usize) -> Vec<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 10_000;
+    const SPAN: u32 = 22_000; // up to 31_999
+    static CURSOR: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = CURSOR.compare_exchange(
+        u32::MAX,
+        std::process::id().wrapping_mul(7919) % SPAN,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    let mut ports = Vec::with_capacity(n);
+    for _ in 0..SPAN {
+        if ports.len() == n {
+            break;
+        }
+        let port = (FIRST + CURSOR.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
+        if ips.iter().all(|ip| std::net::TcpListener::bind((*ip, port)).is_ok()) {
+            ports.push(port);
+        }
+    }
+    assert_eq!(ports.len(), n, "no {n} free ports below the ephemeral range on {ips:?}");
+    ports
+}
+
+/// `n` distinct free ports on 127.0.0.1 (see [`free_ports_on`]).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    free_ports_on(&["127.0.0.1"], n)
+}
+
+/// One free port on 127.0.0.1 (see [`free_ports_on`]).
+pub fn free_port() -> u16 {
+    free_ports(1)[0]
+}
+
 fn is_ready_line(line: &str) -> bool {
     // mem_etcd: "ready to serve client requests ... address=127.0.0.1:PORT".
     // etcd logs "ready to serve client requests" without the address, then
