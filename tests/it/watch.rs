@@ -874,6 +874,47 @@ async fn a_txn_arrives_whole_in_operation_order() {
     replay.quiet().await;
 }
 
+/// A watch that keeps up gets one response per revision, however fast revisions come: etcd
+/// sends a watcher in step each revision as it commits (it batches only one catching up), and
+/// kube-apiserver's watch cache, which hands a response's events back to back to watchers with
+/// small buffers, closes more of them when revisions arrive merged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_in_step_gets_one_revision_per_response() {
+    let s = server!();
+    let mut ws = Ws::open(&s).await;
+    let id = ws.watch(on_prefix("step/")).await;
+    let (writers, each) = (8, 50);
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let mut raw = s.raw_clients().await;
+        tasks.push(tokio::spawn(async move {
+            let mut last = 0;
+            for i in 0..each {
+                last = put(&mut raw, &format!("step/{w}"), &format!("{i}")).await;
+            }
+            last
+        }));
+    }
+    let mut last = 0;
+    for t in tasks {
+        last = last.max(t.await.unwrap());
+    }
+    let mut per_response: Vec<Vec<i64>> = Vec::new();
+    while per_response.iter().map(Vec::len).sum::<usize>() < writers * each {
+        let r = ws.next().await;
+        assert!(r.watch_id == id && !r.events.is_empty(), "{}", show(&r));
+        let revs: Vec<i64> = r.events.iter().map(|e| e.kv.as_ref().unwrap().mod_revision).collect();
+        assert!(
+            revs.iter().all(|&v| v == revs[0]) && hrev(&r) == revs[0],
+            "a response carries revisions {revs:?} (header {})",
+            hrev(&r)
+        );
+        per_response.push(revs);
+    }
+    assert_eq!(per_response.last().map(|r| r[0]), Some(last));
+    ws.quiet().await;
+}
+
 /// Asserts that no revision's events are split across responses (given each response's event
 /// revisions, in order).
 #[track_caller]
