@@ -39,11 +39,13 @@ cluster_start() {
     CLUSTER_ENDPOINTS+="127.0.0.1:$((base + 2 * i)),"
   done
   CLUSTER_URLS=${CLUSTER_URLS%,} CLUSTER_ENDPOINTS=${CLUSTER_ENDPOINTS%,}
-  for _ in $(seq 300); do
-    "$ETCDCTL" --endpoints "$CLUSTER_URLS" --command-timeout 1s endpoint health >/dev/null 2>&1 && return 0
+  local end=$((SECONDS + 30))
+  while [ "$SECONDS" -lt "$end" ]; do
+    "$ETCDCTL" --endpoints "$CLUSTER_URLS" --dial-timeout 1s --command-timeout 1s endpoint health \
+      >/dev/null 2>&1 && return 0
     sleep 0.1
   done
-  echo "$kind did not start ($members member(s) on 127.0.0.1:$base..)" >&2
+  echo "$kind did not start within 30 s ($members member(s) on 127.0.0.1:$base..)" >&2
   tail -5 "$dir/$kind"[0-9]*.log >&2 || true
   return 1
 }
