@@ -245,9 +245,10 @@ def density_chart(rows, seen):
               ("datastore CPU", "% of one core over the window", "density.datastore_cpu_pct"),
               ("kube-apiserver RSS", "MiB at the end of the window", "apiserver"),
               ("kube-apiserver CPU", "% of one core over the window", "density.apiserver_cpu_pct")]
-    pw, ph, top = 270, 260, 50
-    width = 20 + pw * len(panels)
-    height = top + ph + 12 + 16 * (len(failed) + 1)
+    # Two rows of two panels, each wide enough for a bar and its name per backend.
+    pw, ph, top = max(320, 80 + 64 * len(backends)), 260, 50
+    width = 40 + pw * 2
+    height = top + 2 * ph + 28 + 16 * len(failed)
     d0 = last[backends[0]]["density"]
     body = [f'<text x="20" y="24" class="head">kube-apiserver on each datastore: density (at rest)</text>',
             f'<text x="20" y="42" class="sub">{d0["configmaps"]} ConfigMaps and {d0["leases"]} node Leases, '
@@ -255,7 +256,7 @@ def density_chart(rows, seen):
             f'(benches/k8s_load.sh, PROFILES=density)</text>']
     L, R, T, B = 60, 10, 30, 50
     for i, (title, unit, path) in enumerate(panels):
-        x0 = 20 + i * pw
+        x0, y0 = 20 + (i % 2) * pw, top + (i // 2) * ph
         # Memory panels: RSS, and PSS where the figure sums processes sharing memory.
         bars = []
         for b in backends:
@@ -266,17 +267,17 @@ def density_chart(rows, seen):
             else:
                 bars.append((v or 0, None))
         ticks = linear_ticks(max([v for v, _ in bars] + [0.1]) * 1.1)
-        left, right, y_top, bottom = x0 + L, x0 + pw - R, top + T, top + ph - B
+        left, right, y_top, bottom = x0 + L, x0 + pw - R, y0 + T, y0 + ph - B
         def py(v):
             return bottom - (v / ticks[-1]) * (bottom - y_top)
-        body.append(f'<text x="{(left + right) / 2:.1f}" y="{top + 18}" class="title">{escape(title)}</text>')
+        body.append(f'<text x="{(left + right) / 2:.1f}" y="{y0 + 18}" class="title">{escape(title)}</text>')
         for t in ticks:
             body.append(f'<line x1="{left}" y1="{py(t):.1f}" x2="{right}" y2="{py(t):.1f}" class="grid"/>')
             body.append(f'<text x="{left - 6}" y="{py(t) + 4:.1f}" class="ytick">{fmt(t)}</text>')
         slot = (right - left) / len(backends)
         for j, (b, (v, pss)) in enumerate(zip(backends, bars)):
             bx, bw, c = left + j * slot + slot * 0.15, slot * 0.7, colour(b, seen)
-            label = fmt(round(v, 1))
+            label = f"{v:.1f}" if "cpu" in path else fmt(round(v))
             if pss is not None:
                 body.append(f'<rect x="{bx:.1f}" y="{py(v):.1f}" width="{bw:.1f}" height="{bottom - py(v):.1f}" fill="{c}" fill-opacity="0.3"/>')
                 body.append(f'<rect x="{bx:.1f}" y="{py(pss):.1f}" width="{bw:.1f}" height="{bottom - py(pss):.1f}" fill="{c}"/>')
@@ -289,11 +290,14 @@ def density_chart(rows, seen):
         body.append(f'<rect x="{left}" y="{y_top}" width="{right - left}" height="{bottom - y_top}" class="frame"/>')
         cy = (y_top + bottom) / 2
         body.append(f'<text x="{x0 + 14}" y="{cy:.1f}" class="axis" transform="rotate(-90 {x0 + 14} {cy:.1f})">{escape(unit)}</text>')
-    body.append(f'<text x="20" y="{top + ph + 2}" class="note">A pale bar with a solid one inside: RSS summed over '
-                f'processes that share memory (PostgreSQL\'s shared buffers count in every backend), and their PSS, '
-                f'which counts each shared page once.</text>')
+    if any(isinstance(get(last[b], "datastore"), dict) and get(last[b], "datastore").get("procs", 0) >
+           get(last[b], "datastore").get("pids", 0) for b in backends):
+        body.append(f'<text x="20" y="{top + 2 * ph + 2}" class="note">Pale bar: RSS summed over processes '
+                    f'that share memory (PostgreSQL\'s shared buffers count in each backend\'s RSS);</text>')
+        body.append(f'<text x="20" y="{top + 2 * ph + 16}" class="note">the solid bar inside it: their PSS, '
+                    f'which counts each shared page once.</text>')
     for k, r in enumerate(failed):
-        body.append(f'<text x="20" y="{top + ph + 18 + 16 * k}" class="note">no figures: '
+        body.append(f'<text x="20" y="{top + 2 * ph + 32 + 16 * k}" class="note">no figures: '
                     f'{escape(str(r.get("label")))} ({escape(str(r.get("failed") or "no figures")[:140])})</text>')
     return svg(width, height, body)
 
