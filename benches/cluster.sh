@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the benches that start a mem_etcd or etcd server (benches/compare_etcd.sh,
 # benches/k8s_load.sh): one function that starts a member alone or an N-member cluster on
 # 127.0.0.1 with etcd's cluster flags, and waits until it serves.

@@ -35,7 +35,7 @@ log() { echo "[install_kine $(date +%H:%M:%S)] $*" >&2; }
 # PostgreSQL's server programs, from Debian's package (the newest major installed).
 pg_bindir() {
   local d
-  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+  for d in $(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V -r); do
     if [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ] && [ -x "$d/postgres" ]; then echo "$d"; return 0; fi
   done
   return 1
@@ -76,7 +76,7 @@ if ! { [ -x "$OUT/kine" ] && [[ "$("$OUT/kine" --version 2>/dev/null || true)" =
   LDF="-s -w -X github.com/k3s-io/kine/pkg/version.Version=v$VER -X github.com/k3s-io/kine/pkg/version.GitCommit=gomod-v$VER"
   t0=$SECONDS
   log "building github.com/k3s-io/kine@v$VER (first time only; about 5 minutes on 2 cores)"
-  rm -rf "$WDIR/bin"
+  rm -rf "${WDIR:?}/bin"
   ( cd "$WDIR/dl"
     GOBIN=$WDIR/bin CGO_CFLAGS="$CFLAGS" go install -trimpath -tags "$TAGS" -ldflags "$LDF" \
       "github.com/k3s-io/kine@v$VER" )
