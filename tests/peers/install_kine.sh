@@ -16,7 +16,7 @@
 #
 # Output: $PEERS_DIR/kine-v<VER>/kine; prints that directory on the last line.
 # Cached: a binary that already reports the wanted version is kept (CI reuses ~/.cache).
-# Cold, on 2 cores: about 5 minutes (SQLite's C amalgamation alone is a minute or two).
+# Cold, on 2 cores: about 2.5 minutes, downloads included (measured with another build running).
 #
 # Usage: tests/peers/install_kine.sh [VERSION]   (default: $KINE_PEER_VERSION or 0.17.5, the
 #        newest v0.17 the Go module proxy serves: `go list -m -versions github.com/k3s-io/kine`)
@@ -75,7 +75,7 @@ if ! { [ -x "$OUT/kine" ] && [[ "$("$OUT/kine" --version 2>/dev/null || true)" =
   log "CGO_CFLAGS (kine's scripts/build): $CFLAGS"
   LDF="-s -w -X github.com/k3s-io/kine/pkg/version.Version=v$VER -X github.com/k3s-io/kine/pkg/version.GitCommit=gomod-v$VER"
   t0=$SECONDS
-  log "building github.com/k3s-io/kine@v$VER (first time only; about 5 minutes on 2 cores)"
+  log "building github.com/k3s-io/kine@v$VER (first time only; a few minutes on 2 cores)"
   rm -rf "${WDIR:?}/bin"
   ( cd "$WDIR/dl"
     GOBIN=$WDIR/bin CGO_CFLAGS="$CFLAGS" go install -trimpath -tags "$TAGS" -ldflags "$LDF" \
