@@ -41,35 +41,13 @@ max_rss_mb() { local p; for p in "$@"; do awk '$1 == "VmRSS:" {print $2}' "/proc
 
 cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
 
-# Member i's client port is PORT + 2i, its peer port PORT + 2i + 1.
-client_url() { echo "http://127.0.0.1:$((PORT + 2 * $1))"; }
-peer_url() { echo "http://127.0.0.1:$((PORT + 2 * $1 + 1))"; }
+# shellcheck source=benches/cluster.sh
+. benches/cluster.sh
+read -ra MEM_EXTRA <<<"${MEM_ARGS:-}"
 
 start() { # KIND: starts MEMBERS members (one server when 1), waits until they serve
-  SERVER_PIDS=() ENDPOINTS=''
-  local i initial='' flags
-  for i in $(seq 0 $((MEMBERS - 1))); do initial+="m$i=$(peer_url "$i"),"; done
-  for i in $(seq 0 $((MEMBERS - 1))); do
-    flags=(--name "m$i" --data-dir "$TMP/$1$i" --listen-client-urls "$(client_url "$i")"
-      --advertise-client-urls "$(client_url "$i")" --listen-peer-urls "$(peer_url "$i")"
-      --initial-advertise-peer-urls "$(peer_url "$i")" --initial-cluster "${initial%,}"
-      --initial-cluster-token "compare-$$" --initial-cluster-state new
-      --quota-backend-bytes 8589934592 --log-level warn)
-    case $1 in
-      # shellcheck disable=SC2086
-      mem_etcd) "$MEM" "${flags[@]}" ${MEM_ARGS:-} 2>"$TMP/mem$i.log" & ;;
-      etcd) "$ETCD_BIN" "${flags[@]}" 2>"$TMP/etcd$i.log" & ;;
-    esac
-    SERVER_PIDS+=($!)
-    ENDPOINTS+="127.0.0.1:$((PORT + 2 * i)),"
-  done
-  ENDPOINTS=${ENDPOINTS%,}
-  # Ready once every member answers a linearizable read (a cluster has elected a leader).
-  for _ in $(seq 300); do
-    "$ETCDCTL" --endpoints "$ENDPOINTS" --command-timeout 1s endpoint health >/dev/null 2>&1 && return
-    sleep 0.1
-  done
-  echo "server $1 did not start ($MEMBERS members)" >&2; tail -5 "$TMP/$1"*.log >&2 || true; exit 1
+  cluster_start "$1" "$MEMBERS" "$TMP" "$PORT" "compare-$$" || exit 1
+  SERVER_PIDS=("${CLUSTER_PIDS[@]}") ENDPOINTS=$CLUSTER_ENDPOINTS
 }
 
 stop() {

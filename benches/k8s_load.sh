@@ -3,23 +3,40 @@
 # benches/k8s_load (client-go), with the same profiles and concurrencies for every backend.
 # For each backend x profile x concurrency it starts a fresh datastore (data on tmpfs) and a
 # fresh kube-apiserver, runs the load, and records the datastore's and kube-apiserver's CPU
-# seconds during the load and their peak RSS (VmHWM, summed over a datastore's members); then
-# prints one table per profile. The results, one JSON line per run, go to $RESULTS.
+# seconds during the load and their peak RSS (VmHWM, summed over a datastore's processes); then
+# prints one table per profile and draws one chart per profile (benches/k8s_charts.py). The
+# results, one JSON line per run, go to $RESULTS. A run that fails (the datastore or
+# kube-apiserver does not start, the load tool fails, or with STRICT a fault) is recorded there
+# (a "failed" or "faults" field, a FAILED row in the table) and the sweep goes on; the script
+# exits 1 at the end if any run failed.
 #
 # Usage: benches/k8s_load.sh
 # env: BACKENDS     (default "mem_etcd etcd"): mem_etcd, etcd (a member alone, etcd 3.6.16);
 #                   mem_etcd3, etcd3 (3-member clusters on 127.0.0.1, every member in
-#                   kube-apiserver's --etcd-servers)
+#                   kube-apiserver's --etcd-servers); kine (kine v0.17.5 on SQLite, k3s's
+#                   default: its default database file and options); kine_pg (kine on a fresh
+#                   PostgreSQL cluster, Debian's package, initdb'd in a temp dir and listening on
+#                   127.0.0.1 only; CPU and RSS are kine's plus every postgres process's)
+#      PROFILES     (default "create-list watch-churn"; also density, below)
 #      CONCURRENCY  (default "10 50 200"): client counts, each a run of its own
-#      PROFILES     (default "create-list watch-churn")
 #      OBJECTS      (default 10000): ConfigMaps per run
 #      WATCHERS     (25), VALUE_BYTES (1024), LISTS (200: full lists in create-list),
 #      PAGE_SIZE    (500), RUN_TIMEOUT (15m: bound on each run of the load)
+#      density: one run per backend (CONCURRENCY is not used): DENSITY_CLIENTS (10) clients
+#      create DENSITY_OBJECTS (1000) ConfigMaps of VALUE_BYTES and DENSITY_LEASES (100) node
+#      Leases in kube-node-lease, then renew every Lease every DENSITY_RENEW (10s) as kubelet
+#      does; after one such interval, the datastore's and kube-apiserver's CPU seconds over
+#      DENSITY_WINDOW (60s) and their RSS at its end (VmRSS, VmHWM; PSS in the JSON)
 #      MEM_BIN      (the mem_etcd binary; else this tree's release build), MEM_ARGS (extra flags)
-#      ETCD_BIN, KUBE_APISERVER_BIN (else built and cached by tests/peers/install_*.sh)
+#      ETCD_BIN, KUBE_APISERVER_BIN, KINE_BIN, PG_BIN (PostgreSQL's bin directory) (else built,
+#      installed and cached by tests/peers/install_*.sh); PG_ARGS (extra postgres flags, e.g.
+#      "-c max_connections=300")
 #      K8S_LOAD_BIN (else benches/k8s_load built and cached in ~/.cache/mem_etcd/k8s_load/)
 #      APISERVER_ARGS (extra kube-apiserver flags), RESULTS (/tmp/k8s_load-results.jsonl),
 #      LOG_DIR (/tmp/k8s_load-logs: each run's kube-apiserver and datastore logs)
+#      CHARTS_DIR (/tmp/k8s_load-charts: one SVG per profile, write throughput, write p99 and
+#      watch lag p99 against concurrency; the committed ones are in benches/k8s_load-charts/),
+#      CHARTS=0 (no charts)
 #      STRICT=1 (a run fails when a request failed, a list was incomplete or a watch event was
 #      missing, unexpected, duplicated or out of order: tests/run.sh's check)
 # The load client runs on the same cores as the servers; its CPU seconds are in the table too.
@@ -36,9 +53,16 @@ VALUE_BYTES=${VALUE_BYTES:-1024}
 LISTS=${LISTS:-200}
 PAGE_SIZE=${PAGE_SIZE:-500}
 RUN_TIMEOUT=${RUN_TIMEOUT:-15m}
+DENSITY_CLIENTS=${DENSITY_CLIENTS:-10}
+DENSITY_OBJECTS=${DENSITY_OBJECTS:-1000}
+DENSITY_LEASES=${DENSITY_LEASES:-100}
+DENSITY_RENEW=${DENSITY_RENEW:-10s}
+DENSITY_WINDOW=${DENSITY_WINDOW:-60s}
 RESULTS=${RESULTS:-/tmp/k8s_load-results.jsonl}
 LOG_DIR=${LOG_DIR:-/tmp/k8s_load-logs}
-DS_PORT=23891      # member i: client port DS_PORT + 2i, peer port DS_PORT + 2i + 1
+CHARTS_DIR=${CHARTS_DIR:-/tmp/k8s_load-charts}
+DS_PORT=23891      # member i: client port DS_PORT + 2i, peer port DS_PORT + 2i + 1; kine: DS_PORT
+PG_PORT=23901      # kine_pg's PostgreSQL
 API_PORT=26443
 
 log() { echo "[k8s_load $(date +%H:%M:%S)] $*" >&2; }
@@ -59,15 +83,26 @@ TOOL=$K8S_LOAD_BIN
 ETCD_BIN=${ETCD_BIN:-$(tests/peers/install_etcd.sh | tail -1)/etcd}
 ETCDCTL=$(dirname "$ETCD_BIN")/etcdctl
 KUBE_APISERVER_BIN=${KUBE_APISERVER_BIN:-$(tests/peers/install_k8s.sh | tail -1)/kube-apiserver}
+if [[ " $BACKENDS " == *" kine"* && -z "${KINE_BIN:-}" ]] ||
+    [[ " $BACKENDS " == *" kine_pg "* && -z "${PG_BIN:-}" ]]; then
+  # Its last line is kine's directory; the one before, PostgreSQL's bin directory.
+  if [[ " $BACKENDS " == *" kine_pg "* ]]; then kine_out=$(tests/peers/install_kine.sh)
+  else kine_out=$(NO_POSTGRES=1 tests/peers/install_kine.sh); fi
+  KINE_BIN=${KINE_BIN:-$(tail -1 <<<"$kine_out")/kine}
+  if [[ " $BACKENDS " == *" kine_pg "* ]]; then PG_BIN=${PG_BIN:-$(tail -2 <<<"$kine_out" | head -1)}; fi
+fi
 if [[ " $BACKENDS " == *" mem_etcd"* ]] && [ -z "${MEM_BIN:-}" ]; then
   cargo build --release --quiet
 fi
 MEM=${MEM_BIN:-${CARGO_TARGET_DIR:-target}/release/mem_etcd}
 read -ra MEM_EXTRA <<<"${MEM_ARGS:-}"
 read -ra APISERVER_EXTRA <<<"${APISERVER_ARGS:-}"
+read -ra PG_EXTRA <<<"${PG_ARGS:-}"
+# shellcheck source=benches/cluster.sh
+. benches/cluster.sh
 
 TMP=$(mktemp -d /dev/shm/k8s_load.XXXXXX)
-DS_PIDS=() API_PID=''
+DS_PIDS=() API_PID='' KINE_PID='' PG_PID='' PG_DIR=''
 # SIGTERM, then SIGKILL if the process is still there after 20 s.
 stop_pids() {
   local p i
@@ -80,46 +115,88 @@ stop_pids() {
 }
 
 cleanup() {
-  if [ -n "$API_PID" ]; then stop_pids "$API_PID"; fi
-  if [ ${#DS_PIDS[@]} -gt 0 ]; then stop_pids "${DS_PIDS[@]}"; fi
+  stop_all
   rm -rf "$TMP"
 }
 trap cleanup EXIT
 : >"$RESULTS"
 mkdir -p "$LOG_DIR"
 
-client_url() { echo "http://127.0.0.1:$((DS_PORT + 2 * $1))"; }
-peer_url() { echo "http://127.0.0.1:$((DS_PORT + 2 * $1 + 1))"; }
-
-# Starts the datastore BACKEND: sets DS_PIDS and ETCD_SERVERS (kube-apiserver's --etcd-servers).
-start_backend() {
-  local kind members=1 i initial='' flags servers=''
-  case $1 in
-    mem_etcd|etcd) kind=$1 ;;
-    mem_etcd3|etcd3) kind=${1%3} members=3 ;;
-    *) log "unknown backend '$1' (mem_etcd, etcd, mem_etcd3, etcd3)"; exit 2 ;;
-  esac
-  DS_PIDS=()
-  for i in $(seq 0 $((members - 1))); do initial+="m$i=$(peer_url "$i"),"; done
-  for i in $(seq 0 $((members - 1))); do
-    flags=(--name "m$i" --data-dir "$TMP/data$i" --listen-client-urls "$(client_url "$i")"
-      --advertise-client-urls "$(client_url "$i")" --listen-peer-urls "$(peer_url "$i")"
-      --initial-advertise-peer-urls "$(peer_url "$i")" --initial-cluster "${initial%,}"
-      --initial-cluster-token "k8s-load-$$" --initial-cluster-state new
-      --quota-backend-bytes 8589934592 --log-level warn)
-    case $kind in
-      mem_etcd) "$MEM" "${flags[@]}" "${MEM_EXTRA[@]}" 2>"$TMP/ds$i.log" & ;;
-      etcd) "$ETCD_BIN" "${flags[@]}" 2>"$TMP/ds$i.log" & ;;
-    esac
-    DS_PIDS+=($!)
-    servers+="$(client_url "$i"),"
-  done
-  ETCD_SERVERS=${servers%,}
-  for _ in $(seq 300); do
-    "$ETCDCTL" --endpoints "$ETCD_SERVERS" --command-timeout 1s endpoint health >/dev/null 2>&1 && return
+# The datastore's processes are started in TMP (its logs: TMP/*.log).
+# Waits until ETCD_SERVERS answers a read (30 s at most). Not `etcdctl endpoint health`: it
+# lists alarms, which kine does not implement.
+# Gives up early when one of DS_PIDS has exited.
+wait_serving() {
+  local end=$((SECONDS + 30)) p
+  while [ "$SECONDS" -lt "$end" ]; do
+    "$ETCDCTL" --endpoints "$ETCD_SERVERS" --dial-timeout 1s --command-timeout 1s get health \
+      >/dev/null 2>&1 && return 0
+    for p in "${DS_PIDS[@]}"; do
+      kill -0 "$p" 2>/dev/null || { log "pid $p exited"; return 1; }
+    done
     sleep 0.1
   done
-  log "$1 did not start"; tail -5 "$TMP"/ds*.log >&2 || true; exit 1
+  return 1
+}
+
+# kine on 127.0.0.1:DS_PORT, its working directory TMP/kine (SQLite's default database file,
+# ./db/state.db, goes there); extra arguments (--endpoint) are kine's. Metrics off (their
+# default listener is on every address).
+start_kine() {
+  mkdir -p "$TMP/kine"
+  (cd "$TMP/kine" && exec "$KINE_BIN" --listen-address "127.0.0.1:$DS_PORT" \
+    --metrics-bind-address 0 "$@") >"$TMP/kine.log" 2>&1 &
+  KINE_PID=$!
+  DS_PIDS=("$KINE_PID" ${PG_PID:+"$PG_PID"})
+  ETCD_SERVERS="http://127.0.0.1:$DS_PORT"
+  wait_serving && return 0
+  log "kine did not start"; tail -5 "$TMP/kine.log" >&2; return 1
+}
+
+# A fresh PostgreSQL cluster in a temp dir on tmpfs, on 127.0.0.1:PG_PORT only (its socket in
+# that dir), with trust authentication for the user postgres; everything else at PostgreSQL's
+# defaults. Run as the user postgres when this script runs as root (PostgreSQL refuses root).
+start_postgres() {
+  local as=()
+  PG_DIR=$(mktemp -d /dev/shm/k8s_load-pg.XXXXXX)
+  if [ "$(id -u)" = 0 ]; then
+    chown postgres: "$PG_DIR"
+    as=(setpriv --reuid=postgres --regid=postgres --init-groups)
+  fi
+  if ! "${as[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" -U postgres --auth=trust -E UTF8 --no-sync \
+      >"$TMP/initdb.log" 2>&1; then
+    log "initdb failed"; tail -5 "$TMP/initdb.log" >&2; return 1
+  fi
+  "${as[@]}" "$PG_BIN/postgres" -D "$PG_DIR/data" -c listen_addresses=127.0.0.1 -p "$PG_PORT" \
+    -c unix_socket_directories="$PG_DIR" ${PG_EXTRA[@]+"${PG_EXTRA[@]}"} >"$TMP/postgres.log" 2>&1 &
+  PG_PID=$!
+  DS_PIDS=("$PG_PID")
+  local end=$((SECONDS + 30))
+  while [ "$SECONDS" -lt "$end" ] && kill -0 "$PG_PID" 2>/dev/null; do
+    "$PG_BIN/pg_isready" -q -t 1 -h 127.0.0.1 -p "$PG_PORT" && return 0
+    sleep 0.1
+  done
+  log "postgres did not start"; tail -5 "$TMP/postgres.log" >&2; return 1
+}
+
+# Starts the datastore BACKEND: sets DS_PIDS (its processes, as the load tool samples them:
+# each with its descendants) and ETCD_SERVERS (kube-apiserver's --etcd-servers). Returns 1 if
+# it does not serve; what it started is in DS_PIDS, KINE_PID and PG_PID for stop_all.
+start_backend() {
+  local rc=0
+  DS_PIDS=() ETCD_SERVERS=''
+  case $1 in
+    mem_etcd|etcd) cluster_start "$1" 1 "$TMP" "$DS_PORT" "k8s-load-$$" || rc=$? ;;
+    mem_etcd3|etcd3) cluster_start "${1%3}" 3 "$TMP" "$DS_PORT" "k8s-load-$$" || rc=$? ;;
+    kine) start_kine; return ;;
+    kine_pg)
+      start_postgres || return 1
+      start_kine --endpoint "postgres://postgres@127.0.0.1:$PG_PORT/kubernetes?sslmode=disable"
+      return ;;
+    *) log "unknown backend '$1' (mem_etcd, etcd, mem_etcd3, etcd3, kine, kine_pg)"; exit 2 ;;
+  esac
+  DS_PIDS=(${CLUSTER_PIDS[@]+"${CLUSTER_PIDS[@]}"}) ETCD_SERVERS=$CLUSTER_URLS
+  return "$rc"
 }
 
 # Starts kube-apiserver on ETCD_SERVERS with what tests/it/k8s_e2e.rs gives it (a
@@ -139,45 +216,98 @@ start_apiserver() {
     "${APISERVER_EXTRA[@]}" >"$dir/log" 2>&1 &
   API_PID=$!
   if ! "$TOOL" wait-ready -kubeconfig "$dir/kubeconfig" -pid "$API_PID" -timeout 120s; then
-    tail -20 "$dir/log" >&2; exit 1
+    tail -20 "$dir/log" >&2; return 1
   fi
 }
 
-# kube-apiserver first: its graceful shutdown needs the datastore.
+# kube-apiserver first: its graceful shutdown needs the datastore; then kine, then PostgreSQL
+# (SIGTERM: a smart shutdown, which waits for kine's connections to close).
 stop_all() {
-  stop_pids "$API_PID"
-  stop_pids "${DS_PIDS[@]}"
-  API_PID='' DS_PIDS=()
-  rm -rf "$TMP"/data* "$TMP/apiserver"
+  if [ -n "$API_PID" ]; then stop_pids "$API_PID"; fi
+  if [ -n "$KINE_PID" ]; then stop_pids "$KINE_PID"; fi
+  if [ -n "$PG_PID" ]; then stop_pids "$PG_PID"; fi
+  if [ ${#DS_PIDS[@]} -gt 0 ]; then stop_pids "${DS_PIDS[@]}"; fi
+  API_PID='' KINE_PID='' PG_PID='' DS_PIDS=()
+  if [ -n "$PG_DIR" ]; then rm -rf "$PG_DIR"; PG_DIR=''; fi
+  rm -rf "$TMP"/*etcd[0-9] "$TMP/kine" "$TMP/apiserver" "$TMP"/*.log
 }
+
+# A run that gave no results, as a JSON line of its own: LABEL PROFILE CLIENTS OBJECTS REASON.
+record_failure() {
+  local why
+  why=$(tr -d '"\\\000-\037' <<<"$5" | cut -c1-300)
+  printf '{"label":"%s","profile":"%s","clients":%d,"objects":%d,"failed":"%s"}\n' \
+    "$1" "$2" "$3" "$4" "$why" >>"$RESULTS"
+}
+
+# One run: BACKEND PROFILE CLIENTS. Returns 1 when it failed (recorded in RESULTS).
+run_one() {
+  local backend=$1 profile=$2 clients=$3 objects=$OBJECTS rc=0 extra=()
+  if [ "$profile" = density ]; then
+    objects=$DENSITY_OBJECTS
+    extra=(--leases "$DENSITY_LEASES" --renew-interval "$DENSITY_RENEW" --window "$DENSITY_WINDOW")
+  fi
+  log "$backend $profile clients=$clients objects=$objects"
+  if ! start_backend "$backend"; then
+    record_failure "$backend" "$profile" "$clients" "$objects" "$backend did not start (logs in $LOG_DIR): $(tail -q -n1 "$TMP"/*.log 2>/dev/null | tail -1)"
+    return 1
+  fi
+  if ! start_apiserver; then
+    record_failure "$backend" "$profile" "$clients" "$objects" "kube-apiserver did not become ready: $(tail -1 "$TMP/apiserver/log")"
+    return 1
+  fi
+  "$TOOL" --kubeconfig "$TMP/apiserver/kubeconfig" --profile "$profile" --clients "$clients" \
+    --objects "$objects" --watchers "$WATCHERS" --value-bytes "$VALUE_BYTES" \
+    --lists "$LISTS" --page-size "$PAGE_SIZE" --timeout "$RUN_TIMEOUT" --label "$backend" \
+    --datastore-pids "${DS_PIDS[*]}" --apiserver-pids "$API_PID" ${STRICT:+--strict} "${extra[@]}" \
+    >"$TMP/out" 2>"$TMP/err" || rc=$?
+  # The JSON line is kept whenever the tool wrote one (with STRICT, a run with faults exits 2
+  # after writing it: its "faults" say what).
+  grep '^{' "$TMP/out" >>"$RESULTS" || true
+  grep -v '^{' "$TMP/out" >&2 || true
+  if [ "$rc" -ne 0 ]; then
+    log "FAILED: $backend $profile clients=$clients (exit $rc)"; tail -20 "$TMP/err" >&2
+    tail -20 "$TMP/apiserver/log" >&2
+    if ! grep -q '^{' "$TMP/out"; then
+      record_failure "$backend" "$profile" "$clients" "$objects" "load tool exited $rc: $(grep -v '^ *$' "$TMP/err" | tail -1)"
+    fi
+    return 1
+  fi
+}
+
 
 failed=0
 for backend in $BACKENDS; do
   for profile in $PROFILES; do
-    for clients in $CONCURRENCY; do
-      log "$backend $profile clients=$clients objects=$OBJECTS"
-      start_backend "$backend"
-      start_apiserver
-      if "$TOOL" --kubeconfig "$TMP/apiserver/kubeconfig" --profile "$profile" --clients "$clients" \
-          --objects "$OBJECTS" --watchers "$WATCHERS" --value-bytes "$VALUE_BYTES" \
-          --lists "$LISTS" --page-size "$PAGE_SIZE" --timeout "$RUN_TIMEOUT" --label "$backend" \
-          --datastore-pids "${DS_PIDS[*]}" --apiserver-pids "$API_PID" ${STRICT:+--strict} \
-          >"$TMP/out" 2>"$TMP/err"; then
-        grep '^{' "$TMP/out" >>"$RESULTS"
-        grep -v '^{' "$TMP/out" >&2
-      else
-        failed=$((failed + 1))
-        log "FAILED: $backend $profile clients=$clients"; tail -20 "$TMP/err" >&2
-        tail -20 "$TMP/apiserver/log" >&2
-      fi
-      cp "$TMP/apiserver/log" "$LOG_DIR/$backend-$profile-$clients.apiserver.log"
-      for f in "$TMP"/ds*.log; do cp "$f" "$LOG_DIR/$backend-$profile-$clients.$(basename "$f")"; done
+    concurrency=$CONCURRENCY
+    if [ "$profile" = density ]; then concurrency=$DENSITY_CLIENTS; fi
+    for clients in $concurrency; do
+      t0=$SECONDS
+      run_one "$backend" "$profile" "$clients" || failed=$((failed + 1))
+      if [ -f "$TMP/apiserver/log" ]; then cp "$TMP/apiserver/log" "$LOG_DIR/$backend-$profile-$clients.apiserver.log"; fi
+      for f in "$TMP"/*.log; do
+        if [ -f "$f" ]; then cp "$f" "$LOG_DIR/$backend-$profile-$clients.$(basename "$f")"; fi
+      done
       stop_all
+      log "$backend $profile clients=$clients: $((SECONDS - t0)) s"
     done
   done
 done
 
 "$TOOL" table "$RESULTS"
 echo
-echo "($(nproc) cores; kube-apiserver $("$KUBE_APISERVER_BIN" --version | awk '{print $2}'); $OBJECTS ConfigMaps of $VALUE_BYTES bytes per run; $WATCHERS watchers; $LISTS lists of pages of $PAGE_SIZE; CPU seconds during the load, peak RSS over the process's life (fresh per run); JSON lines in $RESULTS)"
+if [[ " $PROFILES " == *" create-list "* || " $PROFILES " == *" watch-churn "* ]]; then
+  echo "($(nproc) cores; kube-apiserver $("$KUBE_APISERVER_BIN" --version | awk '{print $2}'); $OBJECTS ConfigMaps of $VALUE_BYTES bytes per run; $WATCHERS watchers; $LISTS lists of pages of $PAGE_SIZE; CPU seconds during the load, peak RSS over the process's life (fresh per run); JSON lines in $RESULTS)"
+fi
+if [[ " $PROFILES " == *" density "* ]]; then
+  echo "($(nproc) cores; kube-apiserver $("$KUBE_APISERVER_BIN" --version | awk '{print $2}'); density: $DENSITY_OBJECTS ConfigMaps of $VALUE_BYTES bytes and $DENSITY_LEASES Leases created by $DENSITY_CLIENTS clients, every Lease renewed every $DENSITY_RENEW; CPU over a $DENSITY_WINDOW window after one renewal interval, RSS at its end; JSON lines in $RESULTS)"
+fi
+if [[ " $BACKENDS " == *" kine"* ]]; then echo "($("$KINE_BIN" --version 2>&1 | head -1))"; fi
+if [ "${CHARTS:-1}" != 0 ]; then
+  if command -v python3 >/dev/null; then
+    python3 benches/k8s_charts.py --out "$CHARTS_DIR" "$RESULTS" || log "charts failed"
+  else
+    log "no python3: no charts"
+  fi
+fi
 if [ "$failed" -gt 0 ]; then log "$failed run(s) failed"; exit 1; fi

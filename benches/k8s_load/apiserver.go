@@ -114,7 +114,8 @@ func waitReady(args []string) error {
 	return fmt.Errorf("kube-apiserver not ready within %v: %s", *timeout, last)
 }
 
-// printTable prints the JSON lines in the files as one markdown table per profile.
+// printTable prints the JSON lines in the files as one markdown table per profile; a run that
+// failed (a "failed" line, or one without its profile's figures) as a row that says so.
 func printTable(files []string) error {
 	var rows []result
 	for _, f := range files {
@@ -138,16 +139,35 @@ func printTable(files []string) error {
 		}
 		fh.Close()
 	}
+	// Processes that share memory (PostgreSQL's backends and its shared buffers) have it
+	// counted once in each one's RSS: their PSS at the end (which counts it once) goes beside.
+	pss := func(p *procStats) string {
+		if p.Procs > p.PIDs && p.PSSMiB > 0 {
+			return fmt.Sprintf(" (%d processes, PSS %.0f)", p.Procs, p.PSSMiB)
+		}
+		return ""
+	}
 	proc := func(p *procStats) string {
 		if p == nil {
 			return "- | -"
 		}
-		return fmt.Sprintf("%.1f | %.0f", p.CPUS, p.PeakRSSMiB)
+		return fmt.Sprintf("%.1f | %.0f%s", p.CPUS, p.PeakRSSMiB, pss(p))
 	}
-	for _, profile := range []string{"create-list", "watch-churn"} {
+	mib := func(p *procStats) string {
+		if p == nil {
+			return "- | -"
+		}
+		return fmt.Sprintf("%.0f%s | %.0f", p.RSSMiB, pss(p), p.PeakRSSMiB)
+	}
+	for _, profile := range []string{"create-list", "watch-churn", "density"} {
 		var out []string
 		for _, r := range rows {
 			if r.Profile != profile {
+				continue
+			}
+			if r.Failed != "" || (profile == "create-list" && r.Read == nil) ||
+				(profile == "watch-churn" && r.Watch == nil) || (profile == "density" && r.Density == nil) {
+				out = append(out, fmt.Sprintf("| %s | %d | %d | FAILED: %s |", r.Label, r.Clients, r.Objects, r.Failed))
 				continue
 			}
 			switch profile {
@@ -164,6 +184,18 @@ func printTable(files []string) error {
 					r.Label, r.Clients, r.Objects, r.Write.PerS, r.Write.P99Ms, r.Write.Errors+r.Write.Skipped,
 					w.Matched, w.Expected, w.Missing, w.Unexpected, w.Duplicate, w.OutOfOrder+w.Errors, w.Reconnects, w.LagP50Ms, w.LagP99Ms,
 					w.EventsPerS, proc(r.Datastore), proc(r.Apiserver), r.Client.CPUS))
+			case "density":
+				d := r.Density
+				cpu := func(p *procStats, pct float64) string {
+					if p == nil {
+						return "-"
+					}
+					return fmt.Sprintf("%.1f (%.1f%%)", p.CPUS, pct)
+				}
+				out = append(out, fmt.Sprintf("| %s | %d | %d | %d | %.0f / %.0f | %d / %d | %.1f | %s | %s | %s | %s |",
+					r.Label, d.ConfigMaps, d.Leases, r.Write.Errors, d.RenewIntervalS, d.WindowS,
+					d.Renewals.OK, d.Due, d.Renewals.P99Ms, cpu(r.Datastore, d.DatastoreCPUPct), mib(r.Datastore),
+					cpu(r.Apiserver, d.ApiserverCPUPct), mib(r.Apiserver)))
 			}
 		}
 		if len(out) == 0 {
@@ -181,6 +213,11 @@ func printTable(files []string) error {
 			fmt.Println()
 			fmt.Println("| backend | clients | objects | writes/s | write p99 ms | write errors (+ skipped) | events matched / expected | missing / unexpected / duplicate / out of order + watch errors | watches cut off and resumed | lag p50 ms | lag p99 ms | events/s | datastore CPU s | datastore peak RSS MiB | apiserver CPU s | apiserver peak RSS MiB | client CPU s |")
 			fmt.Println("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+		case "density":
+			fmt.Println("density: ConfigMaps and node Leases at rest, every Lease renewed as kubelet renews it (CPU over the window, RSS at its end)")
+			fmt.Println()
+			fmt.Println("| backend | ConfigMaps | Leases | create errors | renew every / window s | renewals ok / due | renew p99 ms | datastore CPU s (% of a core) | datastore RSS MiB | datastore peak RSS MiB | apiserver CPU s (% of a core) | apiserver RSS MiB | apiserver peak RSS MiB |")
+			fmt.Println("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 		}
 		for _, l := range out {
 			fmt.Println(l)

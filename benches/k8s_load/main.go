@@ -8,6 +8,10 @@
 //     update, update again and delete --objects ConfigMaps; every watch event is matched to
 //     the write that caused it, so missing, unexpected and duplicate events and the lag (event
 //     received minus write acknowledged) are exact.
+//   - density: --clients clients create --objects ConfigMaps and --leases node Leases (in
+//     kube-node-lease), then every Lease is renewed every --renew-interval as kubelet renews
+//     its node's; the datastore's and kube-apiserver's CPU over an idle --window and their
+//     RSS at its end are what a cluster of that size costs at rest.
 //
 // Output: one JSON line of results, then one human-readable line. benches/k8s_load.sh starts
 // the datastores and kube-apiserver, runs this, and prints a table (the `table` subcommand).
@@ -57,6 +61,10 @@ type config struct {
 	apiPIDs      []int
 	runID        string
 	strict       bool
+	// density
+	leases        int
+	renewInterval time.Duration
+	window        time.Duration
 }
 
 func main() {
@@ -76,7 +84,7 @@ func main() {
 	var c config
 	var dsPIDs, apiPIDs string
 	flag.StringVar(&c.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the kube-apiserver to load")
-	flag.StringVar(&c.profile, "profile", "create-list", "create-list or watch-churn")
+	flag.StringVar(&c.profile, "profile", "create-list", "create-list, watch-churn or density")
 	flag.IntVar(&c.clients, "clients", 10, "concurrent writing (and, in create-list, listing) clients, each on its own connection")
 	flag.IntVar(&c.objects, "objects", 10000, "ConfigMaps created (and in watch-churn updated twice and deleted)")
 	flag.IntVar(&c.watchers, "watchers", 25, "watch-churn: watches open on the ConfigMaps, each on its own connection")
@@ -88,8 +96,11 @@ func main() {
 	flag.IntVar(&c.lists, "lists", 200, "create-list: full lists of the namespace, shared out over the clients")
 	flag.Int64Var(&c.pageSize, "page-size", 500, "create-list: limit of each list request (0: unpaged)")
 	flag.Float64Var(&c.qps, "qps", 100000, "client-go's client-side rate limit per connection (QPS and Burst), set far above what the run sends")
+	flag.IntVar(&c.leases, "leases", 100, "density: node Leases, each renewed every --renew-interval")
+	flag.DurationVar(&c.renewInterval, "renew-interval", 10*time.Second, "density: how often each Lease is renewed (kubelet: 10 s)")
+	flag.DurationVar(&c.window, "window", time.Minute, "density: the measured window, after one interval of warm-up")
 	flag.StringVar(&c.label, "label", "", "free text carried into the JSON (the backend's name)")
-	flag.StringVar(&dsPIDs, "datastore-pids", "", "comma-separated PIDs of the datastore's processes: their CPU seconds during the run and peak RSS are reported, summed")
+	flag.StringVar(&dsPIDs, "datastore-pids", "", "comma-separated PIDs of the datastore's processes: their CPU seconds during the run and peak RSS are reported, summed over them and their descendants (a PostgreSQL server's backends)")
 	flag.BoolVar(&c.strict, "strict", false, "exit with status 2 when any request failed, a list came back incomplete or a watch event was missing, unexpected, duplicated or out of order (tests/run.sh's check)")
 	flag.StringVar(&apiPIDs, "apiserver-pids", "", "comma-separated PIDs of kube-apiserver, reported as --datastore-pids")
 	flag.Parse()
@@ -101,8 +112,11 @@ func main() {
 	if c.apiPIDs, err = parsePIDs(apiPIDs); err != nil {
 		exitOn(err)
 	}
-	if c.clients < 1 || c.objects < 1 || c.valueBytes < 0 || c.watchers < 0 {
+	if c.clients < 1 || c.objects < 1 || c.valueBytes < 0 || c.watchers < 0 || c.leases < 0 {
 		exitOn(fmt.Errorf("--clients and --objects must be at least 1"))
+	}
+	if c.profile == "density" && (c.renewInterval <= 0 || c.window <= 0) {
+		exitOn(fmt.Errorf("--renew-interval and --window must be above 0"))
 	}
 	c.runID = strconv.FormatInt(time.Now().UnixNano()%1e10, 36)
 	if c.namespace == "" {
@@ -117,8 +131,10 @@ func main() {
 		res, err = runCreateList(ctx, &c)
 	case "watch-churn":
 		res, err = runWatchChurn(ctx, &c)
+	case "density":
+		res, err = runDensity(ctx, &c)
 	default:
-		err = fmt.Errorf("unknown --profile %q (create-list or watch-churn)", c.profile)
+		err = fmt.Errorf("unknown --profile %q (create-list, watch-churn or density)", c.profile)
 	}
 	exitOn(err)
 	if admin, err := newClient(&c); err == nil {
@@ -129,15 +145,14 @@ func main() {
 			fmt.Fprintln(os.Stderr, "k8s_load: reading kube-apiserver's /metrics:", err)
 		}
 	}
+	res.Faults = res.faults()
 	line, err := json.Marshal(res)
 	exitOn(err)
 	fmt.Println(string(line))
 	fmt.Println(res.human())
-	if c.strict {
-		if faults := res.faults(); len(faults) > 0 {
-			fmt.Fprintln(os.Stderr, "k8s_load: --strict:", strings.Join(faults, ", "))
-			os.Exit(2)
-		}
+	if c.strict && len(res.Faults) > 0 {
+		fmt.Fprintln(os.Stderr, "k8s_load: --strict:", strings.Join(res.Faults, ", "))
+		os.Exit(2)
 	}
 }
 

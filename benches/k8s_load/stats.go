@@ -14,23 +14,29 @@ import (
 
 // result is the JSON line a run prints.
 type result struct {
-	Label      string      `json:"label,omitempty"`
-	Profile    string      `json:"profile"`
-	Namespace  string      `json:"namespace"`
-	Clients    int         `json:"clients"`
-	Objects    int         `json:"objects"`
-	Watchers   int         `json:"watchers,omitempty"`
-	ValueBytes int         `json:"value_bytes"`
-	DurationS  float64     `json:"duration_s"`
-	Write      opStats     `json:"write"`
-	Read       *readStats  `json:"read,omitempty"`
-	Watch      *watchStats `json:"watch,omitempty"`
+	Label      string        `json:"label,omitempty"`
+	Profile    string        `json:"profile"`
+	Namespace  string        `json:"namespace"`
+	Clients    int           `json:"clients"`
+	Objects    int           `json:"objects"`
+	Watchers   int           `json:"watchers,omitempty"`
+	ValueBytes int           `json:"value_bytes"`
+	DurationS  float64       `json:"duration_s"`
+	Write      opStats       `json:"write"`
+	Read       *readStats    `json:"read,omitempty"`
+	Watch      *watchStats   `json:"watch,omitempty"`
+	Density    *densityStats `json:"density,omitempty"`
 	// CPU seconds used during the run and peak RSS, summed over the processes given.
 	Datastore *procStats `json:"datastore,omitempty"`
 	Apiserver *procStats `json:"apiserver,omitempty"`
 	Client    procStats  `json:"client"`
 	// kube-apiserver's own counters for the ConfigMaps at the end of the run (scrapeMetrics).
 	ApiserverMetrics map[string]float64 `json:"apiserver_metrics,omitempty"`
+	// What --strict fails a run for (faults), whether or not it was given.
+	Faults []string `json:"faults,omitempty"`
+	// A run that gave no results (the datastore or kube-apiserver did not start, the tool
+	// failed): why. benches/k8s_load.sh writes such a line itself.
+	Failed string `json:"failed,omitempty"`
 }
 
 // opStats: requests of one kind, every error counted by its kind.
@@ -99,10 +105,13 @@ type perWatcher struct {
 }
 
 type procStats struct {
-	PIDs       int     `json:"pids"`
+	PIDs int `json:"pids"`
+	// The processes given and their descendants, at the end.
+	Procs      int     `json:"procs,omitempty"`
 	CPUS       float64 `json:"cpu_s"`
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 	RSSMiB     float64 `json:"rss_mib"`
+	PSSMiB     float64 `json:"pss_mib,omitempty"`
 }
 
 // errCounts counts errors by kind; safe for concurrent use.
@@ -155,6 +164,8 @@ func ms(ns int64) float64 { return math.Round(float64(ns)/1e4) / 100 }
 // kube-apiserver runs on (reading sysconf would need cgo).
 const userHZ = 100
 
+// procSample: the CPU ticks of a process given by --datastore-pids or --apiserver-pids and of
+// its descendants (treeTicks).
 type procSample struct {
 	pid   int
 	ticks int64
@@ -162,32 +173,98 @@ type procSample struct {
 
 func sampleCPU(pids []int) []procSample {
 	out := make([]procSample, 0, len(pids))
+	kids := childrenOf()
 	for _, p := range pids {
-		out = append(out, procSample{p, cpuTicks(p)})
+		out = append(out, procSample{p, treeTicks(p, kids)})
 	}
 	return out
 }
 
-func cpuTicks(pid int) int64 {
+// cpuTicks: a process's own user and system ticks, and those of its children that have exited
+// and been waited for (cutime and cstime); -1 when it is gone.
+func cpuTicks(pid int) (self, exited int64) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return -1
+		return -1, 0
 	}
 	// Fields after the command name, which is in parentheses and may hold spaces.
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(f) < 13 {
-		return -1
+	// f[0] is field 3 (state); utime, stime, cutime and cstime are fields 14 to 17.
+	if len(f) < 15 {
+		return -1, 0
 	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return u + st
+	var v [4]int64
+	for i := range v {
+		v[i], _ = strconv.ParseInt(f[11+i], 10, 64)
+	}
+	return v[0] + v[1], v[2] + v[3]
 }
 
-// statusKiB reads a "Key:   N kB" line of /proc/PID/status.
-func statusKiB(pid int, key string) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+// parentOf reads a process's parent pid (field 4 of /proc/PID/stat); 0 when it is gone.
+func parentOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	pp, _ := strconv.Atoi(f[1])
+	return pp
+}
+
+// childrenOf maps every live process to its children.
+func childrenOf() map[int][]int {
+	out := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pp := parentOf(pid); pp > 0 {
+			out[pp] = append(out[pp], pid)
+		}
+	}
+	return out
+}
+
+// tree: pid and its live descendants.
+func tree(pid int, kids map[int][]int) []int {
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, kids[out[i]]...)
+	}
+	return out
+}
+
+// treeTicks: the CPU ticks a process and its descendants have used, those that exited included
+// (a child's ticks move to its parent's cutime/cstime when it is waited for, so a PostgreSQL
+// backend that came and went between two samples still counts); -1 when pid itself is gone.
+// A process with no children (mem_etcd, etcd, kine, kube-apiserver) is its own ticks.
+func treeTicks(pid int, kids map[int][]int) int64 {
+	var total int64
+	for i, p := range tree(pid, kids) {
+		self, exited := cpuTicks(p)
+		if self < 0 {
+			if i == 0 {
+				return -1
+			}
+			continue // exited since the scan: its ticks are its parent's now, or soon
+		}
+		total += self + exited
+	}
+	return total
+}
+
+// statusKiB reads a "Key:   N kB" line of /proc/PID/status (or of another /proc/PID file).
+func statusKiB(pid int, key string) float64 { return procKiB(pid, "status", key) }
+
+func procKiB(pid int, file, key string) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
 	if err != nil {
 		return 0
 	}
@@ -204,25 +281,34 @@ func statusKiB(pid int, key string) float64 {
 }
 
 // procDelta: CPU seconds since the samples were taken, and peak and current RSS now, summed
-// over the processes. A process gone meanwhile makes the figure -1.
+// over the processes and their live descendants. A process given that is gone meanwhile makes
+// the figure -1. PSS (proportional set size) counts a page shared by n processes as 1/n in
+// each, so it sums right over processes that share memory (PostgreSQL's shared buffers are in
+// the RSS of every backend that touched them); for a process alone it is its RSS.
 func procDelta(before []procSample) *procStats {
 	if len(before) == 0 {
 		return nil
 	}
 	ps := &procStats{PIDs: len(before)}
 	var ticks int64
+	kids := childrenOf()
 	for _, b := range before {
-		now := cpuTicks(b.pid)
+		now := treeTicks(b.pid, kids)
 		if now < 0 || b.ticks < 0 {
 			return &procStats{PIDs: len(before), CPUS: -1, PeakRSSMiB: -1, RSSMiB: -1}
 		}
 		ticks += now - b.ticks
-		ps.PeakRSSMiB += statusKiB(b.pid, "VmHWM") / 1024
-		ps.RSSMiB += statusKiB(b.pid, "VmRSS") / 1024
+		for _, p := range tree(b.pid, kids) {
+			ps.Procs++
+			ps.PeakRSSMiB += statusKiB(p, "VmHWM") / 1024
+			ps.RSSMiB += statusKiB(p, "VmRSS") / 1024
+			ps.PSSMiB += procKiB(p, "smaps_rollup", "Pss") / 1024
+		}
 	}
 	ps.CPUS = float64(ticks) / userHZ
 	ps.PeakRSSMiB = math.Round(ps.PeakRSSMiB*10) / 10
 	ps.RSSMiB = math.Round(ps.RSSMiB*10) / 10
+	ps.PSSMiB = math.Round(ps.PSSMiB*10) / 10
 	return ps
 }
 
@@ -258,6 +344,9 @@ func (r *result) faults() []string {
 		add(w.OutOfOrder, "events out of order")
 		add(w.Errors, "watch errors")
 	}
+	if d := r.Density; d != nil {
+		add(d.Renewals.Errors, "failed Lease renewals")
+	}
 	return out
 }
 
@@ -272,6 +361,18 @@ func (r *result) human() string {
 	if w := r.Watch; w != nil {
 		fmt.Fprintf(&b, " watch %d watchers: %d/%d events matched, %d missing %d unexpected %d duplicate %d out of order %d errors %d reconnects, lag p50 %.1f p99 %.1f ms, %.0f events/s;",
 			r.Watchers, w.Matched, w.Expected, w.Missing, w.Unexpected, w.Duplicate, w.OutOfOrder, w.Errors, w.Reconnects, w.LagP50Ms, w.LagP99Ms, w.EventsPerS)
+	}
+	if d := r.Density; d != nil {
+		fmt.Fprintf(&b, " %d Leases renewed every %.0f s for %.0f s: %d renewals ok %d errors p99 %.1f ms;",
+			d.Leases, d.RenewIntervalS, d.WindowS, d.Renewals.OK, d.Renewals.Errors, d.Renewals.P99Ms)
+		if ds := r.Datastore; ds != nil {
+			fmt.Fprintf(&b, " datastore %.1f CPU s (%.1f%%) RSS %.0f MiB peak %.0f MiB;", ds.CPUS, d.DatastoreCPUPct, ds.RSSMiB, ds.PeakRSSMiB)
+		}
+		if a := r.Apiserver; a != nil {
+			fmt.Fprintf(&b, " kube-apiserver %.1f CPU s (%.1f%%) RSS %.0f MiB peak %.0f MiB;", a.CPUS, d.ApiserverCPUPct, a.RSSMiB, a.PeakRSSMiB)
+		}
+		fmt.Fprintf(&b, " client %.1f CPU s", r.Client.CPUS)
+		return b.String()
 	}
 	if d := r.Datastore; d != nil {
 		fmt.Fprintf(&b, " datastore %.1f CPU s peak %.0f MiB;", d.CPUS, d.PeakRSSMiB)
