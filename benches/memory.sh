@@ -62,7 +62,7 @@ start() {
 stop() {
   kill -TERM "$SERVER_PID"
   wait "$SERVER_PID" || say "mem_etcd exited with status $?"
-  if grep -qE 'ERROR|WARN' "$TMP/server.log"; then grep -E 'ERROR|WARN' "$TMP/server.log" | head >&2; fi
+  if grep -qE 'ERROR|WARN|"level":"(warn|error)"' "$TMP/server.log"; then grep -E 'ERROR|WARN|"level":"(warn|error)"' "$TMP/server.log" | head >&2; fi
 }
 
 # Loads N keys ROUNDS times while a watchdog stops the load if the server passes MAX_RSS_MIB.

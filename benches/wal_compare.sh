@@ -72,7 +72,7 @@ start_mem() { # NAME DIR ARGS...
   MEM_LOG=$TMP/wal_compare-$name.log
   : >"$MEM_LOG"
   T_LAUNCH=$(date +%s.%N)
-  "$MEM" --data-dir "$dir" --listen-client-urls "http://127.0.0.1:$PORT" --log-level "$MEM_LOG_LEVEL" --quota-backend-bytes 8589934592 \
+  "$MEM" --data-dir "$dir" --listen-client-urls "http://127.0.0.1:$PORT" --log-level "$MEM_LOG_LEVEL" --log-format console --quota-backend-bytes 8589934592 \
     "$@" 2>"$MEM_LOG" &
   SERVER_PID=$!
   T_TCP=-

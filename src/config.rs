@@ -468,9 +468,8 @@ pub struct Config {
     )]
     pub log_outputs: Vec<String>,
 
-    /// json (one JSON object a line, etcd's default) or console (text). Default: console,
-    /// mem_etcd's historical format.
-    #[arg(long, env = "ETCD_LOG_FORMAT", default_value = "console")]
+    /// json (one JSON object a line, with etcd's level, ts, caller and msg) or console (text).
+    #[arg(long, env = "ETCD_LOG_FORMAT", default_value = "json")]
     pub log_format: String,
 
     /// Never fsync: the log is written to the OS and synced only at shutdown (a crash of the

@@ -78,6 +78,12 @@ pub enum Error {
     NotLeaderMoveLeader,
     /// MoveLeader to a member that is not a voter in the cluster.
     BadLeaderTransferee,
+    /// Downgrade to a version that does not parse as `X.Y` or semver `X.Y.Z`.
+    WrongDowngradeVersionFormat,
+    /// Downgrade to a version other than the cluster version's previous minor.
+    InvalidDowngradeTargetVersion,
+    /// A request with an action the server does not know (etcd's `ErrUnknownMethod`).
+    UnknownMethod,
     // ----- authentication and authorization -----
     /// `auth enable` without a root user.
     RootUserNotExist,
@@ -158,6 +164,9 @@ const ALL: &[Error] = &[
     Error::NotEnoughStartedMembers,
     Error::NotLeaderMoveLeader,
     Error::BadLeaderTransferee,
+    Error::WrongDowngradeVersionFormat,
+    Error::InvalidDowngradeTargetVersion,
+    Error::UnknownMethod,
     Error::Internal,
     Error::RootUserNotExist,
     Error::RootRoleNotExist,
@@ -230,6 +239,11 @@ impl Error {
             }
             Error::NotLeaderMoveLeader => "etcdserver: not leader",
             Error::BadLeaderTransferee => "etcdserver: bad leader transferee",
+            Error::WrongDowngradeVersionFormat => {
+                "etcdserver: wrong downgrade target version format"
+            }
+            Error::InvalidDowngradeTargetVersion => "etcdserver: invalid downgrade target version",
+            Error::UnknownMethod => "etcdserver: unknown method",
             Error::Internal => "etcdserver: internal error (see the server log)",
             Error::RootUserNotExist => "etcdserver: root user does not exist",
             Error::RootRoleNotExist => "etcdserver: root user does not have root role",

@@ -64,6 +64,7 @@
 //!   export`, so data moves between etcd and mem_etcd with its revisions; never used to serve.
 //! - [`data_dir`]: the layout of `--data-dir` and the atomic replacement of its small files,
 //!   used by `wal`, `raft` and `server` alike.
+//! - [`utc`]: calendar dates and etcd's log timestamps from the system clock.
 //!
 //! ## The write path
 //! validate → lock partitions → evaluate compares → allocate revision → apply → encode WAL
@@ -130,6 +131,7 @@ pub mod raft;
 pub mod revision;
 pub mod server;
 pub mod snapshot_cmd;
+pub mod utc;
 pub mod wal;
 pub mod watch;
 

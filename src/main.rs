@@ -7,6 +7,7 @@ use mem_etcd::config::{self, Config, LoadError};
 use mem_etcd::server::{self, Listener, Member};
 use tracing_subscriber::EnvFilter;
 
+mod log_format;
 mod log_outputs;
 
 // Every gRPC request allocates and frees a few buffers (tonic's 8 KiB encode buffer, the decode
@@ -47,12 +48,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let outputs = log_outputs::LogOutputs::open(&config.log_outputs)?;
     let ansi = outputs.is_stderr_only() && std::io::stderr().is_terminal();
     let filter = EnvFilter::try_new(log_filter(&config.log_level))?;
-    if config.log_format == "json" {
+    if config.log_format != "console" {
         tracing_subscriber::fmt()
-            .json()
+            .event_format(log_format::EtcdJson)
             .with_env_filter(filter)
             .with_writer(outputs)
-            .with_current_span(false)
             .init();
     } else {
         tracing_subscriber::fmt()

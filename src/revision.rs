@@ -39,9 +39,6 @@ impl Revision {
 /// which only happens when one write stalls while thousands behind it finish.
 const WINDOW: usize = 1 << 14;
 
-/// Memory the clock's rings take whatever the data (for size estimates).
-pub const FIXED_BYTES: usize = WINDOW * (8 + 24);
-
 /// Allocates main revisions, publishes completed ones in order, and tracks the watermark.
 #[derive(Debug)]
 pub struct RevisionClock<T> {

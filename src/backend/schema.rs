@@ -58,6 +58,26 @@ fn rev_bytes(main: i64, sub: i64, tombstone: bool) -> Vec<u8> {
     b
 }
 
+/// One version of `key` as etcd's `key` bucket holds it: the bucket key (its revision) and the
+/// value (`mvccpb.KeyValue`; a tombstone's holds only the key). etcd's HashKV hashes these
+/// bytes, so mem_etcd's does too (`mvcc::Store::hash_kv`).
+pub fn key_bucket_entry(key: &Bytes, v: &Version) -> (Vec<u8>, Vec<u8>) {
+    let tombstone = v.version == 0;
+    let kv = if tombstone {
+        KeyValue { key: key.clone(), ..Default::default() }
+    } else {
+        KeyValue {
+            key: key.clone(),
+            create_revision: v.create_rev,
+            mod_revision: v.main,
+            version: v.version,
+            value: v.value.clone(),
+            lease: v.lease,
+        }
+    };
+    (rev_bytes(v.main, v.sub, tombstone), kv.encode_to_vec())
+}
+
 /// (main, sub, tombstone) of a `key` bucket key.
 fn parse_rev(b: &[u8]) -> Option<(i64, i64, bool)> {
     let tombstone = match b.len() {
@@ -270,22 +290,7 @@ pub fn encode(state: &EtcdState) -> Vec<u8> {
 
     let mut revs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     for (key, versions) in &state.keys {
-        for v in versions {
-            let tombstone = v.version == 0;
-            let kv = if tombstone {
-                KeyValue { key: key.clone(), ..Default::default() }
-            } else {
-                KeyValue {
-                    key: key.clone(),
-                    create_revision: v.create_rev,
-                    mod_revision: v.main,
-                    version: v.version,
-                    value: v.value.clone(),
-                    lease: v.lease,
-                }
-            };
-            revs.push((rev_bytes(v.main, v.sub, tombstone), kv.encode_to_vec()));
-        }
+        revs.extend(versions.iter().map(|v| key_bucket_entry(key, v)));
     }
     revs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     w.bucket(b"key", revs);

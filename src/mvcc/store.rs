@@ -412,12 +412,12 @@ impl Store {
         self.commit.clock.wait_committed_blocking(rev)
     }
 
-    /// An estimate of the memory the store holds: keys, values, their indexes, and the fixed
-    /// structures of an empty store (never zero, which clients divide by).
+    /// An estimate of the memory the store holds: keys, values and their indexes, plus what
+    /// etcd reports for its empty database (never zero, which clients divide by).
     pub fn size_bytes(&self) -> usize {
         let data: usize =
             self.table.read().all.iter().map(|p| p.bytes.load(Ordering::Relaxed)).sum();
-        data + crate::revision::FIXED_BYTES
+        data + EMPTY_BYTES
     }
 
     /// Registers the lessor (once, at start-up).
@@ -970,8 +970,9 @@ impl Store {
         }
     }
 
-    /// A hash of every key-value version at or below `rev` (0 = current) that compaction kept,
-    /// in key order (etcd's HashKV; the value differs from etcd's, which hashes bbolt pages).
+    /// etcd's HashKV: a CRC-32C of "key" and then, in revision order, the versions at or below
+    /// `rev` (0 = current) that etcd hashes, as its `key` bucket holds them (revision, then
+    /// `mvccpb.KeyValue`), so the value equals etcd's for the same history, empty or not.
     /// Returns (hash, hash revision, compact revision).
     pub fn hash_kv(&self, rev: i64) -> Result<(u32, i64, i64)> {
         let current = self.commit.clock.committed();
@@ -981,33 +982,62 @@ impl Store {
         let parts: Vec<_> =
             std::iter::once(t.all[0].clone()).chain(t.sorted.iter().cloned()).collect();
         drop(t);
-        let mut crc = 0u32;
-        // What compaction keeps, whether or not it has freed the rest yet (a pin may defer
-        // that): every version above the compaction revision, and each key's newest version at
-        // or below it unless that is a delete.
+        // The store keeps versions by key, etcd's bucket by revision: each version's CRC and
+        // length are taken a partition at a time (under its read lock only), then combined in
+        // revision order, which is the CRC of the bytes in that order.
+        let mut pieces: Vec<(Revision, u32, usize, bool)> = Vec::new();
+        // What etcd hashes: every version above the compaction revision; of those at or below
+        // it (what compaction kept: each key's newest there unless a delete), only the ones
+        // that are their key's live version at `rev`, unless no key is live at `rev` (etcd's
+        // "keep" set at `rev`, and its rule that an empty set skips nothing).
         let compacted = self.compact_rev.load(Ordering::SeqCst);
+        let mut any_live = false;
         for p in parts {
             p.state.read().for_each_history(|h| {
                 let records = h.records();
                 let newest_old = records.iter().rposition(|r| r.rev.main <= compacted);
+                let at_rev = records.iter().rposition(|r| r.rev.main <= rev);
+                let live = at_rev.filter(|&i| !records[i].is_tombstone());
+                any_live |= live.is_some();
                 for (i, r) in records.iter().enumerate() {
                     let kept =
                         r.rev.main > compacted || (Some(i) == newest_old && !r.is_tombstone());
                     if !kept || r.rev.main > rev {
                         continue;
                     }
-                    crc = crc32c::crc32c_append(crc, &h.key);
-                    for n in [r.rev.main, r.rev.sub, r.create_rev, r.version, r.lease] {
-                        crc = crc32c::crc32c_append(crc, &n.to_le_bytes());
-                    }
-                    crc = crc32c::crc32c_append(crc, &r.value);
+                    let (k, v) = crate::backend::schema::key_bucket_entry(
+                        &h.key,
+                        &wal::record::Version {
+                            main: r.rev.main,
+                            sub: r.rev.sub,
+                            create_rev: r.create_rev,
+                            version: r.version,
+                            lease: r.lease,
+                            value: r.value.clone(),
+                        },
+                    );
+                    let crc = crc32c::crc32c_append(crc32c::crc32c(&k), &v);
+                    let old_not_live = r.rev.main <= compacted && live != Some(i);
+                    pieces.push((r.rev, crc, k.len() + v.len(), old_not_live));
                 }
             });
         }
+        if any_live {
+            pieces.retain(|&(_, _, _, old_not_live)| !old_not_live);
+        }
+        pieces.sort_unstable_by_key(|&(r, ..)| r);
+        let crc = pieces.iter().fold(crc32c::crc32c(b"key"), |crc, &(_, c, len, _)| {
+            crc32c::crc32c_combine(crc, c, len)
+        });
         // etcd reports -1 before the first compaction.
         Ok((crc, rev, self.compact_rev.load(Ordering::SeqCst)))
     }
 }
+
+/// The size etcd reports for an empty store (its database file: five 4 KiB pages). The store's
+/// fixed structures (the revision clock's rings, half a MiB) are left out, so that a small
+/// `--quota-backend-bytes` takes the same first writes as etcd's.
+pub const EMPTY_BYTES: usize = 20_480;
 
 /// Completes an allocated revision, with the events applied so far, when dropped.
 struct Completion<'a> {

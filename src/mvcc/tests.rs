@@ -252,7 +252,7 @@ fn compaction_keeps_live_keys_and_frees_superseded_versions() {
     }
     put(&s, "/registry/pods/ns/c", "gone");
     del(&s, "/registry/pods/ns/c", "");
-    let data = |s: &Store| s.size_bytes() - crate::revision::FIXED_BYTES;
+    let data = |s: &Store| s.size_bytes() - super::store::EMPTY_BYTES;
     let before = data(&s);
     let rev = s.current_revision();
     s.compact(rev).unwrap();

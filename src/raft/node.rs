@@ -67,15 +67,27 @@ pub struct NodeOptions {
 }
 
 /// A member's Raft status (Maintenance.Status's raft fields).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RaftStatus {
+    /// This member's id.
+    pub id: u64,
     /// The index of the last entry in its log.
     pub last_index: u64,
+    /// The index of the last entry it knows committed.
+    pub commit: u64,
     pub applied_index: u64,
     pub term: u64,
+    /// The member it voted for in this term (0: none).
+    pub vote: u64,
     /// The leader it knows (0: none).
     pub leader: u64,
     pub is_learner: bool,
+    /// Its role by etcd's raft's names: `StateLeader`, `StateCandidate`, `StateFollower` (a
+    /// learner too).
+    pub state: &'static str,
+    /// On the leader: (member, index of the last entry it is known to hold) for every member,
+    /// itself included (etcd's progress); elsewhere empty.
+    pub progress: Vec<(u64, u64)>,
 }
 
 /// openraft's Raft with mem_etcd's types and state machine.
@@ -1077,12 +1089,30 @@ impl RaftNode {
     /// Raft's status for Maintenance.Status and the metrics.
     pub fn status(&self) -> RaftStatus {
         let m = self.metrics();
+        let last_index = m.last_log_index.unwrap_or(0);
         RaftStatus {
-            last_index: m.last_log_index.unwrap_or(0),
+            id: self.id,
+            last_index,
+            commit: m.cluster_committed.map_or(0, |l| l.index),
             applied_index: m.last_applied.map_or(0, |l| l.index),
             term: m.current_term,
+            vote: m.vote.leader_id.voted_for,
             leader: m.current_leader.unwrap_or(0),
             is_learner: !m.membership_config.membership().voter_ids().any(|v| v == self.id),
+            state: match m.state {
+                openraft::ServerState::Leader => "StateLeader",
+                openraft::ServerState::Candidate => "StateCandidate",
+                _ => "StateFollower",
+            },
+            progress: m.replication.as_ref().map_or_else(Vec::new, |r| {
+                r.iter()
+                    .map(|(&id, l)| {
+                        let held =
+                            if id == self.id { last_index } else { l.map_or(0, |l| l.index) };
+                        (id, held)
+                    })
+                    .collect()
+            }),
         }
     }
 

@@ -183,7 +183,7 @@ fn serve_peers(s: &Arc<Member>, l: Listener) {
                 r.serve_with_incoming_shutdown(incoming, signal).await
             }
             Listener::Tls(t, tls) => {
-                r.serve_with_incoming_shutdown(super::tls::incoming(t, tls), signal).await
+                r.serve_with_incoming_shutdown(super::tls::incoming(t, tls, "peer"), signal).await
             }
             Listener::Unix(u, _) => {
                 r.serve_with_incoming_shutdown(UnixListenerStream::new(u), signal).await

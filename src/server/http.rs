@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use tonic::body::Body;
 use tonic::service::Routes;
 
@@ -316,8 +316,54 @@ fn answer(shared: &Member, req: &Request<Body>, grpc: bool) -> Response<Body> {
             "text/plain; version=0.0.4; charset=utf-8",
             metrics::render(shared),
         ),
+        "/debug/vars" if grpc => match *req.method() {
+            Method::GET => respond(StatusCode::OK, "application/json; charset=utf-8", vars(shared)),
+            _ => text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n"),
+        },
         _ => not_found(),
     }
+}
+
+/// etcd's `/debug/vars` (Go's expvar): one JSON object, a key a line in name order, with the
+/// command line, the open-files limit, memory (Go's `memstats`; of its fields mem_etcd has
+/// `Sys`, here the resident memory) and Raft's status as etcd's raft reports it.
+fn vars(shared: &Member) -> String {
+    let proc_field = |file: &str, name: &str| -> u64 {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let line = text.lines().find(|l| l.starts_with(name)).unwrap_or("");
+        let value = line[name.len().min(line.len())..].split_whitespace().next();
+        value.and_then(|v| v.parse().ok()).unwrap_or(0)
+    };
+    let cmdline: Vec<String> = std::env::args().collect();
+    let r = shared.raft_status();
+    let id = |n: u64| format!("{n:x}");
+    let progress: serde_json::Map<String, serde_json::Value> = r
+        .progress
+        .iter()
+        .map(|&(m, held)| {
+            let p = serde_json::json!({"match": held, "next": held + 1, "state": "StateReplicate"});
+            (id(m), p)
+        })
+        .collect();
+    let raft = serde_json::json!({
+        "id": id(r.id),
+        "term": r.term,
+        "vote": id(r.vote),
+        "commit": r.commit,
+        "lead": id(r.leader),
+        "raftState": r.state,
+        "applied": r.applied_index,
+        "progress": progress,
+        "leadtransferee": "0",
+    });
+    let vars = [
+        ("cmdline", serde_json::json!(cmdline)),
+        ("file_descriptor_limit", proc_field("/proc/self/limits", "Max open files").into()),
+        ("memstats", serde_json::json!({"Sys": proc_field("/proc/self/status", "VmRSS:") * 1024})),
+        ("raft.status", raft),
+    ];
+    let body: Vec<String> = vars.iter().map(|(k, v)| format!("{k:?}: {v}")).collect();
+    format!("{{\n{}\n}}\n", body.join(",\n"))
 }
 
 /// The checks `/livez` and `/readyz` report, as etcd names them.

@@ -10,7 +10,7 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use super::auth;
-use super::member::{Member, RAFT_TERM};
+use super::member::Member;
 use super::submit::submit;
 use crate::error::Error;
 use crate::proto::etcdserverpb as pb;
@@ -52,18 +52,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         let s = &self.shared;
         let rev = s.store.current_revision();
         let size = s.store.size_bytes() as i64;
-        // A member alone has no Raft log: the revision is the closest monotonic counter
-        // clients can watch advance.
-        let raft = match s.raft() {
-            Some(r) => r.status(),
-            None => crate::raft::RaftStatus {
-                last_index: rev as u64,
-                applied_index: rev as u64,
-                term: RAFT_TERM,
-                leader: s.member_id,
-                is_learner: false,
-            },
-        };
+        let raft = s.raft_status();
         Ok(Response::new(pb::StatusResponse {
             header: s.header(rev),
             version: s.config.emulated_version.clone(),
@@ -169,8 +158,52 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         req: Request<pb::DowngradeRequest>,
     ) -> Result<Response<pb::DowngradeResponse>, Status> {
         auth::admin(&self.shared, &req).await?;
-        Err(Status::unimplemented("downgrade is not supported"))
+        use pb::downgrade_request::DowngradeAction as Action;
+        let req = req.into_inner();
+        let cluster = self.shared.config.cluster_version();
+        let answer =
+            |s: &Member| pb::DowngradeResponse { header: s.header(0), version: cluster.clone() };
+        match Action::try_from(req.action) {
+            // No downgrade is ever in progress here, so there is none to cancel (etcd answers a
+            // cancel without one the same way).
+            Ok(Action::Cancel) => Ok(Response::new(answer(&self.shared))),
+            Ok(Action::Validate) => {
+                downgrade_target(&req.version, &cluster)?;
+                Ok(Response::new(answer(&self.shared)))
+            }
+            // etcd lowers the cluster version and its storage schema to the target's and then
+            // expects its members to be replaced by the older etcd; mem_etcd has no older
+            // release or schema to go back to. The target is checked as etcd checks it first.
+            Ok(Action::Enable) => {
+                downgrade_target(&req.version, &cluster)?;
+                Err(Status::unimplemented("downgrade is not supported"))
+            }
+            Err(_) => Err(Error::UnknownMethod.into()),
+        }
     }
+}
+
+/// Checks a downgrade target as etcd does: semver `X.Y.Z` (a prerelease and build metadata
+/// allowed) or `X.Y`, and exactly one minor version below the cluster version `cluster`
+/// (`major.minor`).
+fn downgrade_target(version: &str, cluster: &str) -> Result<(), Error> {
+    let semver = |v: &str| -> Option<(i64, i64)> {
+        let core = v.split_once('+').map_or(v, |(c, _)| c);
+        let core = core.split_once('-').map_or(core, |(c, _)| c);
+        let parts: Vec<i64> = core.split('.').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+        match parts[..] {
+            [major, minor, _patch] => Some((major, minor)),
+            _ => None,
+        }
+    };
+    let (major, minor) = semver(version)
+        .or_else(|| semver(&format!("{version}.0")))
+        .ok_or(Error::WrongDowngradeVersionFormat)?;
+    let (cmajor, cminor) = semver(&format!("{cluster}.0")).ok_or(Error::Internal)?;
+    if major != cmajor || minor != cminor - 1 {
+        return Err(Error::InvalidDowngradeTargetVersion);
+    }
+    Ok(())
 }
 
 /// etcd's blob size (`snapshotSendBufferSize`).

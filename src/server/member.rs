@@ -86,6 +86,27 @@ impl Member {
         self.raft.get()
     }
 
+    /// What Status and `/debug/vars` report of Raft. A member alone has no Raft log: it leads
+    /// itself, and the revision is the closest monotonic counter clients can watch advance.
+    pub fn raft_status(&self) -> crate::raft::RaftStatus {
+        if let Some(r) = self.raft() {
+            return r.status();
+        }
+        let rev = self.store.current_revision() as u64;
+        crate::raft::RaftStatus {
+            id: self.member_id,
+            last_index: rev,
+            commit: rev,
+            applied_index: rev,
+            term: RAFT_TERM,
+            vote: self.member_id,
+            leader: self.member_id,
+            is_learner: false,
+            state: "StateLeader",
+            progress: vec![(self.member_id, rev)],
+        }
+    }
+
     /// Writes out the WAL (a member alone's, or the one a member that grew into a cluster
     /// kept writing until it restarts) and stops its writer (after the listeners stopped).
     pub fn close(&self) {

@@ -151,9 +151,10 @@ pub async fn serve(
         });
     }
     let mut tasks = tokio::task::JoinSet::new();
-    // Serves router `r` on listener `l` until the shutdown signal.
+    // Serves router `r` on listener `l` (a `client` or `peer` endpoint, as refused TLS
+    // handshakes are logged) until the shutdown signal.
     macro_rules! serve_on {
-        ($r:expr, $l:expr) => {{
+        ($r:expr, $l:expr, $endpoint:expr) => {{
             let mut rx = tx.subscribe();
             let signal = async move {
                 let _ = rx.recv().await;
@@ -165,9 +166,9 @@ pub async fn serve(
                     let incoming = TcpIncoming::from(t).with_nodelay(Some(true));
                     tasks.spawn(r.serve_with_incoming_shutdown(incoming, signal))
                 }
-                Listener::Tls(t, tls) => {
-                    tasks.spawn(r.serve_with_incoming_shutdown(tls::incoming(t, tls), signal))
-                }
+                Listener::Tls(t, tls) => tasks.spawn(
+                    r.serve_with_incoming_shutdown(tls::incoming(t, tls, $endpoint), signal),
+                ),
                 Listener::Unix(u, _) => {
                     tasks.spawn(r.serve_with_incoming_shutdown(UnixListenerStream::new(u), signal))
                 }
@@ -176,11 +177,11 @@ pub async fn serve(
     }
     for l in peer_listeners {
         info!(peer_address = %l.describe(), "serving the other members");
-        serve_on!(peer_router(&shared), l);
+        serve_on!(peer_router(&shared), l, "peer");
     }
     for l in metrics_listeners {
         info!(metrics_address = %l.describe(), "serving /metrics and health probes");
-        serve_on!(metrics_router(&shared), l);
+        serve_on!(metrics_router(&shared), l, "client");
     }
     if shared.raft().is_some() {
         // As etcd, a cluster member serves clients once it has published itself through the
@@ -194,11 +195,11 @@ pub async fn serve(
         if http_listeners.is_empty() { http::Serves::Client } else { http::Serves::GrpcOnly };
     for l in listeners {
         info!(address = %l.describe(), "ready to serve client requests");
-        serve_on!(router(&shared, serves), l);
+        serve_on!(router(&shared, serves), l, "client");
     }
     for l in http_listeners {
         info!(address = %l.describe(), "ready to serve client HTTP requests (no gRPC)");
-        serve_on!(router(&shared, http::Serves::HttpOnly), l);
+        serve_on!(router(&shared, http::Serves::HttpOnly), l, "client");
     }
     let expiry = tokio::spawn(lease::expiry_loop(shared.clone()));
     let snapshots = tokio::spawn(snapshot_loop(shared.clone()));

@@ -16,7 +16,9 @@ pub fn code(e: &Error) -> Code {
         | Error::TooManyOps
         | Error::DuplicateKey
         | Error::InvalidSortOption
-        | Error::RequestTooLarge => Code::InvalidArgument,
+        | Error::RequestTooLarge
+        | Error::WrongDowngradeVersionFormat
+        | Error::InvalidDowngradeTargetVersion => Code::InvalidArgument,
         Error::Compacted | Error::FutureRev | Error::LeaseTtlTooLarge => Code::OutOfRange,
         Error::LeaseNotFound => Code::NotFound,
         Error::AuthNotEnabled | Error::MemberChangeUnsupported | Error::LeaseExists => {
@@ -60,7 +62,7 @@ pub fn code(e: &Error) -> Code {
         | Error::AuthOldRevision => Code::InvalidArgument,
         Error::PermissionDenied => Code::PermissionDenied,
         Error::InvalidAuthToken => Code::Unauthenticated,
-        Error::NoPasswordUser | Error::VerifyOnly => Code::Unknown,
+        Error::NoPasswordUser | Error::VerifyOnly | Error::UnknownMethod => Code::Unknown,
         // etcd's table maps it to the client side's error value, not to a gRPC status, so
         // gRPC answers it with code Unknown (and the text): what etcd 3.6's clients see.
         Error::NotEnoughStartedMembers => Code::Unknown,

@@ -507,7 +507,7 @@ pub fn self_signed(dir: &Path, urls: &[String], years: u32) -> Result<(PathBuf, 
     hosts.sort();
     hosts.dedup();
     let mut params = rcgen::CertificateParams::new(hosts).map_err(|e| fail(e.to_string()))?;
-    let (y, m, d) = civil_today();
+    let (y, m, d) = crate::utc::today();
     params.not_before = rcgen::date_time_ymd(y, m, d);
     params.not_after = rcgen::date_time_ymd(y + years.max(1) as i32, m, d.min(28));
     params.distinguished_name.push(rcgen::DnType::OrganizationName, "etcd");
@@ -534,24 +534,6 @@ pub fn self_signed(dir: &Path, urls: &[String], years: u32) -> Result<(PathBuf, 
         f.write_all(key.serialize_pem().as_bytes()).map_err(|e| fail(e.to_string()))?;
     }
     Ok((cert_path, key_path))
-}
-
-/// Today's UTC date (year, month, day), for certificate validity.
-fn civil_today() -> (i32, u8, u8) {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    // Howard Hinnant's days-to-civil.
-    let z = (secs / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u8;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
-    let y = (yoe + era * 400 + i64::from(m <= 2)) as i32;
-    (y, m, d)
 }
 
 /// A client connection after its handshake.
@@ -628,10 +610,12 @@ impl tokio::io::AsyncWrite for TlsConn {
 
 /// Accepts on `listener` and yields connections whose handshake succeeded. A failed handshake
 /// (no client certificate when one is required, an untrusted one, no common protocol) is
-/// logged and the connection dropped; the listener goes on.
+/// logged as etcd logs it, "rejected connection on client endpoint" (or `peer`, as
+/// `endpoint` says), and the connection dropped; the listener goes on.
 pub fn incoming(
     listener: TcpListener,
     config: Arc<ServerConfig>,
+    endpoint: &'static str,
 ) -> ReceiverStream<std::io::Result<TlsConn>> {
     let (tx, rx) = mpsc::channel(64);
     let acceptor = TlsAcceptor::from(config);
@@ -663,13 +647,23 @@ pub fn incoming(
                     Ok(Err(e)) if client_left(&e) => {
                         tracing::debug!(%peer, "tls: client left during the handshake")
                     }
-                    Ok(Err(e)) => tracing::info!(%peer, error = %e, "tls: handshake refused"),
-                    Err(_) => tracing::info!(%peer, "tls: handshake timed out"),
+                    Ok(Err(e)) => rejected(endpoint, peer, &e),
+                    Err(_) => rejected(endpoint, peer, &"tls: handshake timed out"),
                 }
             });
         }
     });
     ReceiverStream::new(rx)
+}
+
+/// etcd's warning for a refused handshake (its `HandshakeFailure` hook), field names included.
+fn rejected(endpoint: &str, peer: std::net::SocketAddr, error: &dyn std::fmt::Display) {
+    let msg = if endpoint == "peer" {
+        "rejected connection on peer endpoint"
+    } else {
+        "rejected connection on client endpoint"
+    };
+    tracing::warn!("remote-addr" = %peer, "server-name" = "", error = %error, "{msg}");
 }
 
 /// Whether a handshake failed because the client went away (hung up, reset) rather than

@@ -99,8 +99,15 @@ pub struct HttpAnswer {
 
 /// `GET path` over HTTP/1.1 on a fresh connection.
 pub async fn http_get(addr: SocketAddr, path: &str) -> HttpAnswer {
+    http_call(addr, "GET", path).await
+}
+
+/// `method path` (no body) over HTTP/1.1 on a fresh connection.
+pub async fn http_call(addr: SocketAddr, method: &str, path: &str) -> HttpAnswer {
     let mut c = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let length = if method == "GET" { "" } else { "Content-Length: 0\r\n" };
+    let req =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{length}Connection: close\r\n\r\n");
     c.write_all(req.as_bytes()).await.expect("send");
     let mut raw = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut raw))
@@ -279,11 +286,7 @@ async fn a_metrics_listener_serves_metrics_and_probes_only() {
     let start = Instant::now();
     let addr: SocketAddr = loop {
         let line = s.grep_log("serving /metrics and health probes");
-        let addr = line
-            .first()
-            .and_then(|l| l.split("metrics_address=").nth(1))
-            .and_then(|a| a.split_whitespace().next())
-            .and_then(|a| a.parse().ok());
+        let addr = line.first().and_then(|l| parse_field_address(l, "metrics_address"));
         if let Some(a) = addr {
             break a;
         }
@@ -335,6 +338,203 @@ async fn health_fails_while_the_wal_cannot_write() {
     let put = tokio::time::timeout(Duration::from_secs(10), pending).await;
     assert!(matches!(put, Ok(Ok(Ok(_)))), "the held write after the disk recovered: {put:?}");
     assert_eq!(http_get(s.addr(), "/health").await.status, 200);
+}
+
+/// An empty store as a client sees it: its size and hash, and whether a quota as small as
+/// etcd's own tests use takes the first writes.
+async fn empty_store(kind: Kind) -> Vec<String> {
+    let Some(s) = Server::start(kind, &["--quota-backend-bytes=53248"]).await else {
+        return Vec::new();
+    };
+    let mut c = s.client().await;
+    let st = c.status().await.unwrap();
+    let hash = c.hash_kv(0).await.unwrap();
+    let mut log = vec![
+        format!("empty: dbSize under the quota: {}", st.db_size() < st.db_size_quota()),
+        format!("empty: HashKV {} at {}", hash.hash(), hash.hash_revision()),
+    ];
+    for i in 0..3 {
+        let r = c.put(format!("k{i}"), "v", None).await;
+        log.push(format!("put {i}: {:?}", r.map(|r| rev(r.header())).map_err(|e| status_of(&e))));
+    }
+    let hash = c.hash_kv(0).await.unwrap();
+    log.push(format!("after: HashKV {} at {}", hash.hash(), hash.hash_revision()));
+    log
+}
+
+#[tokio::test]
+async fn an_empty_store_has_etcds_size_and_hash_and_takes_writes_under_a_small_quota() {
+    let mem = empty_store(Kind::MemEtcd).await;
+    let etcd = empty_store(Kind::Etcd).await;
+    if etcd.is_empty() {
+        return; // a missing peer, with permission to skip (announced by the harness)
+    }
+    assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
+    assert_eq!(mem[3], "put 1: Ok(3)");
+}
+
+/// `/debug/vars` as a client sees it: its keys and raft.status's, and each value's JSON type;
+/// other methods and paths below it.
+async fn debug_vars(kind: Kind) -> Vec<String> {
+    let Some(s) = Server::start(kind, &[]).await else {
+        return Vec::new();
+    };
+    let vars = http_get(s.addr(), "/debug/vars").await;
+    let mut log = vec![format!("GET: {} {}", vars.status, vars.content_type)];
+    let v: serde_json::Value = serde_json::from_str(&vars.body).expect("a JSON object");
+    let shape = |v: &serde_json::Value| {
+        let o = v.as_object().expect("an object");
+        let kinds: Vec<String> = o
+            .iter()
+            .map(|(k, v)| {
+                let t = match v {
+                    serde_json::Value::Number(_) => "number",
+                    serde_json::Value::String(_) => "string",
+                    serde_json::Value::Array(_) => "array",
+                    serde_json::Value::Object(_) => "object",
+                    _ => "other",
+                };
+                format!("{k}: {t}")
+            })
+            .collect();
+        kinds.join(", ")
+    };
+    log.push(shape(&v));
+    log.push(format!("raft.status {{{}}}", shape(&v["raft.status"])));
+    let raft = &v["raft.status"];
+    let member =
+        format!("{:x}", s.client().await.status().await.unwrap().header().unwrap().member_id());
+    log.push(format!(
+        "a member alone: itself as id, vote and lead: {}; {}; matched itself: {}",
+        raft["id"] == member.as_str()
+            && raft["vote"] == member.as_str()
+            && raft["lead"] == member.as_str(),
+        raft["raftState"],
+        raft["progress"][&member]["match"] == raft["commit"],
+    ));
+    log.push(format!(
+        "cmdline starts with the program: {}",
+        v["cmdline"][0].as_str().is_some_and(|p| p.ends_with("etcd"))
+    ));
+    log.push(format!(
+        "open files limit: {}",
+        v["file_descriptor_limit"].as_u64().is_some_and(|n| n > 0)
+    ));
+    let post = http_call(s.addr(), "POST", "/debug/vars").await;
+    log.push(format!("POST: {} {:?}", post.status, post.body));
+    log.push(format!("below it: {}", http_get(s.addr(), "/debug/vars/x").await.status));
+    log
+}
+
+#[tokio::test]
+async fn debug_vars_has_etcds_shape() {
+    let mem = debug_vars(Kind::MemEtcd).await;
+    let etcd = debug_vars(Kind::Etcd).await;
+    if etcd.is_empty() {
+        return; // a missing peer, with permission to skip (announced by the harness)
+    }
+    assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
+    assert_eq!(mem[0], "GET: 200 application/json; charset=utf-8");
+}
+
+/// Downgrade's answers, but for an `enable` that etcd would carry out.
+async fn downgrade_answers(kind: Kind) -> Vec<String> {
+    let Some(s) = Server::start(kind, &[]).await else {
+        return Vec::new();
+    };
+    let mut raw = s.raw_clients().await;
+    let mut log = Vec::new();
+    let cases = [
+        (0, "3.5"),
+        (0, "3.5.0"),
+        (0, "3.5.3"),
+        (0, "3.5.0-alpha.1"),
+        (0, "3.5.0+meta"),
+        (0, "03.5.0"),
+        (0, "3.4"),
+        (0, "3.6"),
+        (0, "3.7"),
+        (0, "4.5"),
+        (0, "abc"),
+        (0, "v3.5"),
+        (0, "3"),
+        (0, "3.5.0.1"),
+        (0, " 3.5"),
+        (0, "3.5."),
+        (0, ""),
+        (1, "3.4"),
+        (1, "x"),
+        (2, ""),
+        (2, "3.5"),
+        (5, "3.5"),
+    ];
+    for (action, version) in cases {
+        let req = pb::DowngradeRequest { action, version: version.into() };
+        let r = raw.maint.downgrade(req).await;
+        let r = r.map(|r| r.into_inner().version).map_err(|e| (e.code(), e.message().to_string()));
+        log.push(format!("{action} {version:?}: {r:?}"));
+    }
+    log
+}
+
+#[tokio::test]
+async fn downgrade_checks_its_target_as_etcds_does() {
+    let mem = downgrade_answers(Kind::MemEtcd).await;
+    let etcd = downgrade_answers(Kind::Etcd).await;
+    if etcd.is_empty() {
+        return; // a missing peer, with permission to skip (announced by the harness)
+    }
+    assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
+    assert_eq!(mem[0], r#"0 "3.5": Ok("3.6")"#);
+    // mem_etcd's own rule: no downgrade to carry out (etcd would start one).
+    let s = Server::start(Kind::MemEtcd, &[]).await.unwrap();
+    let mut raw = s.raw_clients().await;
+    let e = raw.maint.downgrade(pb::DowngradeRequest { action: 1, version: "3.5".into() }).await;
+    let e = e.expect_err("enable is refused");
+    assert_eq!((e.code(), e.message()), (tonic::Code::Unimplemented, "downgrade is not supported"));
+}
+
+/// The line that says a server is ready, reduced to its shape: etcd's four leading keys in
+/// order, the timestamp's format, the level and the message.
+async fn ready_line_shape(kind: Kind) -> Vec<String> {
+    let Some(s) = Server::start(kind, &[]).await else {
+        return Vec::new();
+    };
+    let lines = s.grep_log("ready to serve client requests");
+    let line = lines.first().expect("a ready line");
+    let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+    let at = |k: &str| line.find(&format!("\"{k}\":")).unwrap_or(usize::MAX);
+    let ts = v["ts"].as_str().unwrap_or("");
+    let ts_shape: String =
+        ts.chars().map(|c| if c.is_ascii_digit() { '9' } else { c }).collect::<String>();
+    vec![
+        format!(
+            "keys in order: {}",
+            at("level") == 1
+                && at("level") < at("ts")
+                && at("ts") < at("caller")
+                && at("caller") < at("msg")
+        ),
+        format!("level {}, msg {}", v["level"], v["msg"]),
+        format!("ts {ts_shape}"),
+        format!(
+            "caller file:line: {}",
+            v["caller"].as_str().is_some_and(|c| c
+                .rsplit_once(':')
+                .is_some_and(|(f, l)| f.contains('/') && l.parse::<u32>().is_ok()))
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn logs_are_json_lines_with_etcds_fields_by_default() {
+    let mem = ready_line_shape(Kind::MemEtcd).await;
+    let etcd = ready_line_shape(Kind::Etcd).await;
+    if etcd.is_empty() {
+        return; // a missing peer, with permission to skip (announced by the harness)
+    }
+    assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
+    assert_eq!(mem[2], "ts 9999-99-99T99:99:99.999999Z");
 }
 
 /// The quota and NOSPACE alarm cycle, step by step; returns what each step answered so that

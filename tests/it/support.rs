@@ -225,11 +225,16 @@ impl LogTail {
     }
 }
 
-/// Finds `address=IP:PORT` (mem_etcd's text logs, value optionally quoted) or
-/// `"address":"IP:PORT"` (etcd's JSON logs) in a log line.
+/// Finds `address=IP:PORT` (text logs, value optionally quoted) or `"address":"IP:PORT"`
+/// (JSON logs, etcd's and mem_etcd's) in a log line.
 pub fn parse_address(line: &str) -> Option<SocketAddr> {
-    for marker in ["address=", "\"address\":\""] {
-        if let Some(at) = line.find(marker) {
+    parse_field_address(line, "address")
+}
+
+/// [`parse_address`] for the field `name`.
+pub fn parse_field_address(line: &str, name: &str) -> Option<SocketAddr> {
+    for marker in [format!("{name}="), format!("\"{name}\":\"")] {
+        if let Some(at) = line.find(&marker) {
             let rest = line[at + marker.len()..].trim_start_matches('"');
             let end = rest
                 .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '[' | ']')))
