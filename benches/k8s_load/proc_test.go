@@ -27,8 +27,10 @@ func TestTreeTicks(t *testing.T) {
 	}
 	used := (burn.ProcessState.UserTime() + burn.ProcessState.SystemTime()).Seconds() * userHZ
 	after := treeTicks(self, childrenOf())
-	// The child's ticks, less a tick of rounding, are in the parent's after it is waited for.
-	if float64(after-before) < used-1 {
+	// The child's ticks are in the parent's after it is waited for. The two clocks differ:
+	// /proc rounds to whole ticks what the kernel splits between user and system time by
+	// sampling, getrusage does not; allow a tenth or two ticks (once seen: 26 against 27).
+	if float64(after-before) < min(used*0.9, used-2) {
 		t.Errorf("ticks %d -> %d, the exited child used %.0f", before, after, used)
 	}
 	if treeTicks(1<<30, nil) != -1 {

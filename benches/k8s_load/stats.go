@@ -300,8 +300,10 @@ func procDelta(before []procSample) *procStats {
 		ticks += now - b.ticks
 		for _, p := range tree(b.pid, kids) {
 			ps.Procs++
-			ps.PeakRSSMiB += statusKiB(p, "VmHWM") / 1024
-			ps.RSSMiB += statusKiB(p, "VmRSS") / 1024
+			// The kernel raises VmHWM lazily, so VmRSS can be above it for a while.
+			rss := statusKiB(p, "VmRSS") / 1024
+			ps.PeakRSSMiB += max(statusKiB(p, "VmHWM")/1024, rss)
+			ps.RSSMiB += rss
 			ps.PSSMiB += procKiB(p, "smaps_rollup", "Pss") / 1024
 		}
 	}
