@@ -61,22 +61,28 @@ struct Fields {
 }
 
 impl Fields {
+    /// Adds a field other than the message, `value` already JSON.
     fn push(&mut self, field: &Field, value: &str) {
-        if field.name() == "message" {
-            self.msg = serde_json::from_str(value).unwrap_or_default();
-        } else {
-            let _ = write!(self.rest, ",{}:{value}", quoted(field.name()));
-        }
+        let _ = write!(self.rest, ",{}:{value}", quoted(field.name()));
     }
 }
 
 impl Visit for Fields {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.push(field, &quoted(&format!("{value:?}")));
+        let text = format!("{value:?}");
+        if field.name() == "message" {
+            self.msg = text;
+        } else {
+            self.push(field, &quoted(&text));
+        }
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.push(field, &quoted(value));
+        if field.name() == "message" {
+            self.msg = value.to_string();
+        } else {
+            self.push(field, &quoted(value));
+        }
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
