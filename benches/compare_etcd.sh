@@ -3,11 +3,15 @@
 # (data on tmpfs), back to back on this machine, with the same flags. Prints requests/s, the
 # server's CPU time per request (user+system of the server processes / requests) and the ratio.
 #
-# Usage: benches/compare_etcd.sh [put|txn-put|range|watch|memory|all]   (default all: all but
-#        memory)
+# Usage: benches/compare_etcd.sh [put|txn-put|range|watch|memory|snapshot|all]   (default all:
+#        all but memory and snapshot)
 # memory: TOTAL distinct keys put once each (8-byte keys, 1 KiB values); its RSS column, read two
 #        seconds after the load, is what a server holds for them (with MEMBERS=1 and MEMBERS=3,
 #        a cluster member's memory against a member alone's).
+# snapshot: TOTAL keys loaded as for memory, then `etcdctl snapshot save` of them to tmpfs, timed;
+#        its own table: seconds to save, the servers' CPU seconds meanwhile, how far the largest
+#        member's peak RSS rose above its RSS before the save, and the file's size (TOTAL=1000000
+#        is 1 GiB of values).
 # env: TOTAL (requests per run, default 100000), CLIENTS (100), CONNS (10)
 #      MEMBERS (1: one server each; 3 or 5: a cluster of that many members on 127.0.0.1, started
 #      with etcd's cluster flags, every member in the benchmark's --endpoints, which spreads its
@@ -67,7 +71,7 @@ run() { # KIND WORKLOAD
         --key-space-size 1000 --sequential-keys --total 1000 >/dev/null 2>&1
       args=(range foo --consistency l --total "$TOTAL") ;;
     watch) args=(watch --streams 10 --watch-per-stream 100 --watched-key-total 100 --put-total "$TOTAL" --put-rate 0) ;;
-    memory) args=(put --key-size 8 --val-size 1024 --key-space-size "$TOTAL" --sequential-keys --total "$TOTAL") ;;
+    memory | snapshot) args=(put --key-size 8 --val-size 1024 --key-space-size "$TOTAL" --sequential-keys --total "$TOTAL") ;;
   esac
   local c0 c1 out client
   c0=$(cpu_ticks "${SERVER_PIDS[@]}")
@@ -75,6 +79,11 @@ run() { # KIND WORKLOAD
   c1=$(cpu_ticks "${SERVER_PIDS[@]}")
   # The allocator returns freed memory after a second.
   if [ "$2" = memory ]; then sleep 2; fi
+  if [ "$2" = snapshot ]; then
+    # Stopped before the figures are printed: the next server takes the same ports.
+    out=$(save_snapshot "$1") && stop && echo "$out"
+    return
+  fi
   local rss
   rss=$(max_rss_mb "${SERVER_PIDS[@]}")
   client=$(awk -v n="$TOTAL" '{printf "%.1f", ($1 + $2) * 1e6 / n}' "$TMP/client.time")
@@ -89,11 +98,46 @@ run() { # KIND WORKLOAD
   cp "$TMP/$1-$2.out" "/tmp/compare-$1-$2.out"
 }
 
+# Prints "seconds cpu_seconds peak_rise_mib file_mib" for an `etcdctl snapshot save` of what
+# the servers hold (through the first member, as a user saves from one endpoint).
+save_snapshot() { # KIND
+  local p i c0 c1 t0 t1 rise=0 hwm rss0=()
+  sleep 2
+  for p in "${SERVER_PIDS[@]}"; do
+    # 5: reset the peak RSS (VmHWM) to the current RSS, so the peak seen after is the save's.
+    echo 5 >"/proc/$p/clear_refs"
+    rss0+=("$(awk '$1 == "VmRSS:" {print $2}' "/proc/$p/status")")
+  done
+  c0=$(cpu_ticks "${SERVER_PIDS[@]}") t0=$(date +%s.%N)
+  "$ETCDCTL" --endpoints "${ENDPOINTS%%,*}" --command-timeout 10m snapshot save "$TMP/$1.snapshot.db" >/dev/null 2>&1 ||
+    { echo "snapshot save from $1 failed" >&2; return 1; }
+  t1=$(date +%s.%N) c1=$(cpu_ticks "${SERVER_PIDS[@]}")
+  for i in "${!SERVER_PIDS[@]}"; do
+    hwm=$(awk '$1 == "VmHWM:" {print $2}' "/proc/${SERVER_PIDS[$i]}/status")
+    rise=$(awk -v r="$rise" -v h="$hwm" -v s="${rss0[$i]}" 'BEGIN{d = h - s; print (d > r ? d : r)}')
+  done
+  awk -v t0="$t0" -v t1="$t1" -v c="$((c1 - c0))" -v hz="$(getconf CLK_TCK)" -v r="$rise" \
+    -v size="$(stat -c %s "$TMP/$1.snapshot.db")" \
+    'BEGIN{printf "%.2f %.2f %.0f %.0f\n", t1 - t0, c / hz, r / 1024, size / 1048576}'
+  rm -f "$TMP/$1.snapshot.db"
+}
+
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 
 workloads=(put txn-put range watch)
 [ "$WHAT" = all ] || workloads=("$WHAT")
 ROUNDS=${ROUNDS:-1}
+if [ "$WHAT" = snapshot ]; then
+  printf '%-9s %12s %12s %16s %10s\n' server "save (s)" "server CPU (s)" "peak rise (MiB)" "file (MiB)"
+  for _ in $(seq "$ROUNDS"); do
+    for kind in mem_etcd etcd; do
+      read -r a b c d < <(run "$kind" snapshot)
+      printf '%-9s %12s %12s %16s %10s\n' "$kind" "$a" "$b" "$c" "$d"
+    done
+  done
+  echo "($(nproc) cores; $MEMBERS member(s) per server; $TOTAL keys of 1 KiB; saved through the first member to tmpfs)"
+  exit 0
+fi
 printf '%-8s %14s %14s %7s %16s %16s %18s %18s %13s %13s\n' workload "mem_etcd req/s" "etcd req/s" ratio \
   "mem_etcd cpu/req" "etcd cpu/req" "client cpu (mem)" "client cpu (etcd)" "mem_etcd RSS" "etcd RSS"
 for w in "${workloads[@]}"; do

@@ -14,6 +14,8 @@
 //! <data-dir>/raft.new/     a replacement of it being written (`raft::restore`)
 //! <data-dir>/raft.old/     the replaced one, until it is removed
 //! <data-dir>/fixtures/     --auto-tls and --peer-auto-tls certificates (`client/`, `peer/`)
+//! <data-dir>/member/       an etcd member's data, if mem_etcd was started on an etcd data
+//!                          directory (`server::etcd_data_dir` imports it once, then leaves it)
 //! ```
 //! The files inside `wal/`, `snap/` and `raft/{log,snap}/` are named by the modules that write
 //! them (`wal::segment`, `wal::snapshot`, `raft::log_store`, `raft::state_machine`).
@@ -74,10 +76,23 @@ impl DataDir {
         self.root.join("fixtures")
     }
 
-    /// Whether this is an etcd data directory (its WAL is `member/wal`), which mem_etcd does
-    /// not read.
+    /// Whether this holds an etcd member's data (its WAL is `member/wal`) and none of
+    /// mem_etcd's yet (`server::etcd_data_dir` imports it).
     pub fn is_etcd(&self) -> bool {
-        self.root.join("member").join("wal").exists()
+        self.etcd_wal().exists()
+            && !self.wal().exists()
+            && !self.snapshots().exists()
+            && !self.raft().path().exists()
+    }
+
+    /// An etcd member's WAL.
+    pub fn etcd_wal(&self) -> PathBuf {
+        self.root.join("member").join("wal")
+    }
+
+    /// An etcd member's database.
+    pub fn etcd_db(&self) -> PathBuf {
+        self.root.join("member").join("snap").join("db")
     }
 }
 

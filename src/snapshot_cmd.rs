@@ -1,7 +1,8 @@
 //! `mem_etcd snapshot restore|status|export`: offline tools for the snapshots
-//! Maintenance.Snapshot streams (`etcdctl snapshot save`), shaped like etcdutl's commands of
-//! the same names. `restore` and `status` also take an etcd snapshot.db (a bbolt file), which
-//! is how a cluster moves from etcd with its revisions; `export` goes the other way.
+//! `etcdctl snapshot save` saves, shaped like etcdutl's commands of the same names. They take
+//! an etcd snapshot.db (a bbolt file: what Maintenance.Snapshot streams, from etcd or from
+//! mem_etcd), which is how a cluster moves from etcd with its revisions, and the backups older
+//! mem_etcds streamed in their own format; `export` turns those into an etcd snapshot.db.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -15,8 +16,8 @@ use crate::backend::schema;
 use crate::data_dir::DataDir;
 use crate::raft::membership::{InitialMember, cluster_id, initial_members, parse_initial_cluster};
 use crate::raft::restore::{founding, write_member};
+use crate::wal::backup;
 use crate::wal::backup::BackupError;
-use crate::wal::backup::{self, BBOLT_MAGIC};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -59,8 +60,9 @@ enum Command {
     },
     /// Verifies a snapshot file (mem_etcd's or etcd's) and prints what it holds.
     Status { file: PathBuf },
-    /// Writes a mem_etcd snapshot file as an etcd snapshot.db, with the same keys, revisions,
-    /// compaction and leases, for `etcdutl snapshot restore` (the way back to etcd).
+    /// Writes a snapshot an older mem_etcd saved in its own format as an etcd snapshot.db,
+    /// with the same keys, revisions, compaction, leases and auth state, for `etcdutl snapshot
+    /// restore` (snapshots saved now are etcd snapshot.db files already).
     Export {
         /// The file `etcdctl snapshot save` wrote from mem_etcd.
         file: PathBuf,
@@ -71,14 +73,6 @@ enum Command {
         #[arg(long)]
         skip_hash_check: bool,
     },
-}
-
-/// Whether `file` is a bbolt database (an etcd snapshot.db): its first meta page's magic.
-fn is_etcd(file: &std::path::Path) -> bool {
-    use std::io::Read;
-    let mut head = [0u8; 20];
-    std::fs::File::open(file).and_then(|mut f| f.read_exact(&mut head)).is_ok()
-        && head[16..20] == BBOLT_MAGIC
 }
 
 /// Writes `dir` as member `name`'s data directory of a cluster founded from `file` (see
@@ -103,7 +97,7 @@ fn restore_member(
     // come with use), then the backup. The auth state, from either kind of snapshot, goes with
     // the machine's state, where a Raft snapshot carries it.
     let mut machine_state = crate::proto::memetcdpb::MachineState::default();
-    let (backup_bytes, summary) = if is_etcd(file) {
+    let (backup_bytes, summary) = if schema::is_db(file) {
         let (state, summary) = schema::read(file, skip_hash_check)?;
         if !state.auth.is_empty() {
             machine_state.auth = Some(crate::auth::codec::to_proto(&state.auth.to_auth()));
@@ -151,7 +145,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
             name,
             initial_cluster_token,
         } => {
-            let etcd = is_etcd(&file);
+            let etcd = schema::is_db(&file);
             let cluster = match initial_cluster.as_deref().map(parse_initial_cluster) {
                 Some(Err(e)) => Err(BackupError(format!("--initial-cluster: {e}"))),
                 Some(Ok(members)) if members.len() > 1 => Ok(Some(members)),
@@ -207,7 +201,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
             })
         }
         Command::Status { file } => {
-            let etcd = is_etcd(&file);
+            let etcd = schema::is_db(&file);
             let read = if etcd {
                 schema::read(&file, false).map(|(state, s)| (s, Some(state.auth.to_auth())))
             } else {

@@ -253,173 +253,297 @@ enum Tree<'a> {
     Inline(&'a [u8]),
 }
 
-/// Builds a bbolt file from buckets given in name order, each with its keys in order: the
-/// pages are packed bottom-up, with nothing free, as a freshly compacted database.
-#[derive(Debug)]
-pub struct Writer {
-    out: Vec<u8>,
+/// One key/value of a bucket as [`Writer`] takes it. The value is measured when the layout is
+/// planned and encoded straight into its page when it is written, so that a large store is
+/// streamed without a copy of every value.
+pub trait Entry {
+    fn key(&self) -> &[u8];
+    fn value_len(&self) -> usize;
+    fn put_value(&self, out: &mut Vec<u8>);
+}
+
+impl<K: AsRef<[u8]>, V: AsRef<[u8]>> Entry for (K, V) {
+    fn key(&self) -> &[u8] {
+        self.0.as_ref()
+    }
+    fn value_len(&self) -> usize {
+        self.1.as_ref().len()
+    }
+    fn put_value(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.1.as_ref())
+    }
+}
+
+/// Where a written file's tree ends up: what its meta pages, which come first, point at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// The root bucket's page.
+    pub root: u64,
+    /// Pages in the file (bbolt's high water mark).
+    pub pages: u64,
+}
+
+impl Layout {
+    /// The file's size in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.pages * PAGE_SIZE as u64
+    }
+}
+
+/// Builds a bbolt file from buckets given in name order, each with its keys in order, as a
+/// freshly compacted database: pages packed bottom-up, nothing free. Pages come out in file
+/// order, so a file can be streamed: run the same buckets through [`Writer::plan`] first to
+/// learn the [`Layout`] the meta pages (pages 0 and 1) need, then through [`Writer::new`].
+pub struct Writer<'a> {
+    /// Where the pages go; `None` when only planning.
+    sink: Option<&'a mut dyn FnMut(&[u8]) -> bool>,
+    /// The planned layout, checked at the end.
+    planned: Option<Layout>,
     /// Next page id to hand out.
     next: u64,
     /// (name, root page) of the buckets written so far.
     buckets: Vec<(Vec<u8>, u64)>,
+    /// The page being built, reused from page to page.
+    page: Vec<u8>,
+    /// Whether the sink took everything so far.
+    ok: bool,
 }
 
-impl Default for Writer {
-    fn default() -> Self {
-        Self::new()
+impl std::fmt::Debug for Writer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").field("next", &self.next).finish()
     }
 }
 
-impl Writer {
-    pub fn new() -> Self {
-        // Pages 0 and 1 (meta) and 2 (an empty freelist) are filled in by `finish`.
-        Writer { out: vec![0u8; 3 * PAGE_SIZE], next: 3, buckets: Vec::new() }
+/// A leaf or branch page's elements before they are laid out.
+#[derive(Default)]
+struct Pending {
+    /// (key size, value size) of each element; a branch's value is its child's page id.
+    sizes: Vec<(u32, u32)>,
+    /// Keys and values, back to back.
+    data: Vec<u8>,
+    /// The first key: what the page is known by one level up.
+    first: Vec<u8>,
+    /// Bytes the page takes so far, header included.
+    used: usize,
+}
+
+impl Pending {
+    fn clear(&mut self) {
+        self.sizes.clear();
+        self.data.clear();
+        self.first.clear();
+        self.used = PAGE_HEADER;
+    }
+}
+
+impl<'a> Writer<'a> {
+    /// A writer that lays pages out without writing them: [`Writer::finish`] gives the layout.
+    pub fn plan() -> Self {
+        Writer {
+            sink: None,
+            planned: None,
+            next: 3,
+            buckets: Vec::new(),
+            page: Vec::new(),
+            ok: true,
+        }
+    }
+
+    /// A writer that hands the file to `sink` in order, a page or a few at a time, starting
+    /// with the meta and freelist pages for `layout` (what [`Writer::plan`] found for the same
+    /// buckets). Once `sink` returns false nothing more is written.
+    pub fn new(layout: Layout, sink: &'a mut dyn FnMut(&[u8]) -> bool) -> Self {
+        let ok = sink(&head(layout));
+        Writer {
+            sink: Some(sink),
+            planned: Some(layout),
+            next: 3,
+            buckets: Vec::new(),
+            page: Vec::with_capacity(PAGE_SIZE),
+            ok,
+        }
     }
 
     /// Writes one top-level bucket. Names must come in increasing order, and so must keys.
-    pub fn bucket<K: AsRef<[u8]>, V: AsRef<[u8]>>(
-        &mut self,
-        name: &[u8],
-        entries: impl IntoIterator<Item = (K, V)>,
-    ) {
+    pub fn bucket<E: Entry>(&mut self, name: &[u8], entries: impl IntoIterator<Item = E>) {
         debug_assert!(self.buckets.last().is_none_or(|(n, _)| n.as_slice() < name));
         let mut level = Vec::new();
-        let mut page: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        let mut used = PAGE_HEADER;
-        for (k, v) in entries {
-            let (k, v) = (k.as_ref(), v.as_ref());
-            let size = ELEMENT + k.len() + v.len();
-            if !page.is_empty() && used + size > PAGE_SIZE {
-                level.push(self.leaf(&page, 0));
-                page.clear();
-                used = PAGE_HEADER;
+        let mut p = Pending { used: PAGE_HEADER, ..Default::default() };
+        for e in entries {
+            let (k, vlen) = (e.key(), e.value_len());
+            let size = ELEMENT + k.len() + vlen;
+            if !p.sizes.is_empty() && p.used + size > PAGE_SIZE {
+                level.push(self.flush(&mut p, LEAF, 0));
             }
-            page.push((k.to_vec(), v.to_vec()));
-            used += size;
+            if p.sizes.is_empty() {
+                p.first.extend_from_slice(k);
+            }
+            p.sizes.push((k.len() as u32, vlen as u32));
+            p.used += size;
+            if self.sink.is_some() {
+                p.data.extend_from_slice(k);
+                let at = p.data.len();
+                e.put_value(&mut p.data);
+                debug_assert_eq!(p.data.len() - at, vlen, "value_len disagrees with put_value");
+            }
         }
-        if !page.is_empty() || level.is_empty() {
-            level.push(self.leaf(&page, 0));
+        if !p.sizes.is_empty() || level.is_empty() {
+            level.push(self.flush(&mut p, LEAF, 0));
         }
-        let root = self.branches(level);
+        let root = self.branches(level, &mut p);
         self.buckets.push((name.to_vec(), root));
     }
 
-    /// Writes a leaf page; returns (first key, page id).
-    fn leaf(&mut self, entries: &[(Vec<u8>, Vec<u8>)], flags: u32) -> (Vec<u8>, u64) {
-        let body: usize = entries.iter().map(|(k, v)| ELEMENT + k.len() + v.len()).sum();
-        let id = self.alloc(PAGE_HEADER + body, LEAF, entries.len());
-        let start = id as usize * PAGE_SIZE;
-        let mut data = PAGE_HEADER + entries.len() * ELEMENT;
-        for (i, (k, v)) in entries.iter().enumerate() {
-            let e = start + PAGE_HEADER + i * ELEMENT;
-            let pos = (start + data - e) as u32;
-            self.out[e..e + 4].copy_from_slice(&flags.to_le_bytes());
-            self.out[e + 4..e + 8].copy_from_slice(&pos.to_le_bytes());
-            self.out[e + 8..e + 12].copy_from_slice(&(k.len() as u32).to_le_bytes());
-            self.out[e + 12..e + 16].copy_from_slice(&(v.len() as u32).to_le_bytes());
-            self.out[start + data..start + data + k.len()].copy_from_slice(k);
-            data += k.len();
-            self.out[start + data..start + data + v.len()].copy_from_slice(v);
-            data += v.len();
-        }
-        (entries.first().map(|(k, _)| k.clone()).unwrap_or_default(), id)
-    }
-
     /// Puts branch pages over `level` until one page is left; returns its id.
-    fn branches(&mut self, mut level: Vec<(Vec<u8>, u64)>) -> u64 {
+    fn branches(&mut self, mut level: Vec<(Vec<u8>, u64)>, p: &mut Pending) -> u64 {
         while level.len() > 1 {
             let mut up = Vec::new();
-            let mut page: Vec<(Vec<u8>, u64)> = Vec::new();
-            let mut used = PAGE_HEADER;
             for (k, child) in level {
                 let size = ELEMENT + k.len();
-                if page.len() >= 2 && used + size > PAGE_SIZE {
-                    up.push(self.branch(&page));
-                    page.clear();
-                    used = PAGE_HEADER;
+                if p.sizes.len() >= 2 && p.used + size > PAGE_SIZE {
+                    up.push(self.flush(p, BRANCH, 0));
                 }
-                page.push((k, child));
-                used += size;
+                if p.sizes.is_empty() {
+                    p.first.extend_from_slice(&k);
+                }
+                p.sizes.push((k.len() as u32, 0));
+                p.used += size;
+                p.data.extend_from_slice(&k);
+                p.data.extend_from_slice(&child.to_le_bytes());
             }
-            up.push(self.branch(&page));
+            up.push(self.flush(p, BRANCH, 0));
             level = up;
         }
         level[0].1
     }
 
-    fn branch(&mut self, children: &[(Vec<u8>, u64)]) -> (Vec<u8>, u64) {
-        let body: usize = children.iter().map(|(k, _)| ELEMENT + k.len()).sum();
-        let id = self.alloc(PAGE_HEADER + body, BRANCH, children.len());
-        let start = id as usize * PAGE_SIZE;
-        let mut data = PAGE_HEADER + children.len() * ELEMENT;
-        for (i, (k, child)) in children.iter().enumerate() {
-            let e = start + PAGE_HEADER + i * ELEMENT;
-            let pos = (start + data - e) as u32;
-            self.out[e..e + 4].copy_from_slice(&pos.to_le_bytes());
-            self.out[e + 4..e + 8].copy_from_slice(&(k.len() as u32).to_le_bytes());
-            self.out[e + 8..e + 16].copy_from_slice(&child.to_le_bytes());
-            self.out[start + data..start + data + k.len()].copy_from_slice(k);
-            data += k.len();
-        }
-        (children[0].0.clone(), id)
-    }
-
-    /// Takes the next page (and as many overflow pages as `len` needs) and writes its header.
-    fn alloc(&mut self, len: usize, flags: u16, count: usize) -> u64 {
+    /// Lays `p` out as the next page (spilling over as many pages as it needs), hands it to
+    /// the sink, and clears it; returns (first key, page id). Leaf elements get `flags`.
+    fn flush(&mut self, p: &mut Pending, kind: u16, flags: u32) -> (Vec<u8>, u64) {
         let id = self.next;
-        let span = len.div_ceil(PAGE_SIZE).max(1);
+        let span = p.used.div_ceil(PAGE_SIZE).max(1);
         self.next += span as u64;
-        self.out.resize(self.next as usize * PAGE_SIZE, 0);
-        let at = id as usize * PAGE_SIZE;
-        self.out[at..at + 8].copy_from_slice(&id.to_le_bytes());
-        self.out[at + 8..at + 10].copy_from_slice(&flags.to_le_bytes());
-        self.out[at + 10..at + 12].copy_from_slice(&(count as u16).to_le_bytes());
-        self.out[at + 12..at + 16].copy_from_slice(&((span - 1) as u32).to_le_bytes());
-        id
+        if self.sink.is_some() && self.ok {
+            let page = &mut self.page;
+            page.clear();
+            page.extend_from_slice(&id.to_le_bytes());
+            page.extend_from_slice(&kind.to_le_bytes());
+            page.extend_from_slice(&(p.sizes.len() as u16).to_le_bytes());
+            page.extend_from_slice(&((span - 1) as u32).to_le_bytes());
+            // Each element's data position is counted from the element itself.
+            let mut pos = p.sizes.len() * ELEMENT;
+            let mut data = 0;
+            for (i, &(k, v)) in p.sizes.iter().enumerate() {
+                let rel = (pos - i * ELEMENT) as u32;
+                if kind == BRANCH {
+                    page.extend_from_slice(&rel.to_le_bytes());
+                    page.extend_from_slice(&k.to_le_bytes());
+                    let child = &p.data[data + k as usize..data + k as usize + 8];
+                    page.extend_from_slice(child);
+                    data += k as usize + 8;
+                    pos += k as usize;
+                } else {
+                    page.extend_from_slice(&flags.to_le_bytes());
+                    page.extend_from_slice(&rel.to_le_bytes());
+                    page.extend_from_slice(&k.to_le_bytes());
+                    page.extend_from_slice(&v.to_le_bytes());
+                    pos += (k + v) as usize;
+                }
+            }
+            if kind == BRANCH {
+                let mut at = 0;
+                for &(k, _) in &p.sizes {
+                    page.extend_from_slice(&p.data[at..at + k as usize]);
+                    at += k as usize + 8;
+                }
+            } else {
+                page.extend_from_slice(&p.data);
+            }
+            page.resize(span * PAGE_SIZE, 0);
+            let sink = self.sink.as_mut().expect("checked above");
+            self.ok = sink(page);
+        }
+        let first = std::mem::take(&mut p.first);
+        p.clear();
+        (first, id)
     }
 
-    /// Writes the root bucket, the freelist and the meta pages; returns the file.
-    pub fn finish(mut self) -> Vec<u8> {
+    /// Writes the root bucket; returns the layout, or `None` if the sink stopped taking
+    /// pages.
+    ///
+    /// # Panics
+    /// If the buckets were not those the layout was planned for.
+    pub fn finish(mut self) -> Option<Layout> {
         let buckets = std::mem::take(&mut self.buckets);
-        let entries: Vec<(Vec<u8>, Vec<u8>)> = buckets
-            .into_iter()
-            .map(|(name, root)| {
-                let mut v = root.to_le_bytes().to_vec();
-                v.extend_from_slice(&0u64.to_le_bytes());
-                (name, v)
-            })
-            .collect();
-        let (_, root) = self.leaf(&entries, BUCKET_FLAG);
-        // The freelist: page 2, empty.
-        let at = 2 * PAGE_SIZE;
-        self.out[at..at + 8].copy_from_slice(&2u64.to_le_bytes());
-        self.out[at + 8..at + 10].copy_from_slice(&FREELIST.to_le_bytes());
-        for (id, txid) in [(0u64, 0u64), (1, 1)] {
-            let at = id as usize * PAGE_SIZE;
-            self.out[at..at + 8].copy_from_slice(&id.to_le_bytes());
-            self.out[at + 8..at + 10].copy_from_slice(&META.to_le_bytes());
-            let m = at + PAGE_HEADER;
-            let mut meta = Vec::with_capacity(64);
-            meta.extend_from_slice(&MAGIC.to_le_bytes());
-            meta.extend_from_slice(&VERSION.to_le_bytes());
-            meta.extend_from_slice(&(PAGE_SIZE as u32).to_le_bytes());
-            meta.extend_from_slice(&0u32.to_le_bytes());
-            meta.extend_from_slice(&root.to_le_bytes());
-            meta.extend_from_slice(&0u64.to_le_bytes());
-            meta.extend_from_slice(&2u64.to_le_bytes());
-            meta.extend_from_slice(&self.next.to_le_bytes());
-            meta.extend_from_slice(&txid.to_le_bytes());
-            let sum = fnv1a64(&meta);
-            meta.extend_from_slice(&sum.to_le_bytes());
-            self.out[m..m + 64].copy_from_slice(&meta);
+        let mut p = Pending { used: PAGE_HEADER, ..Default::default() };
+        for (name, root) in &buckets {
+            if p.sizes.is_empty() {
+                p.first.extend_from_slice(name);
+            }
+            // A bucket's value: its root page and its sequence.
+            p.sizes.push((name.len() as u32, 16));
+            p.used += ELEMENT + name.len() + 16;
+            p.data.extend_from_slice(name);
+            p.data.extend_from_slice(&root.to_le_bytes());
+            p.data.extend_from_slice(&0u64.to_le_bytes());
         }
-        self.out
+        let (_, root) = self.flush(&mut p, LEAF, BUCKET_FLAG);
+        let layout = Layout { root, pages: self.next };
+        if let Some(planned) = self.planned {
+            assert_eq!(planned, layout, "bbolt: the buckets written are not those planned");
+        }
+        self.ok.then_some(layout)
     }
+}
+
+/// Pages 0 to 2 of a file laid out as `layout`: the two meta pages and an empty freelist.
+fn head(layout: Layout) -> Vec<u8> {
+    let mut out = vec![0u8; 3 * PAGE_SIZE];
+    let at = 2 * PAGE_SIZE;
+    out[at..at + 8].copy_from_slice(&2u64.to_le_bytes());
+    out[at + 8..at + 10].copy_from_slice(&FREELIST.to_le_bytes());
+    for (id, txid) in [(0u64, 0u64), (1, 1)] {
+        let at = id as usize * PAGE_SIZE;
+        out[at..at + 8].copy_from_slice(&id.to_le_bytes());
+        out[at + 8..at + 10].copy_from_slice(&META.to_le_bytes());
+        let m = at + PAGE_HEADER;
+        let mut meta = Vec::with_capacity(64);
+        meta.extend_from_slice(&MAGIC.to_le_bytes());
+        meta.extend_from_slice(&VERSION.to_le_bytes());
+        meta.extend_from_slice(&(PAGE_SIZE as u32).to_le_bytes());
+        meta.extend_from_slice(&0u32.to_le_bytes());
+        meta.extend_from_slice(&layout.root.to_le_bytes());
+        meta.extend_from_slice(&0u64.to_le_bytes());
+        meta.extend_from_slice(&2u64.to_le_bytes());
+        meta.extend_from_slice(&layout.pages.to_le_bytes());
+        meta.extend_from_slice(&txid.to_le_bytes());
+        let sum = fnv1a64(&meta);
+        meta.extend_from_slice(&sum.to_le_bytes());
+        out[m..m + 64].copy_from_slice(&meta);
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A whole file in memory: `buckets` is called twice, to plan and to write.
+    fn write_all(buckets: impl Fn(&mut Writer)) -> Vec<u8> {
+        let mut plan = Writer::plan();
+        buckets(&mut plan);
+        let layout = plan.finish().expect("planning writes nothing");
+        let mut out = Vec::with_capacity(layout.bytes() as usize);
+        let mut sink = |b: &[u8]| {
+            out.extend_from_slice(b);
+            true
+        };
+        let mut w = Writer::new(layout, &mut sink);
+        buckets(&mut w);
+        w.finish().expect("a Vec takes everything");
+        out
+    }
 
     fn all(db: &Db, name: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut out = Vec::new();
@@ -439,11 +563,11 @@ mod tests {
             .map(|i| (format!("k{i:08}").into_bytes(), vec![i as u8; (i % 300) as usize]))
             .collect();
         let big = vec![(b"huge".to_vec(), vec![7u8; 3 * PAGE_SIZE + 5])];
-        let mut w = Writer::new();
-        w.bucket(b"a", Vec::<(Vec<u8>, Vec<u8>)>::new());
-        w.bucket(b"key", many.clone());
-        w.bucket(b"lease", big.clone());
-        let file = w.finish();
+        let file = write_all(|w| {
+            w.bucket(b"a", Vec::<(Vec<u8>, Vec<u8>)>::new());
+            w.bucket(b"key", many.iter().cloned());
+            w.bucket(b"lease", big.iter().cloned());
+        });
         assert_eq!(file.len() % PAGE_SIZE, 0);
         let db = Db::open(&file).unwrap();
         assert_eq!(db.buckets().unwrap(), vec![b"a".to_vec(), b"key".to_vec(), b"lease".to_vec()]);
@@ -455,9 +579,8 @@ mod tests {
 
     #[test]
     fn damaged_files_are_refused_not_misread() {
-        let mut w = Writer::new();
-        w.bucket(b"key", (0..5000u32).map(|i| (i.to_be_bytes(), [1u8; 40])));
-        let file = w.finish();
+        let file =
+            write_all(|w| w.bucket(b"key", (0..5000u32).map(|i| (i.to_be_bytes(), [1u8; 40]))));
         let e = Db::open(&file[..file.len() - PAGE_SIZE]).unwrap_err().0;
         assert!(e.contains("truncated"), "{e}");
         let e = Db::open(&file[..100]).unwrap_err().0;

@@ -58,24 +58,56 @@ fn rev_bytes(main: i64, sub: i64, tombstone: bool) -> Vec<u8> {
     b
 }
 
-/// One version of `key` as etcd's `key` bucket holds it: the bucket key (its revision) and the
-/// value (`mvccpb.KeyValue`; a tombstone's holds only the key). etcd's HashKV hashes these
-/// bytes, so mem_etcd's does too (`mvcc::Store::hash_kv`).
+/// One version of a key as etcd's `key` bucket holds it: the bucket key (its revision) and the
+/// value (`mvccpb.KeyValue`; a tombstone's holds only the key).
+struct KeyEntry {
+    rev: [u8; REV_LEN + 1],
+    tombstone: bool,
+    kv: KeyValue,
+}
+
+impl KeyEntry {
+    fn new(key: &Bytes, v: &Version) -> Self {
+        let tombstone = v.version == 0;
+        let mut rev = [0u8; REV_LEN + 1];
+        rev[..8].copy_from_slice(&(v.main as u64).to_be_bytes());
+        rev[8] = b'_';
+        rev[9..REV_LEN].copy_from_slice(&(v.sub as u64).to_be_bytes());
+        rev[REV_LEN] = b't';
+        let kv = if tombstone {
+            KeyValue { key: key.clone(), ..Default::default() }
+        } else {
+            KeyValue {
+                key: key.clone(),
+                create_revision: v.create_rev,
+                mod_revision: v.main,
+                version: v.version,
+                value: v.value.clone(),
+                lease: v.lease,
+            }
+        };
+        KeyEntry { rev, tombstone, kv }
+    }
+}
+
+impl bbolt::Entry for KeyEntry {
+    fn key(&self) -> &[u8] {
+        &self.rev[..REV_LEN + usize::from(self.tombstone)]
+    }
+    fn value_len(&self) -> usize {
+        self.kv.encoded_len()
+    }
+    fn put_value(&self, out: &mut Vec<u8>) {
+        self.kv.encode_raw(out)
+    }
+}
+
+/// One version of `key` as etcd's `key` bucket holds it: (bucket key, value). etcd's HashKV
+/// hashes these bytes, so mem_etcd's does too (`mvcc::Store::hash_kv`).
 pub fn key_bucket_entry(key: &Bytes, v: &Version) -> (Vec<u8>, Vec<u8>) {
-    let tombstone = v.version == 0;
-    let kv = if tombstone {
-        KeyValue { key: key.clone(), ..Default::default() }
-    } else {
-        KeyValue {
-            key: key.clone(),
-            create_revision: v.create_rev,
-            mod_revision: v.main,
-            version: v.version,
-            value: v.value.clone(),
-            lease: v.lease,
-        }
-    };
-    (rev_bytes(v.main, v.sub, tombstone), kv.encode_to_vec())
+    use bbolt::Entry;
+    let e = KeyEntry::new(key, v);
+    (e.key().to_vec(), e.kv.encode_to_vec())
 }
 
 /// (main, sub, tombstone) of a `key` bucket key.
@@ -120,6 +152,9 @@ pub struct EtcdState {
     /// (id, granted TTL).
     pub leases: Vec<(i64, i64)>,
     pub auth: AuthState,
+    /// The index of the last Raft entry the database has applied (`meta`'s
+    /// `consistent_index`; 0 if absent).
+    pub consistent_index: u64,
 }
 
 /// Reads an etcd snapshot.db. Unless `skip_hash_check`, the file must end with the sha256
@@ -156,10 +191,15 @@ pub fn read(path: &Path, skip_hash_check: bool) -> Result<(EtcdState, Summary), 
 
     // meta: the compaction. A scheduled compaction etcd did not finish is finished here.
     let mut compact = [0i64; 2];
+    let mut consistent_index = 0;
     db.for_each(b"meta", &mut |k, v| {
         let slot = match k {
             b"scheduledCompactRev" => 0,
             b"finishedCompactRev" => 1,
+            b"consistent_index" if v.len() == 8 => {
+                consistent_index = u64::from_be_bytes(v.try_into().expect("8 bytes"));
+                return Ok(());
+            }
             _ => return Ok(()),
         };
         let (main, _, _) = parse_rev(v)
@@ -169,6 +209,7 @@ pub fn read(path: &Path, skip_hash_check: bool) -> Result<(EtcdState, Summary), 
     })
     .map_err(|e| bad(e.0))?;
     let compacted = compact[0].max(compact[1]);
+    state.consistent_index = consistent_index;
 
     let mut max_rev = 0i64;
     let found = db
@@ -263,63 +304,112 @@ pub fn read(path: &Path, skip_hash_check: bool) -> Result<(EtcdState, Summary), 
     Ok((state, summary))
 }
 
+/// A store at one revision as an etcd snapshot.db is written from it. It borrows what it
+/// writes, and writes it twice (to lay the file out, then to stream it), so that a snapshot of
+/// a large store is streamed with its bytes made a page at a time.
+#[derive(Debug)]
+pub struct DbView<'a> {
+    /// -1 if never compacted.
+    pub compacted: i64,
+    /// Every retained version with its key, in revision order: the order of etcd's `key`
+    /// bucket.
+    pub versions: &'a [(Bytes, Version)],
+    /// (id, granted TTL), in id order.
+    pub leases: &'a [(i64, i64)],
+    pub auth: &'a AuthState,
+}
+
+impl DbView<'_> {
+    /// Where the file's tree ends up (and so its size, without the sha256).
+    pub fn layout(&self) -> bbolt::Layout {
+        let mut w = bbolt::Writer::plan();
+        self.buckets(&mut w);
+        w.finish().expect("planning writes nothing")
+    }
+
+    /// Hands the file to `sink` in order, then its sha256 (as `etcdctl snapshot save` leaves
+    /// it at the end); `layout` is [`DbView::layout`]. Returns false if `sink` stopped it.
+    pub fn write(&self, layout: bbolt::Layout, sink: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        let mut sha = Sha256::new();
+        let mut hashed = |b: &[u8]| {
+            sha.update(b);
+            sink(b)
+        };
+        let mut w = bbolt::Writer::new(layout, &mut hashed);
+        self.buckets(&mut w);
+        if w.finish().is_none() {
+            return false;
+        }
+        let sum: [u8; 32] = sha.finalize().into();
+        sink(&sum)
+    }
+
+    /// Every bucket etcd 3.6 creates, in name order (bbolt's).
+    fn buckets(&self, w: &mut bbolt::Writer) {
+        let none = std::iter::empty::<(&[u8], &[u8])>;
+        w.bucket(b"alarm", none());
+        let mut auth: Vec<(&[u8], Vec<u8>)> = Vec::new();
+        // etcd writes the revision when it first starts (1), and the flag at every enable and
+        // disable; a state without either (from a backup without auth state) leaves etcd to
+        // start its auth from scratch, as it would on a new member.
+        if self.auth.enabled || self.auth.revision > 0 {
+            auth.push((b"authEnabled", vec![u8::from(self.auth.enabled)]));
+            auth.push((b"authRevision", self.auth.revision.to_be_bytes().to_vec()));
+        }
+        w.bucket(b"auth", auth);
+        let mut roles: Vec<_> =
+            self.auth.roles.iter().map(|r| (r.name.to_vec(), r.encode_to_vec())).collect();
+        roles.sort();
+        w.bucket(b"authRoles", roles);
+        let mut users: Vec<_> =
+            self.auth.users.iter().map(|u| (u.name.to_vec(), u.encode_to_vec())).collect();
+        users.sort();
+        w.bucket(b"authUsers", users);
+        w.bucket(b"cluster", none());
+        w.bucket(b"key", self.versions.iter().map(|(k, v)| KeyEntry::new(k, v)));
+        w.bucket(
+            b"lease",
+            self.leases.iter().map(|&(id, ttl)| {
+                (id.to_be_bytes(), Lease { id, ttl, remaining_ttl: 0 }.encode_to_vec())
+            }),
+        );
+        w.bucket(b"members", none());
+        w.bucket(b"members_removed", none());
+        // etcdutl rewrites the consistent index and term when it restores.
+        let mut meta: Vec<(&[u8], Vec<u8>)> =
+            vec![(b"consistent_index", 1u64.to_be_bytes().to_vec())];
+        if self.compacted > 0 {
+            meta.push((b"finishedCompactRev", rev_bytes(self.compacted, 0, false)));
+            meta.push((b"scheduledCompactRev", rev_bytes(self.compacted, 0, false)));
+        }
+        meta.push((b"storageVersion", STORAGE_VERSION.to_vec()));
+        meta.push((b"term", 1u64.to_be_bytes().to_vec()));
+        w.bucket(b"meta", meta);
+    }
+}
+
 /// Writes `state` as an etcd snapshot.db: a bbolt file followed by its sha256, as
 /// `etcdctl snapshot save` leaves one.
 pub fn encode(state: &EtcdState) -> Vec<u8> {
-    let mut w = bbolt::Writer::new();
-    // bbolt keeps buckets in name order; these are every bucket etcd 3.6 creates.
-    w.bucket(b"alarm", std::iter::empty::<(&[u8], &[u8])>());
-    let mut auth: Vec<(&[u8], Vec<u8>)> = Vec::new();
-    // etcd writes the revision when it first starts (1), and the flag at every enable and
-    // disable; a state without either (from a backup without auth state) leaves etcd to start
-    // its auth from scratch, as it would on a new member.
-    if state.auth.enabled || state.auth.revision > 0 {
-        auth.push((b"authEnabled", vec![u8::from(state.auth.enabled)]));
-        auth.push((b"authRevision", state.auth.revision.to_be_bytes().to_vec()));
+    let mut versions: Vec<(Bytes, Version)> = Vec::new();
+    for (key, vs) in &state.keys {
+        versions.extend(vs.iter().map(|v| (key.clone(), v.clone())));
     }
-    w.bucket(b"auth", auth);
-    let mut roles: Vec<_> =
-        state.auth.roles.iter().map(|r| (r.name.to_vec(), r.encode_to_vec())).collect();
-    roles.sort();
-    w.bucket(b"authRoles", roles);
-    let mut users: Vec<_> =
-        state.auth.users.iter().map(|u| (u.name.to_vec(), u.encode_to_vec())).collect();
-    users.sort();
-    w.bucket(b"authUsers", users);
-    w.bucket(b"cluster", std::iter::empty::<(&[u8], &[u8])>());
-
-    let mut revs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-    for (key, versions) in &state.keys {
-        revs.extend(versions.iter().map(|v| key_bucket_entry(key, v)));
-    }
-    revs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    w.bucket(b"key", revs);
-
-    let mut leases: Vec<_> = state
-        .leases
-        .iter()
-        .map(|&(id, ttl)| {
-            (id.to_be_bytes().to_vec(), Lease { id, ttl, remaining_ttl: 0 }.encode_to_vec())
-        })
-        .collect();
-    leases.sort();
-    w.bucket(b"lease", leases);
-    w.bucket(b"members", std::iter::empty::<(&[u8], &[u8])>());
-    w.bucket(b"members_removed", std::iter::empty::<(&[u8], &[u8])>());
-
-    // etcdutl rewrites the consistent index and term when it restores.
-    let mut meta: Vec<(&[u8], Vec<u8>)> = vec![(b"consistent_index", 1u64.to_be_bytes().to_vec())];
-    if state.compacted > 0 {
-        meta.push((b"finishedCompactRev", rev_bytes(state.compacted, 0, false)));
-        meta.push((b"scheduledCompactRev", rev_bytes(state.compacted, 0, false)));
-    }
-    meta.push((b"storageVersion", STORAGE_VERSION.to_vec()));
-    meta.push((b"term", 1u64.to_be_bytes().to_vec()));
-    w.bucket(b"meta", meta);
-
-    let mut out = w.finish();
-    let sum: [u8; 32] = Sha256::digest(&out).into();
-    out.extend_from_slice(&sum);
+    versions.sort_unstable_by_key(|(_, v)| (v.main, v.sub));
+    let mut leases = state.leases.clone();
+    leases.sort_unstable();
+    let view = DbView {
+        compacted: state.compacted,
+        versions: &versions,
+        leases: &leases,
+        auth: &state.auth,
+    };
+    let layout = view.layout();
+    let mut out = Vec::with_capacity(layout.bytes() as usize + backup::SHA_LEN);
+    view.write(layout, &mut |b| {
+        out.extend_from_slice(b);
+        true
+    });
     out
 }
 
@@ -378,9 +468,25 @@ pub fn restore(
     })
 }
 
-/// `mem_etcd snapshot export`: the mem_etcd backup `file` written as an etcd snapshot.db at
-/// `out` (which must not exist), its auth state (if it has one) in etcd's auth buckets.
+/// Whether `file` is a bbolt database (an etcd snapshot.db, what Maintenance.Snapshot
+/// streams) rather than a mem_etcd backup (what older mem_etcds streamed): its first meta
+/// page's magic.
+pub fn is_db(file: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 20];
+    std::fs::File::open(file).and_then(|mut f| f.read_exact(&mut head)).is_ok()
+        && head[16..20] == backup::BBOLT_MAGIC
+}
+
+/// `mem_etcd snapshot export`: the snapshot `file` written as an etcd snapshot.db at `out`
+/// (which must not exist), its auth state (if it has one) in etcd's auth buckets. `file` is a
+/// mem_etcd backup an older mem_etcd saved, or already an etcd snapshot.db (checked, and
+/// written out compacted).
 pub fn export(file: &Path, out: &Path, skip_hash_check: bool) -> Result<Summary, BackupError> {
+    if is_db(file) {
+        let (state, summary) = read(file, skip_hash_check)?;
+        return write_new(&encode(&state), out).map(|size| Summary { size, ..summary });
+    }
     let mut state = EtcdState::default();
     let summary = backup::read(file, skip_hash_check, &mut |item| {
         if let Item::Key(key, versions) = item {
@@ -396,13 +502,17 @@ pub fn export(file: &Path, out: &Path, skip_hash_check: bool) -> Result<Summary,
             .ok_or_else(|| err(format!("{}: its auth state does not decode", file.display())))?;
         state.auth = AuthState::from_auth(&a);
     }
-    let bytes = encode(&state);
+    write_new(&encode(&state), out).map(|size| Summary { size, ..summary })
+}
+
+/// Writes `bytes` as the new file `out`, synced; returns its size.
+fn write_new(bytes: &[u8], out: &Path) -> Result<u64, BackupError> {
     let io = |e: std::io::Error| err(format!("{}: {e}", out.display()));
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(out).map_err(io)?;
-    f.write_all(&bytes).map_err(io)?;
+    f.write_all(bytes).map_err(io)?;
     f.sync_all().map_err(io)?;
-    Ok(Summary { size: bytes.len() as u64, ..summary })
+    Ok(bytes.len() as u64)
 }
 
 #[cfg(test)]

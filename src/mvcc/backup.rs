@@ -18,6 +18,7 @@ use super::partition::Partition;
 use super::persist::to_version;
 use super::store::{HistoryPin, Store};
 use crate::wal::backup::{BackupError, Encoder, Item, SHA_LEN, Summary, read_at};
+use crate::wal::record::Version;
 use std::path::Path;
 
 /// Keys read per partition lock.
@@ -131,6 +132,49 @@ impl Backup<'_> {
     pub fn write(&self, out: &mut dyn FnMut(Vec<u8>) -> bool) -> bool {
         let mut e = self.encoder();
         self.encode(&mut e, &mut |e| out(e.take()))
+    }
+
+    /// The compaction revision the backup holds (-1 if none).
+    pub fn compacted(&self) -> i64 {
+        self.compacted
+    }
+
+    /// The leases (id, granted TTL).
+    pub fn leases(&self) -> &[(i64, i64)] {
+        &self.leases
+    }
+
+    /// Every version the backup holds with its key, in revision order (etcd's `key` bucket's
+    /// order), as etcd's compaction leaves them: of the versions at or below the compaction,
+    /// only each key's newest, unless that is a deletion (one a pinned history still holds is
+    /// left out). The values are shared with the store, not copied.
+    pub fn versions(&self) -> Vec<(Bytes, Version)> {
+        let wal = self.store.wal();
+        let mut out = Vec::new();
+        for p in &self.parts {
+            let mut after = None;
+            loop {
+                let chunk = p.state.read().chunk_at(after.as_ref(), self.rev, CHUNK_KEYS);
+                let Some(last) = chunk.last() else { break };
+                after = Some(last.0.clone());
+                for (key, recs) in chunk {
+                    // As in `encode`.
+                    if wal.is_some_and(|w| w.excluded(&key)) {
+                        continue;
+                    }
+                    let newest_old = recs.iter().rposition(|r| r.rev.main <= self.compacted);
+                    for (i, r) in recs.into_iter().enumerate() {
+                        let kept = r.rev.main > self.compacted
+                            || (Some(i) == newest_old && !r.is_tombstone());
+                        if kept {
+                            out.push((key.clone(), to_version(r)));
+                        }
+                    }
+                }
+            }
+        }
+        out.sort_unstable_by_key(|(_, v)| (v.main, v.sub));
+        out
     }
 
     fn encoder(&self) -> Encoder {

@@ -36,8 +36,8 @@ impl Store {
         }
         if opts.dir.is_etcd() {
             return Err(format!(
-                "{} holds an etcd data directory; mem_etcd keeps its own format: give it a \
-                 directory of its own (restore etcd data with `etcdctl snapshot` tooling)",
+                "{} holds an etcd member's data, which only a member alone imports \
+                 (`server::etcd_data_dir`)",
                 opts.dir.display()
             )
             .into());

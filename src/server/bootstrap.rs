@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::grpc_stats::GrpcStats;
 use super::member::Member;
-use super::{alarm, apply, force_new_cluster, forward, grow};
+use super::{alarm, apply, etcd_data_dir, force_new_cluster, forward, grow};
 use crate::config::Config;
 use crate::lease::Lessor;
 use crate::mvcc::{Store, StoreConfig};
@@ -59,6 +59,9 @@ impl Member {
         // from its Raft log and snapshots.
         let auth_path = (cluster.is_none() && wal_options.mode != crate::wal::Mode::None)
             .then(|| wal_options.dir.auth_file());
+        if auth_path.is_some() {
+            etcd_data_dir::import(&wal_options.dir)?;
+        }
         let (store, recovered) = Store::open(store_config, wal_options)?;
         let hub = Arc::new(WatchHub::new(
             store.keyspace().clone(),

@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status};
 use super::auth;
 use super::member::Member;
 use super::submit::submit;
+use crate::backend::schema::{AuthState, DbView};
 use crate::error::Error;
 use crate::proto::etcdserverpb as pb;
 
@@ -245,9 +246,11 @@ impl Stream for SnapshotBody {
     }
 }
 
-/// Streams a backup (`wal::backup` format) as etcd streams its database: blobs of 32 KiB, each
-/// with the bytes still to come, then the sha256 of all of them in a message of its own. Runs
-/// on a blocking thread: it reads the whole store. Returns whether everything was queued.
+/// Streams the store as etcd streams its database: an etcd snapshot.db (bbolt, see
+/// `backend::schema`) in blobs of 32 KiB, each with the bytes still to come, then the sha256
+/// of all of them in a message of its own, so that `etcdutl snapshot status|restore` read what
+/// `etcdctl snapshot save` saves. Runs on a blocking thread: it reads the whole store. Returns
+/// whether everything was queued.
 fn send_snapshot(shared: &Member, tx: &tokio::sync::mpsc::Sender<SnapshotItem>) -> bool {
     let started = std::time::Instant::now();
     let runtime = tokio::runtime::Handle::current();
@@ -256,13 +259,22 @@ fn send_snapshot(shared: &Member, tx: &tokio::sync::mpsc::Sender<SnapshotItem>) 
     // Auth changes make no revision, so the auth state read just after the revision is fixed
     // is the member's at that revision as far as a client can tell (etcd reads both in one
     // transaction).
-    let auth = crate::auth::codec::encode(&shared.auth.export());
-    let backup = shared.store.backup(|| shared.lessor.snapshot()).with_auth(auth.into());
+    let backup = shared.store.backup(|| shared.lessor.snapshot());
+    let auth = AuthState::from_auth(&shared.auth.export());
     let rev = backup.revision();
-    let total = backup.size() as usize;
+    // Sorted into the `key` bucket's order; the values are the store's own, shared. The
+    // backup keeps its pin until the stream ends: a compaction meanwhile frees (in the store's
+    // accounting, which the quota checks) nothing the stream still holds.
+    let versions = backup.versions();
+    let mut leases = backup.leases().to_vec();
+    leases.sort_unstable();
+    let compacted = backup.compacted();
+    let db = DbView { compacted, versions: &versions, leases: &leases, auth: &auth };
+    let layout = db.layout();
+    let total = layout.bytes() as usize;
     tracing::info!(revision = rev, total_bytes = total, "sending database snapshot to client");
     let mut header = shared.header(rev);
-    let mut pending = bytes::BytesMut::new();
+    let mut pending = bytes::BytesMut::with_capacity(2 * SNAPSHOT_BLOB);
     let mut sent = 0;
     let mut stalled = false;
     let mut send = |blob: bytes::Bytes, remaining: usize| {
@@ -282,8 +294,8 @@ fn send_snapshot(shared: &Member, tx: &tokio::sync::mpsc::Sender<SnapshotItem>) 
             Err(tokio::sync::mpsc::error::SendTimeoutError::Closed(_)) => false,
         }
     };
-    let done = backup.write(&mut |piece| {
-        pending.extend_from_slice(&piece);
+    let done = db.write(layout, &mut |piece| {
+        pending.extend_from_slice(piece);
         while pending.len() >= SNAPSHOT_BLOB && sent + SNAPSHOT_BLOB <= total {
             sent += SNAPSHOT_BLOB;
             if !send(pending.split_to(SNAPSHOT_BLOB).freeze(), total - sent) {

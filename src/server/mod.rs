@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod codec;
 pub mod compactor;
 pub mod convert;
+pub mod etcd_data_dir;
 pub mod force_new_cluster;
 pub mod forward;
 pub mod gateway;

@@ -1,6 +1,7 @@
-//! Backups: the whole store at one revision as one file. It is what Maintenance.Snapshot
-//! streams (so `etcdctl snapshot save` writes it) and what `mem_etcd snapshot restore` turns
-//! into a data directory.
+//! Backups: the whole store at one revision as one file. It is what a Raft snapshot carries
+//! to a member that catches up, and what Maintenance.Snapshot streamed before it streamed an
+//! etcd snapshot.db (`backend::schema`); `mem_etcd snapshot restore` still turns such files
+//! into a data directory, and `mem_etcd snapshot export` into an etcd snapshot.db.
 //!
 //! # Format
 //! ```text
@@ -259,7 +260,10 @@ pub fn read_at(
         )));
     }
     if got < 12 || head[..8] != MAGIC[..] {
-        return Err(err(format!("{name} is not a mem_etcd snapshot (no {MAGIC:?} header)")));
+        return Err(err(format!(
+            "{name} is not a snapshot: neither an etcd snapshot.db (bbolt) nor a backup an older \
+             mem_etcd saved (no {MAGIC:?} header)"
+        )));
     }
     let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
     if !(VERSION_NO_AUTH..=VERSION).contains(&version) {

@@ -1,8 +1,10 @@
-//! Backups: Maintenance.Snapshot streams what the real `etcdctl snapshot save` saves, and
-//! `mem_etcd snapshot restore` turns the file into a data directory on which mem_etcd has
+//! Backups: Maintenance.Snapshot streams an etcd snapshot.db, so what the real `etcdctl
+//! snapshot save` saves from mem_etcd (alone or a cluster member) is read by the real
+//! `etcdutl snapshot status|restore` as etcd's is, and served by etcd with the same history;
+//! `mem_etcd snapshot restore` turns it (or etcd's) into a data directory on which mem_etcd has
 //! every key, version, lease and the revision of the moment the snapshot was taken. Damaged,
-//! truncated snapshot files are refused. An etcd snapshot.db restores with its revisions, and
-//! `mem_etcd snapshot export` writes one that etcdutl restores.
+//! truncated snapshot files are refused. Backups older mem_etcds saved in their own format
+//! still restore, and `mem_etcd snapshot export` turns them into an etcd snapshot.db.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -341,14 +343,14 @@ async fn damaged_or_truncated_snapshots_and_used_data_dirs_are_refused() {
 
     let truncated = dir.path().join("truncated.db");
     std::fs::write(&truncated, &bytes[..bytes.len() - 100]).unwrap();
-    assert_refused(&truncated, "is truncated or damaged: its size");
+    assert_refused(&truncated, "has no sha256 at its end");
     // Cut where a sha256 could end: the last 32 bytes are not the content's sha256.
     std::fs::write(&truncated, &bytes[..bytes.len() - 512]).unwrap();
     assert_refused(&truncated, "is damaged or truncated: the sha256");
 
     let garbage = dir.path().join("garbage.db");
     std::fs::write(&garbage, b"hello").unwrap();
-    assert_refused(&garbage, "is not a mem_etcd snapshot");
+    assert_refused(&garbage, "is not a snapshot: neither an etcd snapshot.db");
 
     // A used data dir is refused; the snapshot itself is fine.
     let used = tempfile::tempdir().unwrap();
@@ -433,6 +435,23 @@ fn etcdutl_restore(etcdutl: &Path, file: &Path, dir: &DataDir) {
     assert!(restored.status.success(), "etcdutl: {}", String::from_utf8_lossy(&restored.stderr));
 }
 
+/// `etcdutl snapshot status -w json file`: (revision, totalKey, version); panics unless it
+/// succeeds.
+fn etcdutl_status(etcdutl: &Path, file: &Path) -> (i64, i64, String) {
+    let out = Command::new(etcdutl)
+        .args(["snapshot", "status", "-w", "json", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "etcdutl: {text}{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(text.trim()).expect("etcdutl's JSON");
+    (
+        v["revision"].as_i64().expect("revision"),
+        v["totalKey"].as_i64().expect("totalKey"),
+        v["version"].as_str().expect("version").to_owned(),
+    )
+}
+
 #[tokio::test]
 async fn a_snapshot_of_etcd_restores_with_its_revisions_and_goes_back_through_etcdutl() {
     let Some(ctl) = peer_binary("etcdctl") else { return };
@@ -460,13 +479,17 @@ async fn a_snapshot_of_etcd_restores_with_its_revisions_and_goes_back_through_et
     assert_eq!(next, put(&mut e, "/registry/configmaps/ns/after", "x").await);
     assert_eq!(next, at + 1);
 
-    // mem_etcd -> etcd: saved from mem_etcd, exported, restored by etcdutl, served by etcd.
+    // mem_etcd -> etcd: saved from mem_etcd, read by etcdutl as etcd's snapshot of the same
+    // history is, restored by etcdutl, served by etcd.
     let mine = dir.path().join("mem.db");
     save(&ctl, &mem, &mine).await;
-    let back = dir.path().join("back.db");
-    export(&mine, &back);
+    let theirs = dir.path().join("etcd-next.db");
+    save(&ctl, &etcd, &theirs).await;
+    let status = etcdutl_status(&etcdutl, &mine);
+    assert_eq!(status, etcdutl_status(&etcdutl, &theirs));
+    assert_eq!(status.0, next);
     let etcd_dir = DataDir::new();
-    etcdutl_restore(&etcdutl, &back, &etcd_dir);
+    etcdutl_restore(&etcdutl, &mine, &etcd_dir);
     let etcd2 = etcd_dir.start_kind(Kind::Etcd, &[]).await;
     let mut e2 = etcd2.client().await;
     assert_same_history(&mut m, &mut e2, compacted, next).await;
@@ -546,6 +569,20 @@ async fn a_snapshot_of_etcd_founds_a_three_member_cluster_with_its_revisions() {
         let mut m = again.client(i).await;
         assert_same_history(&mut c, &mut m, compacted, at + 2).await;
     }
+
+    // And etcdutl reads it as etcd's own of the same history: etcd, written to alike, saves
+    // a snapshot with the same status, and etcd serves the member's snapshot as the member.
+    let Some(etcdutl) = peer_binary("etcdutl") else { return };
+    put(&mut e, "/registry/configmaps/ns/next", "1").await;
+    assert_eq!(put(&mut e, "/registry/configmaps/ns/next", "2").await, at + 2);
+    let theirs = dir.path().join("etcd-next.db");
+    save(&ctl, &etcd, &theirs).await;
+    assert_eq!(etcdutl_status(&etcdutl, &mine), etcdutl_status(&etcdutl, &theirs));
+    let etcd_dir = DataDir::new();
+    etcdutl_restore(&etcdutl, &mine, &etcd_dir);
+    let etcd2 = etcd_dir.start_kind(Kind::Etcd, &[]).await;
+    let mut e2 = etcd2.client().await;
+    assert_same_history(&mut c, &mut e2, compacted, at + 2).await;
 }
 
 /// etcdctl `args` against `ep`: (whether it succeeded, its stdout and stderr).
@@ -671,11 +708,114 @@ async fn a_mem_etcd_snapshot_keeps_users_and_roles() {
     let mem = again.start(&[]).await;
     assert_eq!(auth_answers(&bin, &mem.endpoint()), want);
 
-    // etcd: the auth buckets of the export, as etcdutl restores them.
+    // etcd: the auth buckets of the snapshot, as etcdutl restores them.
+    let etcd_dir = DataDir::new();
+    etcdutl_restore(&etcdutl, &file, &etcd_dir);
+    let etcd = etcd_dir.start_kind(Kind::Etcd, &[]).await;
+    assert_eq!(auth_answers(&bin, &etcd.endpoint()), want);
+}
+
+/// A member alone started on an etcd data directory imports etcd's database: one that
+/// `etcdutl snapshot restore` wrote (as etcd's users restore, and kubeadm's restore does), and
+/// a cleanly stopped etcd's own. It serves the same history as etcd on the same directory, and
+/// later starts use its own files. A directory whose WAL is ahead of its database (an etcd that
+/// did not stop cleanly) is refused, as etcd's own data would be lost otherwise.
+#[tokio::test]
+async fn a_member_alone_starts_on_an_etcd_data_directory_with_its_history() {
+    let Some(ctl) = peer_binary("etcdctl") else { return };
+    let Some(etcdutl) = peer_binary("etcdutl") else { return };
+    let etcd = server_of!(Kind::Etcd);
+    let mut e = etcd.client().await;
+    let (compacted, at) = write_history(&mut e).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("etcd.db");
+    save(&ctl, &etcd, &file).await;
+
+    // Restored by etcdutl, started as mem_etcd.
+    let restored = DataDir::new();
+    etcdutl_restore(&etcdutl, &file, &restored);
+    let mem = restored.start(&[]).await;
+    assert!(!mem.grep_log("imported etcd's database").is_empty(), "{}", mem.log_tail());
+    let mut m = mem.client().await;
+    assert_same_history(&mut e, &mut m, compacted, at).await;
+    assert_eq!(put(&mut m, "/registry/configmaps/ns/next", "x").await, at + 1);
+    // Later starts: mem_etcd's own files, with what was written since.
+    mem.stop(Duration::from_secs(10)).await;
+    let mem = restored.start(&[]).await;
+    assert!(mem.grep_log("imported etcd's database").is_empty(), "imported twice");
+    let mut m = mem.client().await;
+    assert_eq!(put(&mut m, "/registry/configmaps/ns/next", "y").await, at + 2);
+    drop(m);
+    mem.stop(Duration::from_secs(10)).await;
+
+    // A cleanly stopped etcd's own directory, against etcd started on a copy of it.
+    let own = DataDir::new();
+    let etcd2 = own.start_kind(Kind::Etcd, &[]).await;
+    let mut e2 = etcd2.client().await;
+    let (compacted, at) = write_history(&mut e2).await;
+    drop(e2);
+    etcd2.stop(Duration::from_secs(10)).await;
+    let copy = DataDir::new();
+    let cp = Command::new("cp").arg("-a").arg(own.path()).arg(copy.path()).status().unwrap();
+    assert!(cp.success());
+    let mem = own.start(&[]).await;
+    let etcd3 = copy.start_kind(Kind::Etcd, &[]).await;
+    let (mut m, mut e3) = (mem.client().await, etcd3.client().await);
+    assert_same_history(&mut e3, &mut m, compacted, at).await;
+    drop(m);
+    mem.stop(Duration::from_secs(10)).await;
+
+    // WAL ahead of the database: refused, nothing imported.
+    let ahead = DataDir::new();
+    etcdutl_restore(&etcdutl, &file, &ahead);
+    let mut rec = Vec::new();
+    // One walpb.Record {type: 2, data: raftpb.Entry {term: 2, index: 1000}}, framed.
+    let entry = [0x10, 0x02, 0x18, 0xe8, 0x07];
+    let body = [&[0x08, 0x02, 0x1a, entry.len() as u8][..], &entry].concat();
+    let pad = (8 - body.len() % 8) % 8;
+    rec.extend_from_slice(&((body.len() as u64) | ((0x80 | pad as u64) << 56)).to_le_bytes());
+    rec.extend_from_slice(&body);
+    rec.extend(std::iter::repeat_n(0u8, pad));
+    std::fs::write(ahead.path().join("member/wal/ffffffffffffffff-00000000000003e8.wal"), rec)
+        .unwrap();
+    let refused = ahead.start_expecting_failure(&[]).await;
+    assert!(!refused.status.success());
+    let said = refused.stderr.join("\n");
+    assert!(
+        said.contains("etcd's WAL holds entries up to index 1000, its database only up to"),
+        "{said}"
+    );
+    assert!(!ahead.path().join("snap").exists(), "nothing imported");
+}
+
+/// A backup an older mem_etcd saved in its own format (format version 2, with its auth state:
+/// `tests/fixtures/snapshot/`, saved by etcdctl from mem_etcd at d42eb12 after 36 revisions of
+/// configmaps, deletes, leases, a compaction at 36, a txn, and auth enabled with root and a
+/// role `app`) still restores, and exports to an etcd snapshot.db that etcdutl restores and
+/// etcd serves with the same history.
+#[tokio::test]
+async fn an_older_mem_etcd_backup_still_restores_and_exports_for_etcd() {
+    let Some(etcdutl) = peer_binary("etcdutl") else { return };
+    let file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshot/mem_etcd-backup-v2.db");
+    let (code, out, err) = snapshot_cmd(&["status", file.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("format: mem_etcd\nrevision: 39\ncompact revision: 36\n"), "{out}");
+    assert!(out.contains("keys: 11 (14 versions)\nleases: 2\n"), "{out}");
+    assert!(out.contains("auth: enabled, revision 5, 1 users, 2 roles"), "{out}");
+    let data = DataDir::new();
+    assert_eq!(restore(&file, data.path()), 39);
+    let mem = data.start(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
     let exported = dir.path().join("etcd.db");
     export(&file, &exported);
+    assert_eq!(etcdutl_status(&etcdutl, &exported), (39, 9, "3.6.0".to_string()));
     let etcd_dir = DataDir::new();
     etcdutl_restore(&etcdutl, &exported, &etcd_dir);
     let etcd = etcd_dir.start_kind(Kind::Etcd, &[]).await;
-    assert_eq!(auth_answers(&bin, &etcd.endpoint()), want);
+    let root = || etcd_client::ConnectOptions::new().with_user("root", "rootpw");
+    let mut m = etcd_client::Client::connect([mem.endpoint()], Some(root())).await.unwrap();
+    let mut e = etcd_client::Client::connect([etcd.endpoint()], Some(root())).await.unwrap();
+    assert_same_history(&mut m, &mut e, 36, 39).await;
+    assert_eq!(all_at(&mut m, 0).await.1.len(), 9, "the live keys");
 }

@@ -3,8 +3,9 @@
 //! `etcdctl snapshot save` takes etcd's snapshot.db, `mem_etcd snapshot restore` turns it into
 //! the data directories of three members, they start on them and kube-apiserver comes back on
 //! them. Every
-//! object keeps its resourceVersion (the etcd revisions informers hold). The way back goes
-//! through `mem_etcd snapshot export` and the real `etcdutl snapshot restore`.
+//! object keeps its resourceVersion (the etcd revisions informers hold). The way back is
+//! `etcdctl snapshot save` from mem_etcd (an etcd snapshot.db) and the real `etcdutl snapshot
+//! restore`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -14,8 +15,6 @@ use etcd_client::{GetOptions, LeaseTimeToLiveOptions};
 use super::*;
 use crate::cluster_harness::Cluster;
 use crate::etcdctl::etcdctl;
-
-const MEM_ETCD: &str = env!("CARGO_BIN_EXE_mem_etcd");
 
 /// Every key with its revisions, versions, lease and value, and the header revision.
 async fn dump(s: &Server) -> (i64, Vec<Kv>) {
@@ -193,20 +192,12 @@ async fn a_kubernetes_cluster_moves_from_etcd_to_mem_etcd_and_back_with_its_revi
     let c = api.with_object("create", &configmap("mig", "after", json!({}), json!({})));
     assert!(rv(&c) as i64 > at);
 
-    // 3. Back to etcd: mem_etcd's snapshot exported, restored by etcdutl, served by etcd.
+    // 3. Back to etcd: mem_etcd's snapshot (an etcd snapshot.db) restored by etcdutl, served
+    // by etcd.
     drop(api);
     let (now, mem_keys) = dump(mem).await;
-    let mine_file = dir.path().join("mem.db");
-    save(&ctl, mem, &mine_file);
-    let back = dir.path().join("back.db");
-    run_ok(
-        Command::new(MEM_ETCD)
-            .args(["snapshot", "export"])
-            .arg(&mine_file)
-            .arg("--output")
-            .arg(&back),
-        "mem_etcd snapshot export",
-    );
+    let back = dir.path().join("mem.db");
+    save(&ctl, mem, &back);
     let etcd_dir = DataDir::new();
     run_ok(
         Command::new(&etcdutl)
