@@ -27,8 +27,9 @@ const MIN_EMULATED_VERSION: (u64, u64, u64) = (3, 5, 13);
                   mem_etcd snapshot restore FILE --data-dir DIR --name NAME --initial-cluster ... \
                   [--initial-cluster-token T]   (one member of a cluster founded from FILE)\n  \
                   mem_etcd snapshot status FILE\n\n\
-                  FILE may also be an etcd snapshot.db (`etcdctl snapshot save` against etcd): \
-                  restore keeps its revisions, compaction and leases. The way back:\n  \
+                  FILE is an etcd snapshot.db, from mem_etcd or from etcd (`etcdutl snapshot \
+                  restore` takes it too): restore keeps its revisions, compaction, leases and \
+                  auth. A backup an older mem_etcd saved in its own format:\n  \
                   mem_etcd snapshot export FILE --output etcd-snapshot.db   (for `etcdutl snapshot restore`)"
 )]
 pub struct Config {

@@ -6,11 +6,10 @@
 //! golang-jwt's byte for byte (header `{"alg":..,"typ":"JWT"}`, claims in sorted key order,
 //! unpadded base64url), so tokens move between etcd and mem_etcd members holding one key.
 //!
-//! Signatures are ring's; keys are read from the file's first PEM block as Go's jwt library
+//! Signatures are ring's, but ES512's (P-521, which ring lacks): the `p521` crate's; keys are read from the file's first PEM block as Go's jwt library
 //! reads them: PKCS#1 or PKCS#8 RSA keys, SEC1 or PKCS#8 EC keys, PKCS#8 Ed25519 keys, public
 //! keys as SubjectPublicKeyInfo or in a certificate (not Go's PKCS#1 `RSA PUBLIC KEY`), the
 //! HMAC secret as the file's raw bytes. RSA keys must have 2048 to 8192 bits (ring's bounds).
-//! ring has no P-521, so ES512 is refused at start.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -42,8 +41,6 @@ pub enum OptionsError {
     Key(String),
     /// ttl is not a Go duration.
     Ttl(String),
-    /// A method etcd has and mem_etcd cannot sign or check.
-    Unsupported(&'static str),
 }
 
 impl fmt::Display for OptionsError {
@@ -55,7 +52,6 @@ impl fmt::Display for OptionsError {
             OptionsError::KeyMismatch => f.write_str("auth: public and private keys don't match"),
             OptionsError::Key(e) => write!(f, "auth: {e}"),
             OptionsError::Ttl(t) => write!(f, "auth: invalid ttl {t:?}"),
-            OptionsError::Unsupported(m) => write!(f, "auth: sign-method {m} is not supported"),
         }
     }
 }
@@ -129,6 +125,10 @@ struct Method {
 
 const P256_OID: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
 const P384_OID: &[u8] = &[0x2b, 0x81, 0x04, 0x00, 0x22];
+const P521_OID: &[u8] = &[0x2b, 0x81, 0x04, 0x00, 0x23];
+/// A P-521 private scalar's bytes, and an uncompressed P-521 point's (SEC1: 0x04, x, y).
+const P521_SCALAR: usize = 66;
+const P521_POINT: usize = 1 + 2 * P521_SCALAR;
 
 fn method(name: &str) -> Result<Method, OptionsError> {
     let m = |name, family| Method {
@@ -183,7 +183,8 @@ fn method(name: &str) -> Result<Method, OptionsError> {
             curve_oid: P384_OID,
             ..m("ES384", Family::Ecdsa)
         },
-        "ES512" => return Err(OptionsError::Unsupported("ES512 (P-521)")),
+        // Neither signing nor verifying is ring's: `Signer::P521` and `Jwt::verify`.
+        "ES512" => Method { curve_oid: P521_OID, ..m("ES512", Family::Ecdsa) },
         "EdDSA" => Method { verify: Some(&sig::ED25519), ..m("EdDSA", Family::Ed25519) },
         "HS256" => Method { hmac: Some(hmac::HMAC_SHA256), ..m("HS256", Family::Hmac) },
         "HS384" => Method { hmac: Some(hmac::HMAC_SHA384), ..m("HS384", Family::Hmac) },
@@ -196,6 +197,9 @@ enum Signer {
     Rsa(sig::RsaKeyPair),
     Ecdsa(sig::EcdsaKeyPair),
     Ed25519(sig::Ed25519KeyPair),
+    /// ES512. Boxed: the key is ten times the other variants' size. Signs with a nonce from
+    /// the OS's random source, as golang-jwt does.
+    P521(Box<p521::ecdsa::SigningKey>),
 }
 
 /// A JWT token maker and checker, shared by every request: immutable after start but for the
@@ -291,6 +295,10 @@ impl Jwt {
                 Signer::Rsa(k) => k.public_key().as_ref().to_vec(),
                 Signer::Ecdsa(k) => k.public_key().as_ref().to_vec(),
                 Signer::Ed25519(k) => k.public_key().as_ref().to_vec(),
+                Signer::P521(k) => p521::ecdsa::VerifyingKey::from(k.as_ref())
+                    .to_encoded_point(false)
+                    .to_bytes()
+                    .to_vec(),
             };
             if !jwt.public.is_empty() && jwt.public != derived {
                 return Err(OptionsError::KeyMismatch);
@@ -323,6 +331,12 @@ impl Jwt {
             (Family::Rsa, SectionKind::PrivateKey) => {
                 sig::RsaKeyPair::from_pkcs8(&doc).ok().map(Signer::Rsa)
             }
+            (Family::Ecdsa, SectionKind::EcPrivateKey | SectionKind::PrivateKey)
+                if m.curve_oid == P521_OID =>
+            {
+                let scalar = p521_scalar(&doc, kind)?;
+                p521::ecdsa::SigningKey::from_slice(&scalar).ok().map(|k| Signer::P521(Box::new(k)))
+            }
             (Family::Ecdsa, SectionKind::EcPrivateKey | SectionKind::PrivateKey) => {
                 let pkcs8 = if kind == SectionKind::EcPrivateKey {
                     sec1_to_pkcs8(&doc, m.curve_oid)
@@ -354,7 +368,12 @@ impl Jwt {
         match self.method.family {
             Family::Ed25519 => (key.len() == 32).then_some(key),
             Family::Ecdsa => (key.first() == Some(&4)
-                && key.len() == if self.method.curve_oid == P256_OID { 65 } else { 97 })
+                && key.len()
+                    == match self.method.curve_oid {
+                        P256_OID => 65,
+                        P384_OID => 97,
+                        _ => P521_POINT,
+                    })
             .then_some(key),
             _ => (key.first() == Some(&der::SEQUENCE)).then_some(key),
         }
@@ -393,6 +412,11 @@ impl Jwt {
                 .as_ref()
                 .to_vec(),
             (Some(Signer::Ed25519(k)), _) => k.sign(token.as_bytes()).as_ref().to_vec(),
+            (Some(Signer::P521(k)), _) => {
+                use p521::ecdsa::signature::Signer as _;
+                let s: p521::ecdsa::Signature = k.sign(token.as_bytes());
+                s.to_bytes().to_vec()
+            }
             (None, None) => return Err(crate::error::Error::VerifyOnly),
         };
         token.push('.');
@@ -423,6 +447,12 @@ impl Jwt {
         let signature = B64.decode(signature).ok()?;
         let ok = match &self.hmac {
             Some(k) => hmac::verify(k, signed.as_bytes(), &signature).is_ok(),
+            None if self.method.curve_oid == P521_OID => {
+                use p521::ecdsa::signature::Verifier as _;
+                let key = p521::ecdsa::VerifyingKey::from_sec1_bytes(&self.public).ok()?;
+                let s = p521::ecdsa::Signature::from_slice(&signature).ok()?;
+                key.verify(signed.as_bytes(), &s).is_ok()
+            }
             None => UnparsedPublicKey::new(self.method.verify?, &self.public)
                 .verify(signed.as_bytes(), &signature)
                 .is_ok(),
@@ -473,6 +503,24 @@ fn spki_key(spki: &[u8]) -> Option<Vec<u8>> {
     (tag == der::SEQUENCE).then_some(())?;
     let bits = der::content(rest, der::BIT_STRING)?;
     (bits.first() == Some(&0)).then(|| bits[1..].to_vec())
+}
+
+/// The private scalar of a P-521 key: a SEC1 `EC PRIVATE KEY` (version 1, the scalar, ...), or
+/// a PKCS#8 `PRIVATE KEY` whose algorithm names P-521 around one. `None` for a key of another
+/// curve.
+fn p521_scalar(doc: &[u8], kind: SectionKind) -> Option<Vec<u8>> {
+    let sec1 = if kind == SectionKind::PrivateKey {
+        let (_version, rest) = (0, der::skip(der::content(doc, der::SEQUENCE)?, 1)?);
+        let (tag, alg, rest) = der::tlv(rest)?;
+        let curve = der::content(der::skip(alg, 1)?, der::OID)?;
+        (tag == der::SEQUENCE && curve == P521_OID).then_some(())?;
+        der::content(rest, der::OCTET_STRING)?
+    } else {
+        doc
+    };
+    let scalar =
+        der::content(der::skip(der::content(sec1, der::SEQUENCE)?, 1)?, der::OCTET_STRING)?;
+    (scalar.len() == P521_SCALAR).then(|| scalar.to_vec())
 }
 
 /// A SEC1 `EC PRIVATE KEY` as the PKCS#8 document ring reads: version 0, the algorithm
@@ -553,6 +601,8 @@ mod tests {
             ("PS384", "rsa.key", "rsa.pub"),
             ("ES256", "ec256.key", "ec256.pub"),
             ("ES384", "ec384.key", "ec384.pub"),
+            ("ES512", "ec521.key", "ec521.pub"),
+            ("ES512", "ec521-pkcs8.key", "ec521.pub"),
             ("EdDSA", "ed25519.key", "ed25519.pub"),
         ];
         for (m, private, public) in cases {
@@ -585,7 +635,19 @@ mod tests {
             Jwt::new("ES256", "", &fixture("rsa.pub"), ""),
             Err(OptionsError::Key(_))
         ));
-        assert!(matches!(Jwt::new("ES512", &rsa, "", ""), Err(OptionsError::Unsupported(_))));
+        assert!(matches!(Jwt::new("ES512", &rsa, "", ""), Err(OptionsError::Key(_))));
+        for (m, private, public) in
+            [("ES512", "ec384.key", "ec384.pub"), ("ES384", "ec521.key", "ec521.pub")]
+        {
+            assert!(
+                matches!(Jwt::new(m, &fixture(private), "", ""), Err(OptionsError::Key(_))),
+                "{m}"
+            );
+            assert!(
+                matches!(Jwt::new(m, "", &fixture(public), ""), Err(OptionsError::Key(_))),
+                "{m}"
+            );
+        }
         // A key after EC PARAMETERS: refused, as Go's jwt (first PEM block only) refuses it.
         let params_first = fixture("ec256-with-params.key");
         assert!(matches!(Jwt::new("ES256", &params_first, "", ""), Err(OptionsError::Key(_))));

@@ -573,6 +573,7 @@ async fn jwt_tokens_move_between_etcd_and_mem_etcd() {
         ("PS384", "rsa-pkcs8.key", ""),
         ("ES256", "ec256.key", "ec256.pub"),
         ("ES384", "ec384.key", "ec384.pub"),
+        ("ES512", "ec521.key", "ec521.pub"),
         ("EdDSA", "ed25519.key", "ed25519.pub"),
         ("HS256", "hmac.secret", ""),
     ];
