@@ -147,6 +147,14 @@ pub mod proto {
     pub mod etcdserverpb {
         tonic::include_proto!("etcdserverpb");
     }
+    /// etcd's Lock service (`server::lock`).
+    pub mod v3lockpb {
+        tonic::include_proto!("v3lockpb");
+    }
+    /// etcd's Election service (`server::election`).
+    pub mod v3electionpb {
+        tonic::include_proto!("v3electionpb");
+    }
     /// The Watch server again, answering with pre-encoded events (see `build.rs`).
     pub mod wire {
         include!(concat!(env!("OUT_DIR"), "/wire/etcdserverpb.rs"));
