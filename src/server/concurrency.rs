@@ -111,11 +111,7 @@ pub(super) fn prefix(name: &[u8]) -> Bytes {
 /// A session's key under `prefix`: the lease id in hex as Go's `%x` prints it (a negative id
 /// with a minus sign, though no write accepts one).
 pub(super) fn session_key(prefix: &[u8], lease: i64) -> Bytes {
-    let hex = if lease < 0 {
-        format!("-{:x}", lease.unsigned_abs())
-    } else {
-        format!("{lease:x}")
-    };
+    let hex = if lease < 0 { format!("-{:x}", lease.unsigned_abs()) } else { format!("{lease:x}") };
     let mut k = BytesMut::with_capacity(prefix.len() + hex.len());
     k.put_slice(prefix);
     k.put_slice(hex.as_bytes());

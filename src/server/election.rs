@@ -164,10 +164,7 @@ fn resignation(key: Bytes, rev: i64) -> pb::TxnRequest {
 }
 
 /// The leader's key: the oldest under `name/`.
-async fn leader(
-    c: &Client,
-    name: &[u8],
-) -> Result<(Option<pb::ResponseHeader>, mvccpb::KeyValue)> {
+async fn leader(c: &Client, name: &[u8]) -> Result<(Option<pb::ResponseHeader>, mvccpb::KeyValue)> {
     let r = c.get(cc::first_created(&cc::prefix(name))).await?;
     let kv = r.kvs.into_iter().next().ok_or(Error::ElectionNoLeader)?;
     Ok((r.header, kv))
