@@ -7,11 +7,13 @@
 //! `server::concurrency`, as etcd's on its `concurrency.Election`; errors reach the client as
 //! etcd's client-side errors do (`status::through_client`).
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use super::concurrency::{self as cc, Client, Undo};
@@ -66,11 +68,12 @@ impl epb::election_server::Election for ElectionService {
             .map_err(status::through_client)
     }
 
-    type ObserveStream = ReceiverStream<std::result::Result<epb::LeaderResponse, Status>>;
+    type ObserveStream =
+        Pin<Box<dyn Stream<Item = std::result::Result<epb::LeaderResponse, Status>> + Send>>;
 
     async fn observe(&self, req: Request<epb::LeaderRequest>) -> Answer<Self::ObserveStream> {
         let c = self.client(&req);
-        let (tx, rx) = mpsc::channel(OBSERVE_BUFFER);
+        let (tx, mut rx) = mpsc::channel(OBSERVE_BUFFER);
         let name = req.into_inner().name;
         tokio::spawn(async move {
             // The inner reads and watches end with the stream.
@@ -79,7 +82,14 @@ impl epb::election_server::Election for ElectionService {
                 _ = tx.closed() => {}
             }
         });
-        Ok(Response::new(ReceiverStream::new(rx)))
+        // The answer starts with its first message, as etcd's (grpc-go sends a stream's
+        // headers with its first message): a client waiting for the call to be answered waits
+        // for a leader. A stream that ends first is answered empty.
+        let Some(first) = rx.recv().await else {
+            return Ok(Response::new(Box::pin(tokio_stream::empty())));
+        };
+        let rest = ReceiverStream::new(rx);
+        Ok(Response::new(Box::pin(tokio_stream::once(first).chain(rest))))
     }
 
     async fn resign(&self, req: Request<epb::ResignRequest>) -> Answer<epb::ResignResponse> {

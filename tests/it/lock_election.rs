@@ -259,8 +259,8 @@ fn header_line<T>(
     }
 }
 
-/// An Observe stream read in its own task, each message as a line. (etcd sends the stream's
-/// response headers with its first message, so the call itself waits for the first leader.)
+/// An Observe stream read in its own task, each message as a line. (The call is answered with
+/// its first message, as etcd's: it waits for the first leader.)
 async fn observe(srv: &Server, name: &str) -> tokio::sync::mpsc::Receiver<String> {
     let mut e = Election::new(srv.channel().await.expect("connect"));
     let req = epb::LeaderRequest { name: name.to_string().into() };
