@@ -11,13 +11,20 @@
 //! The same descriptors, without comments, go to `OUT_DIR/etcd_descriptors.bin`: the JSON
 //! gateway (`server::gateway`) reads them at run time to map JSON to protobuf and back.
 //!
+//! etcd's Lock and Election services (`proto/etcd/server/`) are in the first pass and the
+//! descriptors, so that the gateway serves their paths too.
+//!
 //! A third pass compiles the peer protocol (proto/memetcd/raftpb.proto: what cluster members
 //! send each other), reusing the etcd types of the first pass.
 
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/etcd/api/etcdserverpb/rpc.proto"];
+    let files = [
+        "proto/etcd/api/etcdserverpb/rpc.proto",
+        "proto/etcd/server/v3lockpb/v3lock.proto",
+        "proto/etcd/server/v3electionpb/v3election.proto",
+    ];
     println!("cargo:rerun-if-changed=proto");
     let descriptors = protox::compile(files, ["proto"])?;
     let gateway = protox::Compiler::new(["proto"])?

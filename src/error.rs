@@ -125,6 +125,17 @@ pub enum Error {
     Internal,
     /// A write while the CORRUPT alarm is raised (a member's store differed from the leader's).
     Corrupt,
+    // ----- etcd's Lock and Election services (not rpctypes errors: code Unknown) -----
+    /// Proclaim or Resign without a leader key (etcd's `v3election.ErrMissingLeaderKey`).
+    MissingLeaderKey,
+    /// Proclaim by a candidate whose key is gone or was created again
+    /// (`concurrency.ErrElectionNotLeader`).
+    ElectionNotLeader,
+    /// Leader of an election without candidates (`concurrency.ErrElectionNoLeader`).
+    ElectionNoLeader,
+    /// A Lock whose own key went (its lease expired or was revoked) while it waited
+    /// (`concurrency.ErrSessionExpired`).
+    SessionExpired,
 }
 
 /// Every variant, in a fixed order: an error's position here is its code between members
@@ -186,6 +197,10 @@ const ALL: &[Error] = &[
     Error::AuthOldRevision,
     Error::NoPasswordUser,
     Error::Corrupt,
+    Error::MissingLeaderKey,
+    Error::ElectionNotLeader,
+    Error::ElectionNoLeader,
+    Error::SessionExpired,
 ];
 
 impl Error {
@@ -265,6 +280,10 @@ impl Error {
                 "auth: authentication failed, password was given for no password user"
             }
             Error::VerifyOnly => "auth: token signing attempted with verify-only key",
+            Error::MissingLeaderKey => "\"leader\" field must be provided",
+            Error::ElectionNotLeader => "election: not leader",
+            Error::ElectionNoLeader => "election: no leader",
+            Error::SessionExpired => "mutex: session is expired",
         }
     }
 

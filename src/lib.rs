@@ -12,8 +12,9 @@
 //!
 //! - [`server`]: the member (`server::member`, etcd's `EtcdServer`: the state its services
 //!   share), how it is opened and its Raft node started (`server::bootstrap`), and how it
-//!   serves (`server::serve`): the gRPC services (KV, Watch, Lease, Maintenance, Cluster, Auth)
-//!   over tonic. Each handler checks the request and who sent it, then reads the store, or hands a change
+//!   serves (`server::serve`): the gRPC services (KV, Watch, Lease, Maintenance, Cluster, Auth,
+//!   and etcd's Lock and Election, made of KV, Lease and Watch calls in `server::concurrency`
+//!   as etcd's are) over tonic. Each handler checks the request and who sent it, then reads the store, or hands a change
 //!   of state to `server::submit`, the one entry point of every change (a client's, and the
 //!   server's own: lease expiry, auto-compaction), which applies it in place through the
 //!   store's parallel write path on a member alone, and on a cluster member proposes it to
@@ -146,6 +147,14 @@ pub mod proto {
     }
     pub mod etcdserverpb {
         tonic::include_proto!("etcdserverpb");
+    }
+    /// etcd's Lock service (`server::lock`).
+    pub mod v3lockpb {
+        tonic::include_proto!("v3lockpb");
+    }
+    /// etcd's Election service (`server::election`).
+    pub mod v3electionpb {
+        tonic::include_proto!("v3electionpb");
     }
     /// The Watch server again, answering with pre-encoded events (see `build.rs`).
     pub mod wire {

@@ -9,7 +9,8 @@
 //! `/metrics` and leader checks are the gRPC ones. The protobuf answer is written back as JSON;
 //! a failed call as `{"code":..,"message":..}` with grpc-gateway's HTTP status for the code.
 //!
-//! Streams (`/v3/watch`, `/v3/lease/keepalive`, `/v3/maintenance/snapshot`) answer one JSON
+//! Streams (`/v3/watch`, `/v3/lease/keepalive`, `/v3/maintenance/snapshot`,
+//! `/v3/election/observe`) answer one JSON
 //! line per message, `{"result":{...}}`, and `{"error":{...}}` when the call fails. The
 //! request body of a bidirectional stream is read as a sequence of JSON objects while it
 //! arrives; when it ends (or holds something that does not parse) the request side of the call
@@ -42,53 +43,60 @@ static POOL: LazyLock<DescriptorPool> = LazyLock::new(|| {
     .expect("build.rs writes a valid descriptor set")
 });
 
-/// Every path of etcd 3.6's gateway (`api/etcdserverpb/gw/rpc.pb.gw.go`) that this server has
-/// a service for, with its gRPC service and method.
+/// Every path of etcd 3.6's gateway (`api/etcdserverpb/gw/rpc.pb.gw.go`, and the v3lock and
+/// v3election services' `gw` packages), with its gRPC service (package included) and method.
 const ROUTES: &[(&str, &str, &str)] = &[
-    ("/v3/kv/range", "KV", "Range"),
-    ("/v3/kv/put", "KV", "Put"),
-    ("/v3/kv/deleterange", "KV", "DeleteRange"),
-    ("/v3/kv/txn", "KV", "Txn"),
-    ("/v3/kv/compaction", "KV", "Compact"),
-    ("/v3/watch", "Watch", "Watch"),
-    ("/v3/lease/grant", "Lease", "LeaseGrant"),
-    ("/v3/lease/revoke", "Lease", "LeaseRevoke"),
-    ("/v3/kv/lease/revoke", "Lease", "LeaseRevoke"),
-    ("/v3/lease/keepalive", "Lease", "LeaseKeepAlive"),
-    ("/v3/lease/timetolive", "Lease", "LeaseTimeToLive"),
-    ("/v3/kv/lease/timetolive", "Lease", "LeaseTimeToLive"),
-    ("/v3/lease/leases", "Lease", "LeaseLeases"),
-    ("/v3/kv/lease/leases", "Lease", "LeaseLeases"),
-    ("/v3/cluster/member/add", "Cluster", "MemberAdd"),
-    ("/v3/cluster/member/remove", "Cluster", "MemberRemove"),
-    ("/v3/cluster/member/update", "Cluster", "MemberUpdate"),
-    ("/v3/cluster/member/list", "Cluster", "MemberList"),
-    ("/v3/cluster/member/promote", "Cluster", "MemberPromote"),
-    ("/v3/maintenance/alarm", "Maintenance", "Alarm"),
-    ("/v3/maintenance/status", "Maintenance", "Status"),
-    ("/v3/maintenance/defragment", "Maintenance", "Defragment"),
-    ("/v3/maintenance/hash", "Maintenance", "Hash"),
-    ("/v3/maintenance/hashkv", "Maintenance", "HashKV"),
-    ("/v3/maintenance/snapshot", "Maintenance", "Snapshot"),
-    ("/v3/maintenance/transfer-leadership", "Maintenance", "MoveLeader"),
-    ("/v3/maintenance/downgrade", "Maintenance", "Downgrade"),
-    ("/v3/auth/enable", "Auth", "AuthEnable"),
-    ("/v3/auth/disable", "Auth", "AuthDisable"),
-    ("/v3/auth/status", "Auth", "AuthStatus"),
-    ("/v3/auth/authenticate", "Auth", "Authenticate"),
-    ("/v3/auth/user/add", "Auth", "UserAdd"),
-    ("/v3/auth/user/get", "Auth", "UserGet"),
-    ("/v3/auth/user/list", "Auth", "UserList"),
-    ("/v3/auth/user/delete", "Auth", "UserDelete"),
-    ("/v3/auth/user/changepw", "Auth", "UserChangePassword"),
-    ("/v3/auth/user/grant", "Auth", "UserGrantRole"),
-    ("/v3/auth/user/revoke", "Auth", "UserRevokeRole"),
-    ("/v3/auth/role/add", "Auth", "RoleAdd"),
-    ("/v3/auth/role/get", "Auth", "RoleGet"),
-    ("/v3/auth/role/list", "Auth", "RoleList"),
-    ("/v3/auth/role/delete", "Auth", "RoleDelete"),
-    ("/v3/auth/role/grant", "Auth", "RoleGrantPermission"),
-    ("/v3/auth/role/revoke", "Auth", "RoleRevokePermission"),
+    ("/v3/kv/range", "etcdserverpb.KV", "Range"),
+    ("/v3/kv/put", "etcdserverpb.KV", "Put"),
+    ("/v3/kv/deleterange", "etcdserverpb.KV", "DeleteRange"),
+    ("/v3/kv/txn", "etcdserverpb.KV", "Txn"),
+    ("/v3/kv/compaction", "etcdserverpb.KV", "Compact"),
+    ("/v3/watch", "etcdserverpb.Watch", "Watch"),
+    ("/v3/lease/grant", "etcdserverpb.Lease", "LeaseGrant"),
+    ("/v3/lease/revoke", "etcdserverpb.Lease", "LeaseRevoke"),
+    ("/v3/kv/lease/revoke", "etcdserverpb.Lease", "LeaseRevoke"),
+    ("/v3/lease/keepalive", "etcdserverpb.Lease", "LeaseKeepAlive"),
+    ("/v3/lease/timetolive", "etcdserverpb.Lease", "LeaseTimeToLive"),
+    ("/v3/kv/lease/timetolive", "etcdserverpb.Lease", "LeaseTimeToLive"),
+    ("/v3/lease/leases", "etcdserverpb.Lease", "LeaseLeases"),
+    ("/v3/kv/lease/leases", "etcdserverpb.Lease", "LeaseLeases"),
+    ("/v3/cluster/member/add", "etcdserverpb.Cluster", "MemberAdd"),
+    ("/v3/cluster/member/remove", "etcdserverpb.Cluster", "MemberRemove"),
+    ("/v3/cluster/member/update", "etcdserverpb.Cluster", "MemberUpdate"),
+    ("/v3/cluster/member/list", "etcdserverpb.Cluster", "MemberList"),
+    ("/v3/cluster/member/promote", "etcdserverpb.Cluster", "MemberPromote"),
+    ("/v3/maintenance/alarm", "etcdserverpb.Maintenance", "Alarm"),
+    ("/v3/maintenance/status", "etcdserverpb.Maintenance", "Status"),
+    ("/v3/maintenance/defragment", "etcdserverpb.Maintenance", "Defragment"),
+    ("/v3/maintenance/hash", "etcdserverpb.Maintenance", "Hash"),
+    ("/v3/maintenance/hashkv", "etcdserverpb.Maintenance", "HashKV"),
+    ("/v3/maintenance/snapshot", "etcdserverpb.Maintenance", "Snapshot"),
+    ("/v3/maintenance/transfer-leadership", "etcdserverpb.Maintenance", "MoveLeader"),
+    ("/v3/maintenance/downgrade", "etcdserverpb.Maintenance", "Downgrade"),
+    ("/v3/auth/enable", "etcdserverpb.Auth", "AuthEnable"),
+    ("/v3/auth/disable", "etcdserverpb.Auth", "AuthDisable"),
+    ("/v3/auth/status", "etcdserverpb.Auth", "AuthStatus"),
+    ("/v3/auth/authenticate", "etcdserverpb.Auth", "Authenticate"),
+    ("/v3/auth/user/add", "etcdserverpb.Auth", "UserAdd"),
+    ("/v3/auth/user/get", "etcdserverpb.Auth", "UserGet"),
+    ("/v3/auth/user/list", "etcdserverpb.Auth", "UserList"),
+    ("/v3/auth/user/delete", "etcdserverpb.Auth", "UserDelete"),
+    ("/v3/auth/user/changepw", "etcdserverpb.Auth", "UserChangePassword"),
+    ("/v3/auth/user/grant", "etcdserverpb.Auth", "UserGrantRole"),
+    ("/v3/auth/user/revoke", "etcdserverpb.Auth", "UserRevokeRole"),
+    ("/v3/auth/role/add", "etcdserverpb.Auth", "RoleAdd"),
+    ("/v3/auth/role/get", "etcdserverpb.Auth", "RoleGet"),
+    ("/v3/auth/role/list", "etcdserverpb.Auth", "RoleList"),
+    ("/v3/auth/role/delete", "etcdserverpb.Auth", "RoleDelete"),
+    ("/v3/auth/role/grant", "etcdserverpb.Auth", "RoleGrantPermission"),
+    ("/v3/auth/role/revoke", "etcdserverpb.Auth", "RoleRevokePermission"),
+    ("/v3/lock/lock", "v3lockpb.Lock", "Lock"),
+    ("/v3/lock/unlock", "v3lockpb.Lock", "Unlock"),
+    ("/v3/election/campaign", "v3electionpb.Election", "Campaign"),
+    ("/v3/election/proclaim", "v3electionpb.Election", "Proclaim"),
+    ("/v3/election/leader", "v3electionpb.Election", "Leader"),
+    ("/v3/election/observe", "v3electionpb.Election", "Observe"),
+    ("/v3/election/resign", "v3electionpb.Election", "Resign"),
 ];
 
 /// Whether the gateway answers this path: everything under `/v3/` (unknown paths get the
@@ -104,9 +112,9 @@ fn route(path: &str) -> Option<(String, MethodDescriptor)> {
         None => path.to_string(),
     };
     let &(_, service, method) = ROUTES.iter().find(|r| r.0 == path)?;
-    let s = POOL.get_service_by_name(&format!("etcdserverpb.{service}"))?;
+    let s = POOL.get_service_by_name(service)?;
     let m = s.methods().find(|m| m.name() == method)?;
-    Some((format!("/etcdserverpb.{service}/{method}"), m))
+    Some((format!("/{service}/{method}"), m))
 }
 
 /// The in-process gRPC service the gateway calls (the client listener's stack).
@@ -641,7 +649,7 @@ mod tests {
     fn every_route_has_its_method() {
         for (path, service, method) in ROUTES {
             let (grpc, m) = route(path).unwrap_or_else(|| panic!("{path}"));
-            assert_eq!(grpc, format!("/etcdserverpb.{service}/{method}"));
+            assert_eq!(grpc, format!("/{service}/{method}"));
             assert_eq!(m.name(), *method);
         }
         assert!(route("/v3beta/kv/range").is_some());

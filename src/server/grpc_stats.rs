@@ -25,7 +25,8 @@ impl GrpcKind {
 
 use GrpcKind::*;
 
-/// Every method of etcd's v3 API: service, method, kind.
+/// Every method of etcd's v3 API (with its v3lock and v3election services): service, method,
+/// kind.
 pub(super) const METHODS: &[(&str, &str, GrpcKind)] = &[
     ("etcdserverpb.KV", "Range", Unary),
     ("etcdserverpb.KV", "Put", Unary),
@@ -68,6 +69,13 @@ pub(super) const METHODS: &[(&str, &str, GrpcKind)] = &[
     ("etcdserverpb.Auth", "RoleDelete", Unary),
     ("etcdserverpb.Auth", "RoleGrantPermission", Unary),
     ("etcdserverpb.Auth", "RoleRevokePermission", Unary),
+    ("v3lockpb.Lock", "Lock", Unary),
+    ("v3lockpb.Lock", "Unlock", Unary),
+    ("v3electionpb.Election", "Campaign", Unary),
+    ("v3electionpb.Election", "Proclaim", Unary),
+    ("v3electionpb.Election", "Leader", Unary),
+    ("v3electionpb.Election", "Observe", ServerStream),
+    ("v3electionpb.Election", "Resign", Unary),
 ];
 
 /// gRPC status codes by number, as grpc-go spells them in labels.

@@ -7,6 +7,7 @@ use tonic::{Request, Response, Status};
 use super::member::Member;
 use super::submit::submit;
 use super::{apply, auth, convert};
+use crate::auth::AuthInfo;
 use crate::error::Error;
 use crate::proto::etcdserverpb as pb;
 
@@ -21,6 +22,28 @@ impl KvService {
     }
 }
 
+/// Reads `req` as `who` (identified once the member caught up, for a linearizable read): the
+/// permission check, the read, and the answer's header. The Lock and Election services read
+/// through it too, as etcd's read through its KV.
+pub(super) fn range(
+    s: &Member,
+    who: Option<&AuthInfo>,
+    req: pb::RangeRequest,
+) -> Result<pb::RangeResponse, Error> {
+    if s.auth.is_enabled() {
+        s.auth.check_range(who, &req.key, &req.range_end, false)?;
+    }
+    let r = convert::range_request(req)?;
+    let mut resp = convert::range_response(s.store.range(&r)?);
+    // The auth state changed while reading: the answer may hold what the caller may no
+    // longer read (etcd's doSerialize checks the same).
+    if who.is_some_and(|w| w.revision != s.auth.revision()) {
+        return Err(Error::AuthOldRevision);
+    }
+    s.fill(&mut resp.header);
+    Ok(resp)
+}
+
 #[tonic::async_trait]
 impl pb::kv_server::Kv for KvService {
     async fn range(
@@ -32,19 +55,7 @@ impl pb::kv_server::Kv for KvService {
         }
         // Who, and whether they may, once caught up and before reading (etcd's doSerialize).
         let who = auth::caller(&self.shared, &req).await?;
-        let req = req.into_inner();
-        if self.shared.auth.is_enabled() {
-            self.shared.auth.check_range(who.as_ref(), &req.key, &req.range_end, false)?;
-        }
-        let r = convert::range_request(req)?;
-        let mut resp = convert::range_response(self.shared.store.range(&r)?);
-        // The auth state changed while reading: the answer may hold what the caller may no
-        // longer read (etcd's doSerialize checks the same).
-        if who.as_ref().is_some_and(|w| w.revision != self.shared.auth.revision()) {
-            return Err(Error::AuthOldRevision.into());
-        }
-        self.shared.fill(&mut resp.header);
-        Ok(Response::new(resp))
+        Ok(Response::new(range(&self.shared, who.as_ref(), req.into_inner())?))
     }
 
     async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {

@@ -14,7 +14,10 @@ use tower_layer::{Identity, Stack};
 use tracing::info;
 
 use super::member::{GRPC_OVERHEAD_BYTES, Member};
-use super::{auth, cluster, compactor, health, http, kv, lease, maintenance, submit, tls, watch};
+use super::{
+    auth, cluster, compactor, election, health, http, kv, lease, lock, maintenance, submit, tls,
+    watch,
+};
 use crate::proto::etcdserverpb as pb;
 
 /// One bound listener.
@@ -110,6 +113,15 @@ fn router(shared: &Arc<Member>, serves: http::Serves) -> ClientRouter {
     ))
     .max_decoding_message_size(recv)
     .max_encoding_message_size(usize::MAX);
+    let lock = crate::proto::v3lockpb::lock_server::LockServer::new(lock::LockService::new(
+        shared.clone(),
+    ))
+    .max_decoding_message_size(recv);
+    let election = crate::proto::v3electionpb::election_server::ElectionServer::new(
+        election::ElectionService::new(shared.clone()),
+    )
+    .max_decoding_message_size(recv)
+    .max_encoding_message_size(usize::MAX);
     Server::builder()
         .tcp_nodelay(true)
         // HTTP/1.1 for the probes and /metrics; gRPC clients speak HTTP/2 as before.
@@ -124,6 +136,8 @@ fn router(shared: &Arc<Member>, serves: http::Serves) -> ClientRouter {
         .add_service(auth)
         .add_service(watch)
         .add_service(lease)
+        .add_service(lock)
+        .add_service(election)
         .add_service(health::service())
 }
 

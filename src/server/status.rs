@@ -63,9 +63,24 @@ pub fn code(e: &Error) -> Code {
         Error::PermissionDenied => Code::PermissionDenied,
         Error::InvalidAuthToken => Code::Unauthenticated,
         Error::NoPasswordUser | Error::VerifyOnly | Error::UnknownMethod => Code::Unknown,
+        Error::MissingLeaderKey
+        | Error::ElectionNotLeader
+        | Error::ElectionNoLeader
+        | Error::SessionExpired => Code::Unknown,
         // etcd's table maps it to the client side's error value, not to a gRPC status, so
         // gRPC answers it with code Unknown (and the text): what etcd 3.6's clients see.
         Error::NotEnoughStartedMembers => Code::Unknown,
+    }
+}
+
+/// An error of the Lock and Election services. etcd serves them as clients of its own KV,
+/// Lease and Watch, and its client turns every etcd error it gets into a plain error value, so
+/// gRPC answers all of them with code Unknown and the same text (a learner is refused before,
+/// with its own code, as by etcd's interceptor).
+pub fn through_client(e: Error) -> Status {
+    match e {
+        Error::LearnerRpc => e.into(),
+        e => Status::new(Code::Unknown, e.message()),
     }
 }
 

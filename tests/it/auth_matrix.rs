@@ -22,6 +22,8 @@ use tonic::transport::Channel;
 
 use crate::cluster_harness::Cluster;
 use crate::support::*;
+use mem_etcd::proto::v3electionpb as epb;
+use mem_etcd::proto::v3lockpb as lpb;
 
 /// Who calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +105,19 @@ enum Rpc {
     MemberRemove,
     MemberUpdate,
     MemberPromote,
+    /// A lock of the caller's own under /app/, with a lease the call grants.
+    Lock,
+    Unlock,
+    /// A candidacy of the caller's own under /app/, with a lease the call grants.
+    Campaign,
+    /// A leader key that is no leader's.
+    Proclaim,
+    /// alice's election.
+    Leader,
+    /// alice's election: its first message.
+    Observe,
+    /// A leader key that is no leader's: nothing to delete.
+    Resign,
     /// Auth is enabled already.
     AuthEnable,
     AuthStatus,
@@ -176,6 +191,15 @@ const MATRIX: &[(Rpc, Need)] = &[
     (Rpc::MemberRemove, Root),
     (Rpc::MemberUpdate, Root),
     (Rpc::MemberPromote, Root),
+    // Lock and Election: made of KV calls as the caller, as etcd's, so their refusals are the
+    // KV's (with code Unknown). Observe's are silent: its stream ends without a message.
+    (Rpc::Lock, Key),
+    (Rpc::Unlock, Key),
+    (Rpc::Campaign, Key),
+    (Rpc::Proclaim, Key),
+    (Rpc::Leader, Key),
+    (Rpc::Observe, Nothing),
+    (Rpc::Resign, Key),
     // Auth
     (Rpc::AuthEnable, Root),
     (Rpc::AuthStatus, Root),
@@ -220,6 +244,8 @@ const STREAM_WAIT: Duration = Duration::from_secs(10);
 /// The member called, and the callers' tokens.
 struct Ctx {
     raw: Raw,
+    lock: lpb::lock_client::LockClient<Channel>,
+    election: epb::election_client::ElectionClient<Channel>,
     lease: pb::lease_client::LeaseClient<Channel>,
     watch: pb::watch_client::WatchClient<Channel>,
     /// Tokens of alice, bob and root.
@@ -237,6 +263,11 @@ fn outcome<T>(r: Result<tonic::Response<T>, tonic::Status>) -> String {
 
 fn status_text(e: &tonic::Status) -> String {
     format!("{:?}: {}", e.code(), e.message())
+}
+
+/// A leader key of alice's election that no candidate has.
+fn no_leader() -> epb::LeaderKey {
+    epb::LeaderKey { name: b("/app/e-alice"), key: b("/app/e-alice/none"), rev: 1, lease: NO_LEASE }
 }
 
 fn b(s: &str) -> bytes::Bytes {
@@ -329,6 +360,23 @@ impl Ctx {
         match first {
             Ok(Some(_)) => "ok".into(),
             Ok(None) => "empty".into(),
+            Err(e) => status_text(&e),
+        }
+    }
+
+    /// alice's election's first Observe message: "ok", or how the stream ended.
+    async fn observe(&mut self, who: Who) -> String {
+        let call =
+            self.election.observe(self.by(who, epb::LeaderRequest { name: b("/app/e-alice") }));
+        let first = tokio::time::timeout(STREAM_WAIT, async {
+            let mut s = call.await?.into_inner();
+            s.message().await
+        })
+        .await
+        .expect("an observe answers");
+        match first {
+            Ok(Some(_)) => "ok".into(),
+            Ok(None) => "ended".into(),
             Err(e) => status_text(&e),
         }
     }
@@ -594,6 +642,35 @@ impl Ctx {
             Rpc::AuthDisable => {
                 outcome(self.raw.auth.auth_disable(self.by(who, pb::AuthDisableRequest {})).await)
             }
+            Rpc::Lock => {
+                let l = lpb::LockRequest { name: b(&format!("/app/lock-{name}")), lease: 0 };
+                outcome(self.lock.lock(self.by(who, l)).await)
+            }
+            Rpc::Unlock => {
+                let u = lpb::UnlockRequest { key: b("/app/none") };
+                outcome(self.lock.unlock(self.by(who, u)).await)
+            }
+            Rpc::Campaign => {
+                let c = epb::CampaignRequest {
+                    name: b(&format!("/app/e-{name}")),
+                    lease: 0,
+                    value: b("v"),
+                };
+                outcome(self.election.campaign(self.by(who, c)).await)
+            }
+            Rpc::Proclaim => {
+                let p = epb::ProclaimRequest { leader: Some(no_leader()), value: b("v") };
+                outcome(self.election.proclaim(self.by(who, p)).await)
+            }
+            Rpc::Leader => {
+                let l = epb::LeaderRequest { name: b("/app/e-alice") };
+                outcome(self.election.leader(self.by(who, l)).await)
+            }
+            Rpc::Observe => self.observe(who).await,
+            Rpc::Resign => {
+                let r = epb::ResignRequest { leader: Some(no_leader()) };
+                outcome(self.election.resign(self.by(who, r)).await)
+            }
         }
     }
 }
@@ -639,6 +716,8 @@ async fn set_up(mut raw: Raw, peer_url: String) -> Ctx {
         tokens.push(raw.auth.authenticate(r).await.unwrap().into_inner().token);
     }
     Ctx {
+        lock: lpb::lock_client::LockClient::new(raw.channel.clone()),
+        election: epb::election_client::ElectionClient::new(raw.channel.clone()),
         lease: pb::lease_client::LeaseClient::new(raw.channel.clone()),
         watch: pb::watch_client::WatchClient::new(raw.channel.clone()),
         raw,
@@ -799,6 +878,8 @@ fn gateway_matrix() -> Vec<(&'static str, String, Need)> {
         ("/v3/auth/user/list", "{}".into(), Root),
         ("/v3/auth/role/add", r#"{"name":"gw"}"#.into(), Root),
         ("/v3/auth/authenticate", r#"{"name":"alice","password":"alicepw"}"#.into(), Nothing),
+        ("/v3/lock/unlock", key("/app/none"), Key),
+        ("/v3/election/leader", format!(r#"{{"name":"{}"}}"#, b64("/app/e")), Key),
     ]
 }
 

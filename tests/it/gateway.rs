@@ -156,6 +156,11 @@ impl Stream {
         self.w.write_all(chunk.as_bytes()).await.unwrap();
     }
 
+    /// Ends the request body (the last chunk); the answer goes on.
+    async fn end(&mut self) {
+        self.w.write_all(b"0\r\n\r\n").await.unwrap();
+    }
+
     /// The next line of the answer, or `None` if none comes within `wait` or the answer ended.
     async fn line(&mut self, wait: Duration) -> Option<Value> {
         tokio::time::timeout(wait, async {
@@ -675,6 +680,78 @@ async fn gateway_watch_matches_etcd() {
             assert!(l["result"]["blob"].is_string(), "{who}: {l}");
         }
     }
+    gw.finish();
+}
+
+/// etcd's Lock and Election services on the gateway (`/v3/lock/*`, `/v3/election/*`): the
+/// answers, errors and Observe's stream must be etcd's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_lock_election_match_etcd() {
+    let Some(mut gw) = Gw::start().await else { return };
+    gw.post("/v3/lease/grant", r#"{"TTL":"60","ID":"256"}"#).await;
+    gw.post("/v3/lease/grant", r#"{"TTL":"60","ID":"257"}"#).await;
+    let (lock, election) = (b64("gl"), b64("ge"));
+    let held = gw.post("/v3/lock/lock", &format!(r#"{{"name":"{lock}","lease":"256"}}"#)).await;
+    assert_eq!(held["key"], json!(b64("gl/100")), "{held}");
+    gw.post("/v3/lock/lock", &format!(r#"{{"name":"{lock}","lease":"4096"}}"#)).await;
+    gw.post("/v3/lock/unlock", &format!(r#"{{"key":"{}"}}"#, b64("gl/100"))).await;
+    gw.post("/v3/lock/unlock", &format!(r#"{{"key":"{}"}}"#, b64("gl/100"))).await;
+    let empty = gw.post("/v3/lock/unlock", "{}").await;
+    assert_eq!(empty["code"], json!(2), "{empty}");
+
+    let none = gw.post("/v3/election/leader", &format!(r#"{{"name":"{election}"}}"#)).await;
+    assert_eq!(none["message"], json!("election: no leader"), "{none}");
+    let campaign = format!(r#"{{"name":"{election}","lease":"256","value":"{}"}}"#, b64("a"));
+    // (`leader` is masked in compared answers, as Status' leader id is: rebuilt here)
+    let elected = gw.post("/v3/election/campaign", &campaign).await;
+    let rev = elected["header"]["revision"].clone();
+    let leader = json!({"name": election, "key": b64("ge/100"), "rev": rev, "lease": "256"});
+    let now = gw.post("/v3/election/leader", &format!(r#"{{"name":"{election}"}}"#)).await;
+    assert_eq!((&now["kv"]["key"], &now["kv"]["create_revision"]), (&leader["key"], &rev));
+
+    // Observe: the leader now, then its proclamations, one line each.
+    let observe = format!(r#"{{"name":"{election}"}}"#);
+    let (mut e, mut m) = (
+        Stream::open(gw.etcd.addr(), "/v3/election/observe").await,
+        Stream::open(gw.mem.addr(), "/v3/election/observe").await,
+    );
+    for s in [&mut e, &mut m] {
+        s.send(&observe).await;
+        s.end().await;
+    }
+    let lines = both_lines(&mut gw, "observe: the leader", &mut e, &mut m, 1).await;
+    assert_eq!(lines[0]["result"]["kv"]["value"], json!(b64("a")), "{lines:?}");
+    let proclaim = json!({"leader": leader, "value": b64("b")}).to_string();
+    gw.post("/v3/election/proclaim", &proclaim).await;
+    let lines = both_lines(&mut gw, "observe: a proclamation", &mut e, &mut m, 1).await;
+    assert_eq!(lines[0]["result"]["kv"]["value"], json!(b64("b")), "{lines:?}");
+    let mut stale = leader.clone();
+    stale["rev"] = json!("1");
+    let not_leader = json!({"leader": stale, "value": b64("c")}).to_string();
+    let refused = gw.post("/v3/election/proclaim", &not_leader).await;
+    assert_eq!(refused["message"], json!("election: not leader"), "{refused}");
+    gw.post("/v3/election/proclaim", "{}").await;
+    gw.post("/v3/election/resign", "{}").await;
+    // A second candidate, then the first resigns: Observe sees the second.
+    let second = format!(r#"{{"name":"{election}","lease":"257","value":"{}"}}"#, b64("z"));
+    let campaign_on = |addr: SocketAddr, body: String| {
+        tokio::spawn(
+            async move { request(addr, "POST", "/v3/election/campaign", &[], &body).await },
+        )
+    };
+    let etcd_campaign = campaign_on(gw.etcd.addr(), second.clone());
+    let mem_campaign = campaign_on(gw.mem.addr(), second);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!etcd_campaign.is_finished() && !mem_campaign.is_finished(), "a candidate waits");
+    gw.post("/v3/election/resign", &json!({ "leader": leader }).to_string()).await;
+    let (want, got) = (etcd_campaign.await.unwrap(), mem_campaign.await.unwrap());
+    gw.compare_replies("POST /v3/election/campaign (second)", &want, &got);
+    for r in [&want, &got] {
+        assert_eq!(r.json()["leader"]["key"], json!(b64("ge/101")), "{:?}", r.json());
+    }
+    let lines = both_lines(&mut gw, "observe: the next leader", &mut e, &mut m, 1).await;
+    assert_eq!(lines[0]["result"]["kv"]["value"], json!(b64("z")), "{lines:?}");
+    drop((e, m));
     gw.finish();
 }
 

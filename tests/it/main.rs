@@ -25,6 +25,7 @@ mod kubeadm;
 mod kv;
 mod lease;
 mod limits;
+mod lock_election;
 mod membership;
 mod model;
 mod operations;
