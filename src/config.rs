@@ -1349,6 +1349,41 @@ mod tests {
     }
 
     #[test]
+    fn ids_of_etcds_e2e_member_are_the_bytes_its_tests_expect() {
+        // etcd's e2e TestCtlV3GetFormat runs one member as its framework starts it (peer auto
+        // TLS: https peer URLs on localhost, base port 20000, token "new") and finds these
+        // bytes in `etcdctl get -w protobuf`: the header's cluster_id (field 1) and the start
+        // of its member_id (field 2), as protobuf varints.
+        let name = "TestCtlV3GetFormat-test-0";
+        let c = Config::parse_from([
+            "mem_etcd",
+            &format!("--name={name}"),
+            "--listen-client-urls=http://localhost:20000",
+            "--listen-peer-urls=https://localhost:20001",
+            "--initial-advertise-peer-urls=https://localhost:20001",
+            "--initial-cluster-token=new",
+            &format!("--initial-cluster={name}=https://localhost:20001"),
+            "--initial-cluster-state=new",
+        ]);
+        let (cluster, member) = c.ids();
+        let varint = |mut v: u64| {
+            let mut out = Vec::new();
+            while v >= 0x80 {
+                out.push((v as u8) | 0x80);
+                v >>= 7;
+            }
+            out.push(v as u8);
+            out
+        };
+        let mut header = vec![0x08];
+        header.extend(varint(cluster));
+        header.push(0x10);
+        header.extend(varint(member));
+        let want = b"\x08\x93\xe7\xf6\x93\xd4\xc5\x86\xe1\x34\x10\xed";
+        assert_eq!(&header[..want.len()], want, "{cluster:x} {member:x}");
+    }
+
+    #[test]
     fn go_flag_syntax_and_the_last_of_a_repeat_wins() {
         let c = load([
             "mem_etcd",
