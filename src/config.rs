@@ -103,8 +103,10 @@ pub struct Config {
     #[arg(long, hide = true)]
     pub peer_failpoint: Option<PathBuf>,
 
-    /// URLs to serve clients on: http://host:port or unix://path, comma-separated. Each serves
-    /// gRPC, the HTTP endpoints (/health, /version, /metrics) and etcd's JSON gateway (/v3/...).
+    /// URLs to serve clients on: http://host:port, https://host:port or unix://path,
+    /// comma-separated. Each serves gRPC, the HTTP endpoints (/health, /version, /metrics) and
+    /// etcd's JSON gateway (/v3/...). An http and an https URL on one host:port share its
+    /// socket, as etcd's do.
     #[arg(
         long,
         env = "ETCD_LISTEN_CLIENT_URLS",
@@ -186,8 +188,8 @@ pub struct Config {
     )]
     pub initial_advertise_peer_urls: Vec<String>,
 
-    /// Where this member accepts the other members' traffic (http:// or https://, comma-
-    /// separated). Only a member of a cluster of several listens.
+    /// Where this member accepts the other members' traffic (http://, https:// or unix://,
+    /// comma-separated). Only a member of a cluster of several listens.
     #[arg(
         long,
         env = "ETCD_LISTEN_PEER_URLS",
