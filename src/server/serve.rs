@@ -114,7 +114,7 @@ impl Listener {
     /// per address as etcd binds them: URLs naming the same address (the same `host:port` as
     /// written, or the same socket path) share one listener, which serves both plaintext and
     /// TLS when an `http://` and an `https://` URL name it. An address named by both flags is
-    /// refused, in etcd's words.
+    /// refused, in etcd's words. URLs with port 0 each get a free port of their own.
     pub async fn bind_client(
         urls: &[String],
         http_urls: &[String],
@@ -135,7 +135,11 @@ impl Listener {
         for (url, http_only) in tagged {
             let (scheme, addr) = split_url(url).map_err(|e| format!("listen on {url}: {e}"))?;
             let unix = scheme == Scheme::Unix;
-            let i = match addrs.iter().position(|a| a.addr == addr && a.unix == unix) {
+            // Port 0 asks for a free port: each such URL gets one of its own (etcd would bind
+            // the same `host:0` once).
+            let any_port = !unix && addr.ends_with(":0");
+            let same = |a: &Addr<'_>| !any_port && a.addr == addr && a.unix == unix;
+            let i = match addrs.iter().position(same) {
                 Some(i) if addrs[i].http_only != http_only => {
                     return Err(format!(
                         "cannot bind both --listen-client-urls and --listen-client-http-urls on \
