@@ -104,8 +104,10 @@ pub struct Config {
     #[arg(long, hide = true)]
     pub peer_failpoint: Option<PathBuf>,
 
-    /// URLs to serve clients on: http://host:port or unix://path, comma-separated. Each serves
-    /// gRPC, the HTTP endpoints (/health, /version, /metrics) and etcd's JSON gateway (/v3/...).
+    /// URLs to serve clients on: http://host:port, https://host:port or unix://path,
+    /// comma-separated. Each serves gRPC, the HTTP endpoints (/health, /version, /metrics) and
+    /// etcd's JSON gateway (/v3/...). An http and an https URL on one host:port share its
+    /// socket, as etcd's do.
     #[arg(
         long,
         env = "ETCD_LISTEN_CLIENT_URLS",
@@ -187,8 +189,8 @@ pub struct Config {
     )]
     pub initial_advertise_peer_urls: Vec<String>,
 
-    /// Where this member accepts the other members' traffic (http:// or https://, comma-
-    /// separated). Only a member of a cluster of several listens.
+    /// Where this member accepts the other members' traffic (http://, https:// or unix://,
+    /// comma-separated). Only a member of a cluster of several listens.
     #[arg(
         long,
         env = "ETCD_LISTEN_PEER_URLS",
@@ -715,10 +717,16 @@ impl Config {
             .iter()
             .map(|u| {
                 normalize_url(u).ok_or_else(|| {
-                    format!("--initial-advertise-peer-urls: {u:?} is not an http(s) URL")
+                    format!("--initial-advertise-peer-urls: {u:?} is not an http(s) or unix URL")
                 })
             })
             .collect::<Result<_, _>>()?;
+        if let Some(u) = advertised.iter().find(|u| !membership::serves_scheme(u)) {
+            return Err(format!(
+                "--initial-advertise-peer-urls: {u:?}: unixs:// (TLS over a unix socket) is not \
+                 supported by mem_etcd"
+            ));
+        }
         let initial = match &self.initial_cluster {
             Some(c) => membership::parse_initial_cluster(c)?,
             None => vec![membership::InitialMember {
@@ -818,16 +826,33 @@ impl Config {
         format!("{}.0", self.cluster_version())
     }
 
-    /// Member and cluster ids: stable for the same name and advertised URLs (as etcd derives
-    /// them from its configuration), never zero.
+    /// A member alone's member and cluster ids, derived from its flags as etcd derives them
+    /// (so that the same flags give the same ids as an etcd member would show): the member's
+    /// from its peer URLs in `--initial-cluster` (by default `<name>=` each
+    /// `--initial-advertise-peer-urls`) and `--initial-cluster-token`, the cluster's from every
+    /// member `--initial-cluster` names.
     pub fn ids(&self) -> (u64, u64) {
-        let mut member = crc32c::crc32c(self.name.as_bytes()) as u64;
-        for u in self.advertised_client_urls() {
-            member = (member << 7) ^ crc32c::crc32c(u.as_bytes()) as u64;
-        }
-        let member = (member.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 1) | 1;
-        let cluster = (member.rotate_left(17).wrapping_mul(0xBF58_476D_1CE4_E5B9) >> 1) | 1;
-        (cluster, member)
+        use crate::raft::membership::{self, InitialMember, normalize_url};
+        let advertised: Vec<String> = self
+            .initial_advertise_peer_urls
+            .iter()
+            .map(|u| normalize_url(u).unwrap_or_else(|| u.trim().to_string()))
+            .collect();
+        let initial = self
+            .initial_cluster
+            .as_deref()
+            .and_then(|c| membership::parse_initial_cluster(c).ok())
+            .unwrap_or_else(|| {
+                vec![InitialMember { name: self.name.clone(), peer_urls: advertised.clone() }]
+            });
+        let token = &self.initial_cluster_token;
+        let mine = initial
+            .iter()
+            .find(|m| m.name == self.name)
+            .map_or(advertised, |m| m.peer_urls.clone());
+        let founders: Vec<u64> =
+            membership::initial_members(&initial, token).keys().copied().collect();
+        (membership::cluster_id(&founders), membership::member_id(&mine, token, None))
     }
 }
 
@@ -1321,8 +1346,44 @@ mod tests {
         let c = Config::parse_from(["mem_etcd"]);
         assert_eq!(c.listen_client_urls, ["http://127.0.0.1:2379"]);
         assert_eq!(c.max_request_bytes, 1_572_864);
+        // etcd 3.6 with its default flags: member 8e9e05c52164694d, cluster cdf818194e3a8c32.
         let (cluster, member) = c.ids();
-        assert!(cluster != 0 && member != 0 && cluster != member);
+        assert_eq!((cluster, member), (0xcdf818194e3a8c32, 0x8e9e05c52164694d));
+    }
+
+    #[test]
+    fn ids_of_etcds_e2e_member_are_the_bytes_its_tests_expect() {
+        // etcd's e2e TestCtlV3GetFormat runs one member as its framework starts it (peer auto
+        // TLS: https peer URLs on localhost, base port 20000, token "new") and finds these
+        // bytes in `etcdctl get -w protobuf`: the header's cluster_id (field 1) and the start
+        // of its member_id (field 2), as protobuf varints.
+        let name = "TestCtlV3GetFormat-test-0";
+        let c = Config::parse_from([
+            "mem_etcd",
+            &format!("--name={name}"),
+            "--listen-client-urls=http://localhost:20000",
+            "--listen-peer-urls=https://localhost:20001",
+            "--initial-advertise-peer-urls=https://localhost:20001",
+            "--initial-cluster-token=new",
+            &format!("--initial-cluster={name}=https://localhost:20001"),
+            "--initial-cluster-state=new",
+        ]);
+        let (cluster, member) = c.ids();
+        let varint = |mut v: u64| {
+            let mut out = Vec::new();
+            while v >= 0x80 {
+                out.push((v as u8) | 0x80);
+                v >>= 7;
+            }
+            out.push(v as u8);
+            out
+        };
+        let mut header = vec![0x08];
+        header.extend(varint(cluster));
+        header.push(0x10);
+        header.extend(varint(member));
+        let want = b"\x08\x93\xe7\xf6\x93\xd4\xc5\x86\xe1\x34\x10\xed";
+        assert_eq!(&header[..want.len()], want, "{cluster:x} {member:x}");
     }
 
     #[test]

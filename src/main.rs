@@ -145,16 +145,12 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
     };
     auto_tls(&mut config).unwrap_or_else(|e| fail(e));
     let tls = server::tls::server_config(&config).unwrap_or_else(|e| fail(e));
-    let mut listeners = Vec::new();
-    for url in &config.listen_client_urls {
-        let l = Listener::bind(url, tls.as_ref()).await;
-        listeners.push(l.map_err(|e| format!("listen on {url}: {e}"))?);
-    }
-    let mut http_listeners = Vec::new();
-    for url in &config.listen_client_http_urls {
-        let l = Listener::bind(url, tls.as_ref()).await;
-        http_listeners.push(l.map_err(|e| format!("listen on {url}: {e}"))?);
-    }
+    let (listeners, http_listeners) = Listener::bind_client(
+        &config.listen_client_urls,
+        &config.listen_client_http_urls,
+        tls.as_ref(),
+    )
+    .await?;
     tracing::info!(
         name = %config.name,
         version = %config.emulated_version,

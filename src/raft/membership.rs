@@ -22,7 +22,7 @@ pub fn parse_initial_cluster(s: &str) -> Result<Vec<InitialMember>, String> {
             .split_once('=')
             .ok_or_else(|| format!("--initial-cluster: {part:?} is not name=peerURL"))?;
         let url = normalize_url(url)
-            .ok_or_else(|| format!("--initial-cluster: {url:?} is not an http(s) URL"))?;
+            .ok_or_else(|| format!("--initial-cluster: {url:?} is not an http(s) or unix URL"))?;
         match out.iter_mut().find(|m| m.name == name) {
             Some(m) => m.peer_urls.push(url),
             None => out.push(InitialMember { name: name.to_string(), peer_urls: vec![url] }),
@@ -34,16 +34,40 @@ pub fn parse_initial_cluster(s: &str) -> Result<Vec<InitialMember>, String> {
     Ok(out)
 }
 
-/// `http(s)://host:port` without a trailing slash, as etcd's URL type prints it; `None` for
-/// anything else.
+/// A peer URL as etcd keeps it once parsed, the string its ids are derived from: the scheme in
+/// lower case (Go's URL parser lowers it), then `host:port` for `http`/`https` (without the
+/// trailing slash etcd would refuse as a path), or the socket's path for `unix` (etcd's unix
+/// socket peers: `unix://localhost:2380` is the socket `localhost:2380` in the working
+/// directory) and `unixs` (the same with TLS, which mem_etcd does not serve: see
+/// [`serves_scheme`]). `None` for anything else.
 pub fn normalize_url(url: &str) -> Option<String> {
-    let url = url.trim().trim_end_matches('/');
-    let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"))?;
-    let (host, port) = rest.rsplit_once(':')?;
-    if host.is_empty() || port.parse::<u16>().is_err() || rest.contains('/') {
-        return None;
+    let url = url.trim();
+    let (scheme, rest) = url.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    match scheme.as_str() {
+        "http" | "https" => {
+            let rest = rest.trim_end_matches('/');
+            let (host, port) = rest.rsplit_once(':')?;
+            if host.is_empty() || port.parse::<u16>().is_err() || rest.contains('/') {
+                return None;
+            }
+            Some(format!("{scheme}://{rest}"))
+        }
+        "unix" | "unixs" if !rest.is_empty() => Some(format!("{scheme}://{rest}")),
+        _ => None,
     }
-    Some(url.to_string())
+}
+
+/// Whether mem_etcd's members can listen and call on a (normalized) peer URL: http, https and
+/// unix; not unixs (TLS over a unix socket).
+pub fn serves_scheme(url: &str) -> bool {
+    !url.starts_with("unixs://")
+}
+
+/// The unix socket a `unix://` URL names, as etcd reads it: what follows `unix://` (a path
+/// relative to the working directory unless it starts with `/`).
+pub fn unix_socket_path(url: &str) -> Option<&str> {
+    url.strip_prefix("unix://").filter(|p| !p.is_empty())
 }
 
 /// etcd's member id: the first 8 bytes (big endian) of the sha1 of the sorted peer URLs
@@ -92,6 +116,9 @@ mod tests {
         assert!(parse_initial_cluster("a").is_err());
         assert!(parse_initial_cluster("a=ftp://x:1").is_err());
         assert!(parse_initial_cluster("").is_err());
+        let m = parse_initial_cluster("a=unix://localhost:20001,b=HTTP://127.0.0.1:1").unwrap();
+        assert_eq!(m[0].peer_urls, ["unix://localhost:20001"]);
+        assert_eq!(m[1].peer_urls, ["http://127.0.0.1:1"]);
     }
 
     #[test]

@@ -220,7 +220,11 @@ impl Peers {
             return Some(ch.clone());
         }
         let url = urls.first()?;
-        let endpoint = Endpoint::from_shared(url.clone())
+        let socket = super::membership::unix_socket_path(url);
+        // A unix socket's URL is no URI a connection can take its authority from: the channel
+        // gets a placeholder, and the connector dials the socket.
+        let uri = if socket.is_some() { "http://localhost".to_string() } else { url.clone() };
+        let endpoint = Endpoint::from_shared(uri)
             .ok()?
             .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true)
@@ -229,8 +233,20 @@ impl Peers {
             .keep_alive_while_idle(true)
             .initial_stream_window_size(4 << 20)
             .initial_connection_window_size(16 << 20);
-        let ch = match (&self.tls, url.starts_with("https://")) {
-            (Some(tls), true) => tls.connect_lazy(endpoint),
+        let ch = match (&self.tls, url.starts_with("https://"), socket) {
+            (_, _, Some(path)) => {
+                // etcd's peers dial a unix URL's socket (the path relative to the working
+                // directory, as its listener made it) and speak plain HTTP over it.
+                let path = std::path::PathBuf::from(path);
+                endpoint.connect_with_connector_lazy(tower::service_fn(move |_: http::Uri| {
+                    let path = path.clone();
+                    async move {
+                        let s = tokio::net::UnixStream::connect(path).await?;
+                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
+                    }
+                }))
+            }
+            (Some(tls), true, None) => tls.connect_lazy(endpoint),
             _ => endpoint.connect_lazy(),
         };
         g.insert(id, (urls.to_vec(), ch.clone()));

@@ -185,6 +185,10 @@ fn serve_peers(s: &Arc<Member>, l: Listener) {
             Listener::Tls(t, tls) => {
                 r.serve_with_incoming_shutdown(super::tls::incoming(t, tls, "peer"), signal).await
             }
+            Listener::Either(t, tls) => {
+                let incoming = super::tls::incoming_either(t, tls, "peer");
+                r.serve_with_incoming_shutdown(incoming, signal).await
+            }
             Listener::Unix(u, _) => {
                 r.serve_with_incoming_shutdown(UnixListenerStream::new(u), signal).await
             }

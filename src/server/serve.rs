@@ -26,7 +26,37 @@ pub enum Listener {
     Tcp(TcpListener),
     /// An `https://` listener and the TLS settings its connections get.
     Tls(TcpListener, Arc<tokio_rustls::rustls::ServerConfig>),
+    /// An address both an `http://` and an `https://` client URL name (etcd serves both on one
+    /// socket): each connection is TLS or plaintext as its first byte says
+    /// ([`tls::incoming_either`]).
+    Either(TcpListener, Arc<tokio_rustls::rustls::ServerConfig>),
     Unix(tokio::net::UnixListener, String),
+}
+
+/// What a listen URL names: the address etcd keys its listeners by (`host:port`, or a unix
+/// socket's path) and how connections to it are served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scheme {
+    Http,
+    Https,
+    Unix,
+}
+
+fn split_url(url: &str) -> std::io::Result<(Scheme, &str)> {
+    let bad =
+        || std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("bad listen URL {url:?}"));
+    let (scheme, rest) = url.trim().split_once("://").ok_or_else(bad)?;
+    let scheme = match scheme.to_ascii_lowercase().as_str() {
+        "http" => Scheme::Http,
+        "https" => Scheme::Https,
+        "unix" => Scheme::Unix,
+        _ => return Err(bad()),
+    };
+    let addr = if scheme == Scheme::Unix { rest } else { rest.trim_end_matches('/') };
+    if addr.is_empty() {
+        return Err(bad());
+    }
+    Ok((scheme, addr))
 }
 
 impl Listener {
@@ -36,41 +66,113 @@ impl Listener {
         url: &str,
         tls: Option<&Arc<tokio_rustls::rustls::ServerConfig>>,
     ) -> std::io::Result<Self> {
-        let bad = || {
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("bad listen URL {url:?}"))
-        };
-        if let Some(path) = url.strip_prefix("unix://") {
-            let _ = std::fs::remove_file(path);
-            return Ok(Listener::Unix(tokio::net::UnixListener::bind(path)?, path.to_string()));
+        let (scheme, addr) = split_url(url)?;
+        Self::bind_addr(url, addr, scheme == Scheme::Http, scheme == Scheme::Https, scheme, tls)
+            .await
+    }
+
+    /// Binds `addr`, serving plaintext if `plain`, TLS if `secure` (both: sniffed per
+    /// connection).
+    async fn bind_addr(
+        url: &str,
+        addr: &str,
+        plain: bool,
+        secure: bool,
+        scheme: Scheme,
+        tls: Option<&Arc<tokio_rustls::rustls::ServerConfig>>,
+    ) -> std::io::Result<Self> {
+        if scheme == Scheme::Unix {
+            // As etcd: a socket left by an earlier run is replaced.
+            let _ = std::fs::remove_file(addr);
+            return Ok(Listener::Unix(tokio::net::UnixListener::bind(addr)?, addr.to_string()));
         }
-        let (hostport, tls) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
-            (Some(h), _) => (h, None),
-            (_, Some(h)) => {
-                let tls = tls.ok_or_else(|| {
-                    std::io::Error::new(
-                        std::io::ErrorKind::InvalidInput,
-                        format!("{url}: an https URL needs --cert-file and --key-file"),
-                    )
-                })?;
-                (h, Some(tls.clone()))
+        let tls = match (secure, tls) {
+            (false, _) => None,
+            (true, Some(tls)) => Some(tls.clone()),
+            (true, None) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{url}: an https URL needs --cert-file and --key-file"),
+                ));
             }
-            _ => return Err(bad()),
         };
-        let hostport = hostport.trim_end_matches('/');
-        let addr: SocketAddr = match hostport.parse() {
+        let sock: SocketAddr = match addr.parse() {
             Ok(a) => a,
-            Err(_) => tokio::net::lookup_host(hostport).await?.next().ok_or_else(bad)?,
+            Err(_) => tokio::net::lookup_host(addr).await?.next().ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("bad listen URL {url:?}"),
+                )
+            })?,
         };
-        let l = TcpListener::bind(addr).await?;
+        let l = TcpListener::bind(sock).await?;
         Ok(match tls {
+            Some(tls) if plain => Listener::Either(l, tls),
             Some(tls) => Listener::Tls(l, tls),
             None => Listener::Tcp(l),
         })
     }
 
+    /// The client listeners of `--listen-client-urls` and of `--listen-client-http-urls`, one
+    /// per address as etcd binds them: URLs naming the same address (the same `host:port` as
+    /// written, or the same socket path) share one listener, which serves both plaintext and
+    /// TLS when an `http://` and an `https://` URL name it. An address named by both flags is
+    /// refused, in etcd's words. URLs with port 0 each get a free port of their own.
+    pub async fn bind_client(
+        urls: &[String],
+        http_urls: &[String],
+        tls: Option<&Arc<tokio_rustls::rustls::ServerConfig>>,
+    ) -> Result<(Vec<Listener>, Vec<Listener>), String> {
+        /// One address: a URL naming it, its kind of socket, the schemes that name it, and
+        /// whether it is an HTTP-only one.
+        struct Addr<'a> {
+            url: &'a str,
+            addr: &'a str,
+            unix: bool,
+            plain: bool,
+            secure: bool,
+            http_only: bool,
+        }
+        let mut addrs: Vec<Addr<'_>> = Vec::new();
+        let tagged = urls.iter().map(|u| (u, false)).chain(http_urls.iter().map(|u| (u, true)));
+        for (url, http_only) in tagged {
+            let (scheme, addr) = split_url(url).map_err(|e| format!("listen on {url}: {e}"))?;
+            let unix = scheme == Scheme::Unix;
+            // Port 0 asks for a free port: each such URL gets one of its own (etcd would bind
+            // the same `host:0` once).
+            let any_port = !unix && addr.ends_with(":0");
+            let same = |a: &Addr<'_>| !any_port && a.addr == addr && a.unix == unix;
+            let i = match addrs.iter().position(same) {
+                Some(i) if addrs[i].http_only != http_only => {
+                    return Err(format!(
+                        "cannot bind both --listen-client-urls and --listen-client-http-urls on \
+                         the same url {url}"
+                    ));
+                }
+                Some(i) => i,
+                None => {
+                    let (plain, secure) = (false, false);
+                    addrs.push(Addr { url, addr, unix, plain, secure, http_only });
+                    addrs.len() - 1
+                }
+            };
+            addrs[i].plain |= scheme != Scheme::Https;
+            addrs[i].secure |= scheme == Scheme::Https;
+        }
+        let (mut client, mut http) = (Vec::new(), Vec::new());
+        for a in addrs {
+            let scheme = if a.unix { Scheme::Unix } else { Scheme::Http };
+            let l = Self::bind_addr(a.url, a.addr, a.plain, a.secure, scheme, tls)
+                .await
+                .map_err(|e| format!("listen on {}: {e}", a.url))?;
+            if a.http_only { http.push(l) } else { client.push(l) }
+        }
+        Ok((client, http))
+    }
+
     pub fn describe(&self) -> String {
         match self {
-            Listener::Tcp(l) | Listener::Tls(l, _) => {
+            Listener::Tcp(l) | Listener::Tls(l, _) | Listener::Either(l, _) => {
                 l.local_addr().map(|a| a.to_string()).unwrap_or_default()
             }
             Listener::Unix(_, p) => format!("unix://{p}"),
@@ -182,6 +284,9 @@ pub async fn serve(
                 }
                 Listener::Tls(t, tls) => tasks.spawn(
                     r.serve_with_incoming_shutdown(tls::incoming(t, tls, $endpoint), signal),
+                ),
+                Listener::Either(t, tls) => tasks.spawn(
+                    r.serve_with_incoming_shutdown(tls::incoming_either(t, tls, $endpoint), signal),
                 ),
                 Listener::Unix(u, _) => {
                     tasks.spawn(r.serve_with_incoming_shutdown(UnixListenerStream::new(u), signal))

@@ -7,7 +7,8 @@
 //! and `http/1.1`: grpc-go (1.67+, Kubernetes 1.33+) refuses a server without `h2`, and Go's
 //! HTTP/1.1 health checkers (kubeadm, kubelet probes with a custom TLS config) offer only
 //! `http/1.1`, which a server offering `h2` alone would turn away. Each handshake runs in its
-//! own task so that a slow or silent client never holds up the accept loop.
+//! own task so that a slow or silent client never holds up the accept loop. An address that
+//! both an `http://` and an `https://` client URL name serves both ([`incoming_either`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -617,8 +618,55 @@ pub fn incoming(
     config: Arc<ServerConfig>,
     endpoint: &'static str,
 ) -> ReceiverStream<std::io::Result<TlsConn>> {
-    let (tx, rx) = mpsc::channel(64);
     let acceptor = TlsAcceptor::from(config);
+    accept_each(listener, move |tcp, peer| handshake(acceptor.clone(), tcp, peer, endpoint))
+}
+
+/// The first byte of a TLS connection: a handshake record (the ClientHello), which no HTTP/1
+/// request or HTTP/2 preface starts with.
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
+/// [`incoming`] for an address both an `http://` and an `https://` URL name, as etcd serves
+/// one (its cmux): a connection whose first byte starts a TLS handshake gets one, any other is
+/// served as plaintext. The byte is peeked, not read; a client that sends nothing within the
+/// handshake timeout is dropped. Each connection waits in its own task.
+pub fn incoming_either(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+    endpoint: &'static str,
+) -> ReceiverStream<std::io::Result<EitherConn>> {
+    let acceptor = TlsAcceptor::from(config);
+    accept_each(listener, move |tcp, peer| {
+        let acceptor = acceptor.clone();
+        async move {
+            let mut first = [0u8; 1];
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, tcp.peek(&mut first)).await {
+                Ok(Ok(1)) if first[0] == TLS_HANDSHAKE_RECORD => {
+                    let tls = handshake(acceptor, tcp, peer, endpoint).await?;
+                    Some(EitherConn::Tls(Box::new(tls)))
+                }
+                Ok(Ok(1)) => Some(EitherConn::Plain(tcp)),
+                // Hung up (or failed) before sending anything.
+                Ok(_) => None,
+                Err(_) => {
+                    tracing::debug!(%peer, "client sent nothing; connection dropped");
+                    None
+                }
+            }
+        }
+    })
+}
+
+/// Accepts on `listener`, sets TCP_NODELAY, and turns each connection into what `handle`
+/// makes of it (`None`: dropped) in a task of its own, so that a slow or silent client never
+/// holds up the accept loop.
+fn accept_each<C, F, Fut>(listener: TcpListener, handle: F) -> ReceiverStream<std::io::Result<C>>
+where
+    C: Send + 'static,
+    F: Fn(TcpStream, std::net::SocketAddr) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Option<C>> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         loop {
             let accepted = tokio::select! {
@@ -636,24 +684,126 @@ pub fn incoming(
                 }
             };
             let _ = tcp.set_nodelay(true);
-            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            let (conn, tx) = (handle(tcp, peer), tx.clone());
             tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => {
-                        let _ = tx.send(Ok(TlsConn(tls))).await;
-                    }
-                    // A client that hung up mid-handshake (a TCP probe, a dial raced and
-                    // abandoned) is not worth an operator's attention; a refused certificate is.
-                    Ok(Err(e)) if client_left(&e) => {
-                        tracing::debug!(%peer, "tls: client left during the handshake")
-                    }
-                    Ok(Err(e)) => rejected(endpoint, peer, &e),
-                    Err(_) => rejected(endpoint, peer, &"tls: handshake timed out"),
+                if let Some(c) = conn.await {
+                    let _ = tx.send(Ok(c)).await;
                 }
             });
         }
     });
     ReceiverStream::new(rx)
+}
+
+/// The TLS handshake of one connection, within [`HANDSHAKE_TIMEOUT`]; a failure is logged.
+async fn handshake(
+    acceptor: TlsAcceptor,
+    tcp: TcpStream,
+    peer: std::net::SocketAddr,
+    endpoint: &'static str,
+) -> Option<TlsConn> {
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(tls)) => Some(TlsConn(tls)),
+        // A client that hung up mid-handshake (a TCP probe, a dial raced and abandoned) is not
+        // worth an operator's attention; a refused certificate is.
+        Ok(Err(e)) if client_left(&e) => {
+            tracing::debug!(%peer, "tls: client left during the handshake");
+            None
+        }
+        Ok(Err(e)) => {
+            rejected(endpoint, peer, &e);
+            None
+        }
+        Err(_) => {
+            rejected(endpoint, peer, &"tls: handshake timed out");
+            None
+        }
+    }
+}
+
+/// A connection to an address served both ways ([`incoming_either`]).
+#[derive(Debug)]
+pub enum EitherConn {
+    Plain(TcpStream),
+    /// Boxed: a TLS session's state is kilobytes, a socket a few bytes.
+    Tls(Box<TlsConn>),
+}
+
+impl Connected for EitherConn {
+    /// The TLS kind for both, so that a request finds the common name (none in plaintext)
+    /// where it looks for it.
+    type ConnectInfo = TlsConnectInfo;
+
+    fn connect_info(&self) -> TlsConnectInfo {
+        match self {
+            EitherConn::Plain(tcp) => TlsConnectInfo { tcp: tcp.connect_info(), common_name: None },
+            EitherConn::Tls(tls) => tls.connect_info(),
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for EitherConn {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            EitherConn::Plain(c) => std::pin::Pin::new(c).poll_read(cx, buf),
+            EitherConn::Tls(c) => std::pin::Pin::new(&mut **c).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for EitherConn {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            EitherConn::Plain(c) => std::pin::Pin::new(c).poll_write(cx, buf),
+            EitherConn::Tls(c) => std::pin::Pin::new(&mut **c).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            EitherConn::Plain(c) => std::pin::Pin::new(c).poll_write_vectored(cx, bufs),
+            EitherConn::Tls(c) => std::pin::Pin::new(&mut **c).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            EitherConn::Plain(c) => c.is_write_vectored(),
+            EitherConn::Tls(c) => c.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            EitherConn::Plain(c) => std::pin::Pin::new(c).poll_flush(cx),
+            EitherConn::Tls(c) => std::pin::Pin::new(&mut **c).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            EitherConn::Plain(c) => std::pin::Pin::new(c).poll_shutdown(cx),
+            EitherConn::Tls(c) => std::pin::Pin::new(&mut **c).poll_shutdown(cx),
+        }
+    }
 }
 
 /// etcd's warning for a refused handshake (its `HandshakeFailure` hook), field names included.

@@ -25,7 +25,7 @@ pub struct Cluster {
     /// Flags every member gets besides the cluster flags (e.g. `--wal-mode=fsync`).
     extra: Vec<String>,
     token: String,
-    /// `http` or `https` (peer TLS) for the peer URLs.
+    /// `http`, `https` (peer TLS) or `unix` (unix sockets) for the peer URLs.
     peer_scheme: &'static str,
     /// A proxy in front of one member's peer port, which the others reach it through
     /// ([`Cluster::start_with_peer_proxy`]).
@@ -159,7 +159,38 @@ impl Cluster {
             .collect();
         let token = format!("it-{}", ports[0]);
         let extra = extra.iter().map(|s| s.to_string()).collect();
-        Cluster { kind, members, extra, token, peer_scheme, peer_proxy: None }
+        let c = Cluster { kind, members, extra, token, peer_scheme, peer_proxy: None };
+        if peer_scheme == "unix" {
+            c.link_unix_sockets();
+        }
+        c
+    }
+
+    /// With `unix` peer URLs each member listens on a socket named by its URL
+    /// (`unix://localhost:PORT` is the socket `localhost:PORT`) in its working directory, and
+    /// dials the others' sockets by the same names in its own, as etcd does (etcd's e2e
+    /// members share one directory). Every member has its own directory here, so the others'
+    /// names are links to their sockets.
+    fn link_unix_sockets(&self) {
+        for (i, m) in self.members.iter().enumerate() {
+            let socket = format!("localhost:{}", m.peer_port);
+            for (j, other) in self.members.iter().enumerate() {
+                if i == j {
+                    continue;
+                }
+                match std::os::unix::fs::symlink(m.dir.aside(&socket), other.dir.aside(&socket)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                        panic!("link {socket} for member {j}: {e}")
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// The host of the peer URLs: for `unix` ones the socket's name starts with it.
+    fn peer_host(&self) -> &'static str {
+        if self.peer_scheme == "unix" { "localhost" } else { "127.0.0.1" }
     }
 
     /// A cluster of `kind` whose member `i` is restored from the snapshot `files[i]` (with the
@@ -234,7 +265,7 @@ impl Cluster {
     fn args_with(&self, i: usize, state: &str, initial: &str) -> Vec<String> {
         let m = &self.members[i];
         let client = format!("http://127.0.0.1:{}", m.client_port);
-        let listen = format!("{}://127.0.0.1:{}", self.peer_scheme, m.peer_port);
+        let listen = format!("{}://{}:{}", self.peer_scheme, self.peer_host(), m.peer_port);
         let mut a = vec![
             format!("--name={}", m.name),
             format!("--initial-cluster={initial}"),
@@ -309,6 +340,9 @@ impl Cluster {
             dir: DataDir::new(),
             server: None,
         });
+        if self.peer_scheme == "unix" {
+            self.link_unix_sockets();
+        }
         i
     }
 
@@ -397,7 +431,7 @@ impl Cluster {
     }
 
     pub fn peer_url(&self, i: usize) -> String {
-        format!("{}://127.0.0.1:{}", self.peer_scheme, self.advertised_peer_port(i))
+        format!("{}://{}:{}", self.peer_scheme, self.peer_host(), self.advertised_peer_port(i))
     }
 
     pub fn endpoint(&self, i: usize) -> String {

@@ -684,3 +684,108 @@ async fn the_last_member_is_not_removed_without_the_strict_reconfig_check() {
     cl.put("k", "v", None).await.expect("still serving");
     assert_eq!(cl.member_list().await.unwrap().members().len(), 1);
 }
+
+/// Every member's (id, name, peer URLs), sorted, as member `i` lists them.
+async fn members_as_listed(c: &Cluster, i: usize) -> Vec<(u64, String, Vec<String>)> {
+    let mut raw = c.raw(i).await;
+    let list = raw.cluster.member_list(pb::MemberListRequest { linearizable: true }).await;
+    let mut out: Vec<_> = list
+        .unwrap_or_else(|e| panic!("{:?} member list: {e}", c.kind))
+        .into_inner()
+        .members
+        .into_iter()
+        .map(|m| (m.id, m.name, m.peer_ur_ls))
+        .collect();
+    out.sort();
+    out
+}
+
+/// etcd's e2e clusters with `WithBasePeerScheme("unix")` (TestCtlV3... with unix peers,
+/// TestEtcdUnixPeers): members reach each other over unix sockets named by their peer URLs
+/// (`unix://localhost:PORT`: the socket `localhost:PORT` in the working directory). The same
+/// 3-member cluster of etcd, then of mem_etcd on the same flags: mem_etcd's members replicate
+/// over the sockets and list the same member ids as etcd's.
+#[tokio::test]
+async fn unix_socket_peer_urls_as_etcd() {
+    let Some(mut c) = Cluster::start_on(Kind::Etcd, 3, &[], "unix").await else { return };
+    let etcd = members_as_listed(&c, 1).await;
+    assert_eq!(etcd.len(), 3, "{etcd:?}");
+    assert!(etcd.iter().all(|m| m.2.len() == 1 && m.2[0].starts_with("unix://localhost:")));
+    for i in 0..3 {
+        c.kill9(i);
+        std::fs::remove_dir_all(c.members[i].dir.path()).unwrap();
+    }
+    c.kind = Kind::MemEtcd;
+    c.restart_all(&[0, 1, 2]).await;
+    c.leader().await;
+    let mut c0 = c.client(0).await;
+    c0.put("over-unix", "v", None).await.unwrap();
+    let mut c2 = c.client(2).await;
+    let got = c2.get("over-unix", None).await.unwrap();
+    assert_eq!(got.kvs().first().map(|kv| kv.value().to_vec()), Some(b"v".to_vec()));
+    assert_eq!(members_as_listed(&c, 2).await, etcd, "mem_etcd's members (left) vs etcd's");
+}
+
+/// A member alone's ids, from Status, started with exactly `args` (plus `--listen-client-urls`
+/// and `--advertise-client-urls` on a free port) in a directory of its own.
+async fn alone_ids(kind: Kind, args: &[String]) -> (u64, u64) {
+    let port = free_port();
+    let mut all = vec![
+        format!("--listen-client-urls=http://127.0.0.1:{port}"),
+        format!("--advertise-client-urls=http://127.0.0.1:{port}"),
+    ];
+    all.extend(args.iter().cloned());
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    let s = Server::start_without_defaults(kind, &all).await;
+    let mut raw = s.raw().await.unwrap();
+    let h = raw.maint.status(pb::StatusRequest {}).await.unwrap().into_inner().header.unwrap();
+    (h.cluster_id, h.member_id)
+}
+
+/// Member and cluster ids as etcd derives them from the flags of a member alone: etcd's e2e
+/// framework's flags (`TestCtlV3GetFormat` expects fixed id bytes from them), the defaults,
+/// several advertised peer URLs with a token and a name of its own, an empty token, a scheme
+/// in capitals, a unix peer URL.
+#[tokio::test]
+async fn member_alone_ids_are_etcds() {
+    if peer_binary("etcd").is_none() {
+        return;
+    }
+    let p = free_ports(2);
+    let (a, b) = (p[0], p[1]);
+    let sets: Vec<Vec<String>> = vec![
+        vec![
+            "--name=TestCtlV3GetFormat-test-0".into(),
+            format!("--listen-peer-urls=http://localhost:{a}"),
+            format!("--initial-advertise-peer-urls=http://localhost:{a}"),
+            "--initial-cluster-token=new".into(),
+            format!("--initial-cluster=TestCtlV3GetFormat-test-0=http://localhost:{a}"),
+            "--initial-cluster-state=new".into(),
+        ],
+        // etcd's defaults, but for the peer port it listens on (the advertised one stays
+        // http://localhost:2380).
+        vec![format!("--listen-peer-urls=http://127.0.0.1:{a}")],
+        vec![
+            "--name=x".into(),
+            format!("--listen-peer-urls=http://127.0.0.1:{a},http://127.0.0.1:{b}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{b},http://localhost:{a}"),
+            "--initial-cluster-token=tok".into(),
+        ],
+        vec![
+            "--name=y".into(),
+            format!("--listen-peer-urls=http://127.0.0.1:{a}"),
+            format!("--initial-advertise-peer-urls=HTTP://127.0.0.1:{a}"),
+            "--initial-cluster-token=".into(),
+        ],
+        vec![
+            format!("--listen-peer-urls=unix://localhost:{a}"),
+            format!("--initial-advertise-peer-urls=unix://localhost:{a}"),
+            format!("--initial-cluster=default=unix://localhost:{a}"),
+        ],
+    ];
+    for args in &sets {
+        let etcd = alone_ids(Kind::Etcd, args).await;
+        let mem = alone_ids(Kind::MemEtcd, args).await;
+        assert_eq!(mem, etcd, "(cluster id, member id) of mem_etcd (left) vs etcd with {args:?}");
+    }
+}

@@ -235,3 +235,161 @@ async fn https_without_a_certificate_or_with_a_bad_one_is_refused_at_start() {
     let ex = dir.start_expecting_failure(&[&only_cert, &key, "--client-cert-auth"]).await;
     assert!(!ex.grep("--client-cert-auth needs --trusted-ca-file").is_empty(), "{}", ex.output());
 }
+
+/// `method path` with `body` over HTTP/1.1 to `addr`, in plaintext or (with `certs`) over TLS
+/// trusting the test CA and offering ALPN http/1.1; returns the status line and the body.
+async fn http1(
+    addr: SocketAddr,
+    certs: Option<&Certs>,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (String, String) {
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut out = Vec::new();
+    match certs {
+        None => {
+            let mut tcp = tcp;
+            tcp.write_all(req.as_bytes()).await.unwrap();
+            let _ = tcp.read_to_end(&mut out).await;
+        }
+        Some(certs) => {
+            use rustls::pki_types::pem::PemObject;
+            let mut roots = rustls::RootCertStore::empty();
+            for c in rustls::pki_types::CertificateDer::pem_file_iter(certs.path("ca.crt")).unwrap()
+            {
+                roots.add(c.unwrap()).unwrap();
+            }
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let mut config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+            let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+                .connect(name, tcp)
+                .await
+                .expect("TLS handshake");
+            tls.write_all(req.as_bytes()).await.unwrap();
+            let _ = tls.read_to_end(&mut out).await;
+        }
+    }
+    let out = String::from_utf8_lossy(&out).into_owned();
+    let status = out.lines().next().unwrap_or_default().to_string();
+    let (head, mut body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    if !head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        return (status, body.to_string());
+    }
+    // Large answers (Go's /debug/vars) come in chunks: `size\r\ndata\r\n`, until size 0.
+    let mut whole = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        whole.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    (status, whole)
+}
+
+/// etcd's e2e `TestConnectionMultiplexing/ServerTLSAndNonTLS`: an http and an https client
+/// URL on the same port are one socket serving both (etcd's cmux), gRPC and HTTP alike, for
+/// etcd and mem_etcd. A client that connects and sends nothing holds up nobody.
+#[tokio::test]
+async fn http_and_https_on_one_port_as_etcd() {
+    let Some(ctl_bin) = peer_binary("etcdctl") else { return };
+    let certs = Certs::new();
+    for kind in [Kind::Etcd, Kind::MemEtcd] {
+        let port = free_port();
+        let (http, https) =
+            (format!("http://127.0.0.1:{port}"), format!("https://127.0.0.1:{port}"));
+        let mut args = vec![
+            format!("--listen-client-urls={http},{https}"),
+            format!("--advertise-client-urls={http},{https}"),
+            "--enable-grpc-gateway=true".to_string(),
+        ];
+        args.extend(certs.server_flags(false));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let Some(s) = Server::start(kind, &args).await else { return };
+        assert_eq!(s.addr().port(), port, "{kind:?}");
+        let addr = s.addr();
+        // A silent client, kept open through the checks below.
+        let _silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let cacert = certs.arg("--cacert", "ca.crt");
+        for (i, (endpoint, tls)) in [(&http, None), (&https, Some(&certs))].into_iter().enumerate()
+        {
+            let key = format!("k{i}");
+            let (code, out, err) = etcdctl(&ctl_bin, endpoint, &[&cacert, "put", &key, "v"], None);
+            assert_eq!((code, out.trim()), (Some(0), "OK"), "{kind:?} {endpoint}: {err}");
+            let (code, out, err) = etcdctl(
+                &ctl_bin,
+                endpoint,
+                &[&cacert, "get", "k", "--prefix", "--keys-only"],
+                None,
+            );
+            assert_eq!(code, Some(0), "{kind:?} {endpoint}: {err}");
+            assert!(out.contains(&key), "{kind:?} {endpoint}: {out}");
+            let started = std::time::Instant::now();
+            let (status, body) =
+                http1(addr, tls, "POST", "/v3/kv/range", r#"{"key":"azA="}"#).await;
+            assert!(status.starts_with("HTTP/1.1 200"), "{kind:?} {endpoint}: {status} {body}");
+            let range: serde_json::Value = serde_json::from_str(&body)
+                .unwrap_or_else(|e| panic!("{kind:?} {endpoint}: {e}: {body}"));
+            assert_eq!(range["kvs"][0]["value"], "dg==", "{kind:?} {endpoint}: {body}");
+            let (status, body) = http1(addr, tls, "GET", "/health", "").await;
+            assert!(status.starts_with("HTTP/1.1 200"), "{kind:?} {endpoint}: {status}");
+            assert_eq!(body, r#"{"health":"true","reason":""}"#, "{kind:?} {endpoint}");
+            let (status, body) = http1(addr, tls, "GET", "/metrics", "").await;
+            assert!(status.starts_with("HTTP/1.1 200"), "{kind:?} {endpoint}: {status}");
+            assert!(body.contains("etcd_server_has_leader 1"), "{kind:?} {endpoint}");
+            let (status, body) = http1(addr, tls, "GET", "/version", "").await;
+            assert!(status.starts_with("HTTP/1.1 200"), "{kind:?} {endpoint}: {status}");
+            assert!(body.contains("etcdcluster"), "{kind:?} {endpoint}: {body}");
+            let (status, body) = http1(addr, tls, "GET", "/debug/vars", "").await;
+            assert!(status.starts_with("HTTP/1.1 200"), "{kind:?} {endpoint}: {status}");
+            serde_json::from_str::<serde_json::Value>(&body)
+                .unwrap_or_else(|e| panic!("{kind:?} {endpoint} /debug/vars: {e}"));
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(5),
+                "{kind:?} {endpoint}: the HTTP requests took {:?}",
+                started.elapsed()
+            );
+        }
+    }
+}
+
+/// etcd refuses an address named by both --listen-client-urls and --listen-client-http-urls
+/// (whatever the schemes), in these words; so does mem_etcd.
+#[tokio::test]
+async fn client_and_client_http_urls_on_one_address_are_refused_as_etcd() {
+    if peer_binary("etcd").is_none() {
+        return;
+    }
+    let port = free_port();
+    let client = format!("--listen-client-urls=http://127.0.0.1:{port}");
+    let http = format!("--listen-client-http-urls=http://127.0.0.1:{port}");
+    let want = format!(
+        "cannot bind both --listen-client-urls and --listen-client-http-urls on the same url \
+         http://127.0.0.1:{port}"
+    );
+    for kind in [Kind::Etcd, Kind::MemEtcd] {
+        let dir = DataDir::new();
+        let ex = dir
+            .start_kind_expecting_failure(
+                kind,
+                &[&client, &http],
+                std::time::Duration::from_secs(20),
+            )
+            .await;
+        assert!(!ex.status.success(), "{kind:?}: {}", ex.output());
+        assert!(!ex.grep(&want).is_empty(), "{kind:?}: {}", ex.output());
+    }
+}
