@@ -8,7 +8,8 @@ suite with the real etcd, shown as the comparison column (several are merged, la
 so a partial re-run can complete or replace a full one). A family is one test source file:
 `e2e/<file>` or `common/<file>` without `_test.go`. Counts are of top-level tests; a top-level
 test with subtests passes only when all of its subtests do. --errors adds, under each failing
-test, the first assertion lines of its log.
+test, the first assertion lines of its log. --failing-families prints instead a -run pattern of
+every top-level test in a family where RUN_DIR has a failure (to run the reference on those only).
 """
 import argparse
 import glob
@@ -47,7 +48,10 @@ def load(run):
             pkg, test, status, secs = parts[:4]
             note = parts[4] if len(parts) > 4 else ""
             log = os.path.join(run, "logs", f"{pkg}.{test}.log")
-            res[(pkg, test)] = (status, int(secs or 0), note, failing_leaves(log), log)
+            leaves = failing_leaves(log)
+            if status == "FAIL" and not leaves:  # timed out or crashed before its FAIL line
+                leaves = [test]
+            res[(pkg, test)] = (status, int(secs or 0), note, leaves, log)
     return res
 
 
@@ -85,10 +89,13 @@ def first_errors(log, limit=4):
     return out
 
 
+NOT_RUN = "not run: sends traffic off loopback"
+
+
 def counts(rows):
-    c = {"PASS": 0, "FAIL": 0, "SKIP": 0}
+    c = {"PASS": 0, "FAIL": 0, "SKIP": 0, "NOTRUN": 0}
     for r in rows:
-        c[r[0]] += 1
+        c["NOTRUN" if r[2] == NOT_RUN else r[0]] += 1
     return c
 
 
@@ -105,6 +112,7 @@ def main():
     ap.add_argument("run")
     ap.add_argument("--etcd", action="append", default=[])
     ap.add_argument("--errors", action="store_true")
+    ap.add_argument("--failing-families", action="store_true")
     a = ap.parse_args()
 
     fam = families(a.suite)
@@ -120,17 +128,32 @@ def main():
     for key in mem:
         by_fam.setdefault(family(key), []).append(key)
 
-    secs = lambda res: sum(r[1] for r in res.values())
+    if a.failing_families:
+        names = sorted({k[1] for f, keys in by_fam.items() if any(mem[k][0] == "FAIL" for k in keys)
+                        for k in keys if mem[k][2] != NOT_RUN})
+        print("^(" + "|".join(names) + ")$")
+        return
+
+    def wall(run):
+        try:
+            with open(os.path.join(run, "seconds")) as f:
+                t = int(f.read().strip())
+            return f"{t // 60} min {t % 60} s"
+        except (OSError, ValueError):
+            return "?"
+
     total_mem = counts(mem.values())
-    print(f"Run: `{a.run}` — top-level tests pass / fail / skip: {fmt(total_mem)}; "
-          f"{secs(mem) // 60} min of test time.")
+    print(f"Run `{a.run}`: top-level tests pass / fail / skip: {fmt(total_mem)}, and "
+          f"{total_mem['NOTRUN']} not run (off loopback); {wall(a.run)}.")
     if ref:
-        shared = [k for k in mem if k in ref]
-        print(f"Reference (real etcd): {fmt(counts(ref[k] for k in shared))} over the {len(shared)} "
-              f"top-level tests it ran of {len(mem)}; {secs(ref) // 60} min of test time.")
+        shared = [k for k in mem if k in ref and mem[k][2] != NOT_RUN]
+        walls = ", ".join(wall(d) for d in a.etcd)
+        print(f"Reference (real etcd, {', '.join(a.etcd)}): {fmt(counts(ref[k] for k in shared))} over "
+              f"the {len(shared)} top-level tests it ran; {walls}.")
     print()
-    head = "| family (test file) | tests | mem_etcd pass / fail / skip | failing subtests |"
-    line = "|---|---|---|---|"
+    head = ("| family (test file) | tests | not run (off loopback) | mem_etcd pass / fail / skip "
+            "| failing leaves |")
+    line = "|---|---|---|---|---|"
     if ref:
         head += " etcd 3.6.16 pass / fail / skip |"
         line += "---|"
@@ -140,13 +163,16 @@ def main():
         keys = by_fam[name]
         rows = [mem[k] for k in keys]
         leaves = sum(len(r[3]) for r in rows)
-        out = f"| {name} | {len(keys)} | {fmt(counts(rows))} | {leaves or ''} |"
+        c = counts(rows)
+        out = f"| {name} | {len(keys)} | {c['NOTRUN'] or ''} | {fmt(c)} | {leaves or ''} |"
         if ref:
+            keys = [k for k in keys if mem[k][2] != NOT_RUN]
             rk = [k for k in keys if k in ref]
             out += f" {fmt(counts(ref[k] for k in rk), len(rk), len(keys)) if rk else 'not run'} |"
         print(out)
     print()
-    print("Failing top-level tests (failing leaf subtests below each):")
+    print("Failing top-level tests (failing leaves below each; a leaf is a (sub)test that fails at the")
+    print("deepest level, the test itself when it has no failing subtest):")
     print()
     for name in sorted(by_fam):
         for key in by_fam[name]:
