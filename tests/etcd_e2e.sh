@@ -17,7 +17,8 @@
 # -bin-dir: that directory ($OUT/bin) holds a copy of the server binary itself, no wrapper script.
 #
 # Each top-level test runs alone, one after the other, at nice 10, from its package directory
-# (the tests read ../fixtures from there). After each one every process it left behind is killed:
+# (the tests read ../fixtures from there; data directories they leave there are removed before and
+# after each test). After each one every process it left behind is killed:
 # the framework starts servers in their own sessions (a pty each), so a process group is not
 # enough; they are found by the tag variable this script puts in the test's environment (the
 # framework passes EXPECT_* variables on to what it spawns) and by their executable being in
@@ -111,6 +112,10 @@ reap() { # LOG
   # shellcheck disable=SC2086
   [ -z "${pids// }" ] || kill -KILL $pids 2>/dev/null || true
 }
+# Tests that start a server without --data-dir leave `<name>.etcd` (or, for mem_etcd,
+# `<name>.mem_etcd`) in the package directory, the working directory; the next test with the same
+# name would start on that data. The module source has no such directories.
+clean_pkgdir() { rm -rf "$1"/*.etcd "$1"/*.mem_etcd; }
 trap 'reap "$out/interrupted.log"; exit 130' INT TERM
 
 results=$out/results.tsv
@@ -128,6 +133,7 @@ for pkg in e2e common; do
     fi
     n=$((n + 1))
     lf=$out/logs/$pkg.$t.log
+    clean_pkgdir "$pkgdir"
     t0=$(date +%s)
     set +e
     (cd "$pkgdir" && EXPECT_MEM_ETCD_E2E_TAG=$tag exec setsid -w nice -n 10 \
@@ -136,6 +142,7 @@ for pkg in e2e common; do
     rc=$?
     set -e
     reap "$lf"
+    clean_pkgdir "$pkgdir"
     secs=$(($(date +%s) - t0))
     note=
     if grep -q "^--- PASS: $t " "$lf"; then status=PASS
