@@ -274,6 +274,9 @@ impl<K: AsRef<[u8]>, V: AsRef<[u8]>> Entry for (K, V) {
     }
 }
 
+/// What takes a written file's bytes, in order; returns false to stop the writing.
+pub type Sink<'a> = &'a mut dyn FnMut(&[u8]) -> bool;
+
 /// Where a written file's tree ends up: what its meta pages, which come first, point at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
@@ -296,7 +299,7 @@ impl Layout {
 /// learn the [`Layout`] the meta pages (pages 0 and 1) need, then through [`Writer::new`].
 pub struct Writer<'a> {
     /// Where the pages go; `None` when only planning.
-    sink: Option<&'a mut dyn FnMut(&[u8]) -> bool>,
+    sink: Option<Sink<'a>>,
     /// The planned layout, checked at the end.
     planned: Option<Layout>,
     /// Next page id to hand out.
@@ -353,7 +356,7 @@ impl<'a> Writer<'a> {
     /// A writer that hands the file to `sink` in order, a page or a few at a time, starting
     /// with the meta and freelist pages for `layout` (what [`Writer::plan`] found for the same
     /// buckets). Once `sink` returns false nothing more is written.
-    pub fn new(layout: Layout, sink: &'a mut dyn FnMut(&[u8]) -> bool) -> Self {
+    pub fn new(layout: Layout, sink: Sink<'a>) -> Self {
         let ok = sink(&head(layout));
         Writer {
             sink: Some(sink),
@@ -424,7 +427,9 @@ impl<'a> Writer<'a> {
         let id = self.next;
         let span = p.used.div_ceil(PAGE_SIZE).max(1);
         self.next += span as u64;
-        if self.sink.is_some() && self.ok {
+        if self.ok
+            && let Some(sink) = self.sink.as_mut()
+        {
             let page = &mut self.page;
             page.clear();
             page.extend_from_slice(&id.to_le_bytes());
@@ -461,7 +466,6 @@ impl<'a> Writer<'a> {
                 page.extend_from_slice(&p.data);
             }
             page.resize(span * PAGE_SIZE, 0);
-            let sink = self.sink.as_mut().expect("checked above");
             self.ok = sink(page);
         }
         let first = std::mem::take(&mut p.first);
