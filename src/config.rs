@@ -968,6 +968,88 @@ const NO_EFFECT: &[(&str, Takes)] = {
     ]
 };
 
+/// etcd 3.6's deprecated flags and the warning it logs at start for each one given
+/// (etcd's `deprecatedFlags`, word for word: log pipelines and etcd's tests look for them).
+const DEPRECATED: &[(&str, &str)] = &[
+    ("max-snapshots", "--max-snapshots is deprecated in 3.6 and will be decommissioned in 3.8."),
+    (
+        "v2-deprecation",
+        "--v2-deprecation is deprecated and scheduled for removal in v3.8. The default value is enforced, ignoring user input.",
+    ),
+    (
+        "experimental-compact-hash-check-enabled",
+        "--experimental-compact-hash-check-enabled is deprecated in 3.6 and will be decommissioned in 3.7. Use '--feature-gates=CompactHashCheck=true' instead.",
+    ),
+    (
+        "experimental-compact-hash-check-time",
+        "--experimental-compact-hash-check-time is deprecated in 3.6 and will be decommissioned in 3.7. Use '--compact-hash-check-time' instead.",
+    ),
+    (
+        "experimental-txn-mode-write-with-shared-buffer",
+        "--experimental-txn-mode-write-with-shared-buffer is deprecated in v3.6 and will be decommissioned in v3.7. Use '--feature-gates=TxnModeWriteWithSharedBuffer=true' instead.",
+    ),
+    (
+        "experimental-corrupt-check-time",
+        "--experimental-corrupt-check-time is deprecated in v3.6 and will be decommissioned in v3.7. Use '--corrupt-check-time' instead.",
+    ),
+    (
+        "experimental-compaction-batch-limit",
+        "--experimental-compaction-batch-limit is deprecated in v3.6 and will be decommissioned in v3.7. Use '--compaction-batch-limit' instead.",
+    ),
+    (
+        "experimental-watch-progress-notify-interval",
+        "--experimental-watch-progress-notify-interval is deprecated in v3.6 and will be decommissioned in v3.7. Use '--watch-progress-notify-interval' instead.",
+    ),
+    (
+        "experimental-warning-apply-duration",
+        "--experimental-warning-apply-duration is deprecated in v3.6 and will be decommissioned in v3.7. Use '--warning-apply-duration' instead.",
+    ),
+    (
+        "experimental-bootstrap-defrag-threshold-megabytes",
+        "--experimental-bootstrap-defrag-threshold-megabytes is deprecated in v3.6 and will be decommissioned in v3.7. Use '--bootstrap-defrag-threshold-megabytes' instead.",
+    ),
+    (
+        "experimental-memory-mlock",
+        "--experimental-memory-mlock is deprecated in v3.6 and will be decommissioned in v3.7. Use '--memory-mlock' instead.",
+    ),
+    (
+        "experimental-snapshot-catchup-entries",
+        "--experimental-snapshot-catchup-entries is deprecated in v3.6 and will be decommissioned in v3.7. Use '--snapshot-catchup-entries' instead.",
+    ),
+    (
+        "experimental-compaction-sleep-interval",
+        "--experimental-compaction-sleep-interval is deprecated in v3.6 and will be decommissioned in v3.7. Use 'compaction-sleep-interval' instead.",
+    ),
+    (
+        "experimental-downgrade-check-time",
+        "--experimental-downgrade-check-time is deprecated in v3.6 and will be decommissioned in v3.7. Use '--downgrade-check-time' instead.",
+    ),
+    (
+        "experimental-enable-distributed-tracing",
+        "--experimental-enable-distributed-tracing is deprecated in 3.6 and will be decommissioned in 3.7. Use --enable-distributed-tracing instead.",
+    ),
+    (
+        "experimental-distributed-tracing-address",
+        "--experimental-distributed-tracing-address is deprecated in 3.6 and will be decommissioned in 3.7. Use --distributed-tracing-address instead.",
+    ),
+    (
+        "experimental-distributed-tracing-service-name",
+        "--experimental-distributed-tracing-service-name is deprecated in 3.6 and will be decommissioned in 3.7. Use --distributed-tracing-service-name instead.",
+    ),
+    (
+        "experimental-distributed-tracing-instance-id",
+        "--experimental-distributed-tracing-instance-id is deprecated in 3.6 and will be decommissioned in 3.7. Use --distributed-tracing-instance-id instead.",
+    ),
+    (
+        "experimental-distributed-tracing-sampling-rate",
+        "--experimental-distributed-tracing-sampling-rate is deprecated in 3.6 and will be decommissioned in 3.7. Use --distributed-tracing-sampling-rate instead.",
+    ),
+];
+
+/// The stages `--v2-deprecation` takes (etcd checks the value, then ignores it).
+const V2_DEPRECATION_STAGES: &[&str] =
+    &["write-only", "write-only-skip-check", "write-only-drop-data", "gone"];
+
 /// etcd 3.6's server feature gates and their defaults (etcd's `server/features`), and the
 /// deprecated flags that set them.
 const FEATURE_GATES: &[(&str, bool, Option<&str>)] = &[
@@ -991,6 +1073,8 @@ pub struct Loaded {
     pub config: Config,
     /// Flags given that have no effect in mem_etcd (for one line at start).
     pub no_effect: Vec<String>,
+    /// etcd's warnings for the deprecated flags given, logged at start as etcd logs them.
+    pub deprecated: Vec<&'static str>,
     /// Keys of the configuration file that are no flag (etcd ignores them too).
     pub unknown_keys: Vec<String>,
 }
@@ -1050,23 +1134,55 @@ where
     if file.is_some() {
         config.config_file = file;
     }
-    let no_effect = NO_EFFECT
-        .iter()
-        .filter(|(name, _)| {
-            matches!(
-                matches.value_source(name),
+    // Whether a flag was given (on the command line, in a variable or in the file); `id` is
+    // clap's id: a no-effect flag's name, or a field of `Config`.
+    let given = |id: &str| {
+        matches.ids().any(|i| i.as_str() == id)
+            && matches!(
+                matches.value_source(id),
                 Some(
                     clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable
                 )
             )
-        })
+    };
+    let no_effect = NO_EFFECT
+        .iter()
+        .filter(|(name, _)| given(name))
         .map(|(name, _)| name.to_string())
+        .collect();
+    let deprecated = DEPRECATED
+        .iter()
+        .filter(|(name, _)| given(name) || given(&name.replace('-', "_")))
+        .map(|(_, warning)| *warning)
         .collect();
     if !config.version {
         config.feature_gates_state().map_err(LoadError::Flag)?;
+        // Values etcd's flag parser refuses although the flag then changes nothing.
+        if let Some(v) = matches.get_one::<String>("v2-deprecation")
+            && let Some(bad) = v.split(',').find(|s| !V2_DEPRECATION_STAGES.contains(s))
+        {
+            return Err(LoadError::Flag(format!(
+                "invalid value {v:?} for flag -v2-deprecation: invalid value {bad:?}"
+            )));
+        }
+        let nonzero = |id: &str| {
+            matches
+                .get_one::<String>(id)
+                .is_some_and(|v| crate::duration::parse_duration(v).map_or(true, |d| !d.is_zero()))
+        };
+        if nonzero("warning-unary-request-duration")
+            && nonzero("experimental-warning-unary-request-duration")
+        {
+            return Err(LoadError::Invalid(
+                "both --experimental-warning-unary-request-duration and \
+                 --warning-unary-request-duration flags are set. Use only \
+                 --warning-unary-request-duration"
+                    .into(),
+            ));
+        }
         config.validate().map_err(LoadError::Invalid)?;
     }
-    Ok(Loaded { config, no_effect, unknown_keys })
+    Ok(Loaded { config, no_effect, deprecated, unknown_keys })
 }
 
 /// Go's flag package takes `-flag` as `--flag`; clap knows only the latter.

@@ -201,6 +201,7 @@ const ALL: &[Error] = &[
     Error::ElectionNotLeader,
     Error::ElectionNoLeader,
     Error::SessionExpired,
+    Error::VerifyOnly,
 ];
 
 impl Error {
@@ -287,9 +288,74 @@ impl Error {
         }
     }
 
-    /// A stable number for the error, to carry it between members.
+    /// A stable number for the error, to carry it between members: its place in [`ALL`]. A
+    /// match rather than a search of `ALL`, so that a new variant cannot compile without a
+    /// number (one missing from `ALL` made applying its error panic on every member);
+    /// `codes_are_places_in_all` checks that the two agree.
     pub fn code(&self) -> u32 {
-        ALL.iter().position(|e| e == self).expect("every variant is in ALL") as u32
+        match self {
+            Error::EmptyKey => 0,
+            Error::KeyNotFound => 1,
+            Error::ValueProvided => 2,
+            Error::LeaseProvided => 3,
+            Error::TooManyOps => 4,
+            Error::DuplicateKey => 5,
+            Error::InvalidSortOption => 6,
+            Error::Compacted => 7,
+            Error::FutureRev => 8,
+            Error::RequestTooLarge => 9,
+            Error::LeaseNotFound => 10,
+            Error::LeaseExists => 11,
+            Error::LeaseTtlTooLarge => 12,
+            Error::AuthNotEnabled => 13,
+            Error::MemberChangeUnsupported => 14,
+            Error::WalUnavailable => 15,
+            Error::NoSpace => 16,
+            Error::SnapshotFailed => 17,
+            Error::NoLeader => 18,
+            Error::Timeout => 19,
+            Error::TimeoutLeaderFail => 20,
+            Error::LeaderChanged => 21,
+            Error::Stopped => 22,
+            Error::NotLeader => 23,
+            Error::UnhealthyCluster => 24,
+            Error::MemberNotFound => 25,
+            Error::PeerUrlExists => 26,
+            Error::MemberNotLearner => 27,
+            Error::LearnerNotReady => 28,
+            Error::TooManyLearners => 29,
+            Error::LearnerRpc => 30,
+            Error::NotEnoughStartedMembers => 31,
+            Error::NotLeaderMoveLeader => 32,
+            Error::BadLeaderTransferee => 33,
+            Error::WrongDowngradeVersionFormat => 34,
+            Error::InvalidDowngradeTargetVersion => 35,
+            Error::UnknownMethod => 36,
+            Error::Internal => 37,
+            Error::RootUserNotExist => 38,
+            Error::RootRoleNotExist => 39,
+            Error::UserAlreadyExist => 40,
+            Error::UserEmpty => 41,
+            Error::UserNotFound => 42,
+            Error::RoleAlreadyExist => 43,
+            Error::RoleNotFound => 44,
+            Error::RoleEmpty => 45,
+            Error::AuthFailed => 46,
+            Error::PermissionNotGiven => 47,
+            Error::PermissionDenied => 48,
+            Error::RoleNotGranted => 49,
+            Error::PermissionNotGranted => 50,
+            Error::InvalidAuthToken => 51,
+            Error::InvalidAuthMgmt => 52,
+            Error::AuthOldRevision => 53,
+            Error::NoPasswordUser => 54,
+            Error::Corrupt => 55,
+            Error::MissingLeaderKey => 56,
+            Error::ElectionNotLeader => 57,
+            Error::ElectionNoLeader => 58,
+            Error::SessionExpired => 59,
+            Error::VerifyOnly => 60,
+        }
     }
 
     /// The error of [`Error::code`].
@@ -313,3 +379,17 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_places_in_all() {
+        for (i, e) in ALL.iter().enumerate() {
+            assert_eq!(e.code() as usize, i, "{e:?}");
+            assert_eq!(Error::from_code(i as u32).as_ref(), Some(e));
+        }
+        assert_eq!(Error::VerifyOnly.code() as usize, ALL.len() - 1);
+    }
+}

@@ -71,6 +71,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tracing::warn!(keys = ?loaded.unknown_keys, "configuration file keys that are no flag: ignored");
     }
     log_no_effect(&config, &loaded.no_effect);
+    for warning in &loaded.deprecated {
+        tracing::warn!("{warning}");
+    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if config.worker_threads > 0 {
         builder.worker_threads(config.worker_threads);
@@ -159,6 +162,12 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
     );
     let mut metrics_listeners = Vec::new();
     for url in &config.listen_metrics_urls {
+        if tls.is_none() && (url.starts_with("https://") || url.starts_with("unixs://")) {
+            // etcd's words (`embed.ErrMissingClientTLSInfoForMetricsURL`).
+            return Err("client TLS key/cert (--cert-file, --key-file) must be provided for \
+                        metrics secure url"
+                .into());
+        }
         let l =
             Listener::bind(url, tls.as_ref()).await.map_err(|e| format!("listen on {url}: {e}"))?;
         metrics_listeners.push(l);

@@ -70,9 +70,9 @@ pub fn render(shared: &Member) -> String {
     let o = &mut out;
     let store = &shared.store;
     // A member alone always leads.
-    let (has_leader, is_leader) = shared.raft().map_or((true, true), |r| {
+    let (has_leader, is_leader, is_learner) = shared.raft().map_or((true, true, false), |r| {
         let role = *r.role().borrow();
-        (role.leader.is_some(), role.is_leader)
+        (role.leader.is_some(), role.is_leader, role.is_learner)
     });
     single(
         o,
@@ -87,6 +87,13 @@ pub fn render(shared: &Member) -> String {
         "Whether or not this member is a leader. 1 if is, 0 otherwise.",
         "gauge",
         usize::from(is_leader),
+    );
+    single(
+        o,
+        "etcd_server_is_learner",
+        "Whether or not this member is a learner. 1 if is, 0 otherwise.",
+        "gauge",
+        usize::from(is_learner),
     );
     if let Some(r) = shared.raft() {
         raft_metrics(o, r);

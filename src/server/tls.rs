@@ -333,7 +333,9 @@ fn build(side: Side<'_>, config: &Config) -> Result<Option<Arc<ServerConfig>>, S
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions)
         .map_err(|e| e.to_string())?;
-    let builder = if side.client_cert_auth {
+    // As etcd's transport: a trusted CA alone requires client certificates too (only
+    // `--client-cert-auth` makes their common name the user, see `server::auth`).
+    let builder = if side.client_cert_auth || side.ca.is_some() {
         let Some(ca) = side.ca else {
             return Err(format!("--{kind}client-cert-auth needs --{kind}trusted-ca-file"));
         };

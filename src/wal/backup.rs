@@ -575,11 +575,11 @@ mod tests {
         for cut in [good.len() - 1, good.len() - 32, 40, 10] {
             let (_d, path) = file(&good[..cut]);
             let e = read_all(&path, false).unwrap_err().0;
-            assert!(e.contains("truncated") || e.contains("not a mem_etcd"), "{cut}: {e}");
+            assert!(e.contains("truncated") || e.contains("is not a snapshot"), "{cut}: {e}");
             // Without the hash check only a cut into the records is noticed.
             let skipped = read_all(&path, true);
             match cut {
-                10 => assert!(skipped.unwrap_err().0.contains("not a mem_etcd")),
+                10 => assert!(skipped.unwrap_err().0.contains("is not a snapshot")),
                 40 => assert!(skipped.unwrap_err().0.contains("ends early")),
                 _ => assert_eq!(skipped.unwrap().0.rev, 9),
             }

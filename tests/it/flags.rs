@@ -304,11 +304,31 @@ async fn environment_variables_and_go_flag_syntax() {
     assert!(err.contains("unrecognized feature gate: Nope"), "{err}");
 }
 
-/// Unknown gate names and malformed values are refused with etcd's words and exit status.
+/// Unknown gate names, malformed values and a `--v2-deprecation` stage etcd does not have are
+/// refused with etcd's words and exit status; so are both spellings of the unary request
+/// warning flag together (etcd words it in a log line).
 #[test]
-fn feature_gates_are_refused_as_etcd_refuses_them() {
+fn bad_flag_values_are_refused_as_etcd_refuses_them() {
     let etcd = peer_binary("etcd").expect("etcd peer");
-    for arg in ["--feature-gates=Foo=true", "--feature-gates=InitialCorruptCheck"] {
+    let both =
+        ["--warning-unary-request-duration=1s", "--experimental-warning-unary-request-duration=1s"];
+    let dir = tempfile::tempdir().unwrap();
+    let run = |bin: &Path| {
+        Command::new(bin).args(both).arg("--data-dir").arg(dir.path().join("d")).output().unwrap()
+    };
+    let (ours, theirs) = (run(&mem_etcd_bin()), run(&etcd));
+    assert_eq!(ours.status.code(), theirs.status.code());
+    let want = "both --experimental-warning-unary-request-duration and \
+                --warning-unary-request-duration flags are set. Use only \
+                --warning-unary-request-duration";
+    for o in [&ours, &theirs] {
+        assert!(String::from_utf8_lossy(&o.stderr).contains(want), "{o:?}");
+    }
+    for arg in [
+        "--feature-gates=Foo=true",
+        "--feature-gates=InitialCorruptCheck",
+        "--v2-deprecation=not-yet",
+    ] {
         let ours = Command::new(mem_etcd_bin()).arg(arg).output().unwrap();
         let theirs = Command::new(&etcd).arg(arg).output().unwrap();
         let first = |o: &std::process::Output| {
@@ -643,5 +663,20 @@ async fn a_trusted_self_signed_ca_as_client_certificate_and_the_crl() {
         assert_eq!((code, out.trim()), (Some(0), "v"), "{kind:?}");
         let (code, out) = ctl_with(certs.path(), https, "revoked", &["get", "k"]);
         assert_ne!(code, Some(0), "{kind:?}: a revoked certificate got through: {out}");
+    }
+}
+
+/// A deprecated flag gets etcd's warning, word for word, at start.
+#[tokio::test]
+async fn deprecated_flags_get_etcds_warning() {
+    let s = Server::start(Kind::MemEtcd, &["--max-snapshots=10", "--v2-deprecation=gone"])
+        .await
+        .unwrap();
+    for warning in [
+        "--max-snapshots is deprecated in 3.6 and will be decommissioned in 3.8.",
+        "--v2-deprecation is deprecated and scheduled for removal in v3.8. The default value is \
+         enforced, ignoring user input.",
+    ] {
+        assert!(!s.grep_log(warning).is_empty(), "{warning}\n{}", s.log_tail());
     }
 }

@@ -216,6 +216,7 @@ async fn metrics_count_calls_and_report_the_store() {
         "grpc_server_started_total{grpc_method=\"Watch\",grpc_service=\"etcdserverpb.Watch\",grpc_type=\"bidi_stream\"} 1",
         "etcd_server_has_leader 1",
         "etcd_server_is_leader 1",
+        "etcd_server_is_learner 0",
         "etcd_server_version{server_version=\"3.6.16\"} 1",
         "etcd_cluster_version{cluster_version=\"3.6\"} 1",
         "etcd_debugging_mvcc_keys_total 2",

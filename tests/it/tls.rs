@@ -163,6 +163,23 @@ async fn clients_without_a_trusted_certificate_are_refused() {
     assert_eq!((code, out.trim()), (Some(0), "OK"), "{err}");
 }
 
+/// `--trusted-ca-file` without `--client-cert-auth` requires client certificates all the
+/// same, as etcd's transport does (`TLSInfo.ServerConfig`: a trusted CA file or client cert
+/// auth makes it RequireAndVerifyClientCert); only the common name stays unused for auth.
+#[tokio::test]
+async fn a_trusted_ca_alone_requires_client_certificates_as_etcds_does() {
+    let certs = Certs::new();
+    let mut flags = certs.server_flags(false);
+    flags.push(certs.arg("--trusted-ca-file", "ca.crt"));
+    let (s, https) = start_tls(&flags).await;
+    let timeout = ["--command-timeout=3s", "put", "k", "v"];
+    let (code, _, err) = ctl(&certs, https, &[("--cacert", "ca.crt")], &timeout);
+    assert_ne!(code, Some(0), "put without a client certificate succeeded: {err}");
+    assert!(!s.grep_log("rejected connection on client endpoint").is_empty(), "{}", s.log_tail());
+    let (code, out, err) = ctl(&certs, https, &CLIENT, &["put", "k", "v"]);
+    assert_eq!((code, out.trim()), (Some(0), "OK"), "{err}");
+}
+
 #[tokio::test]
 async fn server_tls_without_client_auth_serves_any_client() {
     let certs = Certs::new();
