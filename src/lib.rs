@@ -24,8 +24,9 @@
 //!   (`server::tls`), the HTTP endpoints and gRPC call counting in front of the routes
 //!   (`server::http`, `server::grpc_stats`, `server::metrics`), alarms and the space quota checked before writes that
 //!   add data (`server::alarm`), auto-compaction (`server::compactor`), Maintenance.Snapshot,
-//!   which streams a backup the store takes at one revision (`mvcc::backup`, in the format of
-//!   `wal::backup`; `mem_etcd snapshot restore` turns it into a data directory), and what the
+//!   which streams the store at one revision (`mvcc::backup`) as an etcd snapshot.db
+//!   (`backend::schema`; `mem_etcd snapshot restore` and `etcdutl` turn it into a data
+//!   directory), starting on an etcd data directory (`server::etcd_data_dir`), and what the
 //!   leader serves of the requests members forward to it (`server::forward`: lease renewals
 //!   and TimeToLive, membership changes).
 //! - [`raft`]: replication for a cluster of members (openraft): the Raft log (the WAL of a
@@ -60,9 +61,9 @@
 //!   commit (buffered: acknowledged once written to the OS; fsync: once fdatasync'd), snapshots
 //!   that bound restart time and disk use, and recovery that rebuilds the store at exactly one
 //!   revision.
-//! - [`backend`]: etcd's own storage format (a bbolt database with etcd's buckets), read from
-//!   an etcd snapshot.db by `mem_etcd snapshot restore` and written by `mem_etcd snapshot
-//!   export`, so data moves between etcd and mem_etcd with its revisions; never used to serve.
+//! - [`backend`]: etcd's own storage format (a bbolt database with etcd's buckets): written
+//!   page by page for Maintenance.Snapshot, read from an etcd snapshot.db or data directory, so
+//!   data moves between etcd and mem_etcd with its revisions; never used to serve.
 //! - [`data_dir`]: the layout of `--data-dir` and the atomic replacement of its small files,
 //!   used by `wal`, `raft` and `server` alike.
 //! - [`utc`]: calendar dates and etcd's log timestamps from the system clock.
