@@ -510,7 +510,8 @@ fn spki_key(spki: &[u8]) -> Option<Vec<u8>> {
 /// curve.
 fn p521_scalar(doc: &[u8], kind: SectionKind) -> Option<Vec<u8>> {
     let sec1 = if kind == SectionKind::PrivateKey {
-        let (_version, rest) = (0, der::skip(der::content(doc, der::SEQUENCE)?, 1)?);
+        // Past the version: the algorithm (id-ecPublicKey and the curve), then the SEC1 key.
+        let rest = der::skip(der::content(doc, der::SEQUENCE)?, 1)?;
         let (tag, alg, rest) = der::tlv(rest)?;
         let curve = der::content(der::skip(alg, 1)?, der::OID)?;
         (tag == der::SEQUENCE && curve == P521_OID).then_some(())?;

@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
+use super::key_index::{KeyRecord, first_kept};
 use super::partition::Partition;
 use super::persist::to_version;
 use super::store::{HistoryPin, Store};
@@ -25,6 +26,13 @@ use std::path::Path;
 const CHUNK_KEYS: usize = 1024;
 /// About how many bytes [`Backup::write`] hands out at a time.
 const PIECE_BYTES: usize = 256 << 10;
+
+/// What [`Backup::walk`] hands out: a partition (its prefix), then its keys with their records
+/// at or below the backup's revision.
+enum Walk<'a> {
+    Partition(&'a Bytes),
+    Key(Bytes, Vec<KeyRecord>),
+}
 
 /// A backup of the store fixed at one revision. It pins the history (see `HistoryPin`):
 /// compactions meanwhile free nothing, and do not wait for it.
@@ -145,36 +153,48 @@ impl Backup<'_> {
     }
 
     /// Every version the backup holds with its key, in revision order (etcd's `key` bucket's
-    /// order), as etcd's compaction leaves them: of the versions at or below the compaction,
-    /// only each key's newest, unless that is a deletion (one a pinned history still holds is
-    /// left out). The values are shared with the store, not copied.
+    /// order), as etcd's compaction leaves them (versions a pinned history still holds below
+    /// the compaction are left out). The values are shared with the store, not copied.
     pub fn versions(&self) -> Vec<(Bytes, Version)> {
-        let wal = self.store.wal();
         let mut out = Vec::new();
+        self.walk(&mut |item| {
+            if let Walk::Key(key, recs) = item {
+                let kept = first_kept(&recs, self.compacted);
+                out.extend(recs.into_iter().skip(kept).map(|r| (key.clone(), to_version(r))));
+            }
+            true
+        });
+        out.sort_unstable_by_key(|(_, v)| (v.main, v.sub));
+        out
+    }
+
+    /// Hands every partition and then each of its keys (in key order) to `visit`, a chunk of
+    /// keys per partition lock. Keys the WAL excludes are left out: the server would not
+    /// recover them after a restart either, and restored they would come back stale after the
+    /// restored server's next restart, since their later changes are not logged. Stops early,
+    /// returning false, if `visit` does.
+    fn walk(&self, visit: &mut dyn FnMut(Walk) -> bool) -> bool {
+        let wal = self.store.wal();
         for p in &self.parts {
+            if !visit(Walk::Partition(&p.prefix)) {
+                return false;
+            }
             let mut after = None;
             loop {
                 let chunk = p.state.read().chunk_at(after.as_ref(), self.rev, CHUNK_KEYS);
                 let Some(last) = chunk.last() else { break };
                 after = Some(last.0.clone());
-                for (key, recs) in chunk {
-                    // As in `encode`.
-                    if wal.is_some_and(|w| w.excluded(&key)) {
+                for (k, recs) in chunk {
+                    if wal.is_some_and(|w| w.excluded(&k)) {
                         continue;
                     }
-                    let newest_old = recs.iter().rposition(|r| r.rev.main <= self.compacted);
-                    for (i, r) in recs.into_iter().enumerate() {
-                        let kept = r.rev.main > self.compacted
-                            || (Some(i) == newest_old && !r.is_tombstone());
-                        if kept {
-                            out.push((key.clone(), to_version(r)));
-                        }
+                    if !visit(Walk::Key(k, recs)) {
+                        return false;
                     }
                 }
             }
         }
-        out.sort_unstable_by_key(|(_, v)| (v.main, v.sub));
-        out
+        true
     }
 
     fn encoder(&self) -> Encoder {
@@ -182,27 +202,18 @@ impl Backup<'_> {
     }
 
     fn encode(&self, e: &mut Encoder, flush: &mut dyn FnMut(&mut Encoder) -> bool) -> bool {
-        let wal = self.store.wal();
-        for p in &self.parts {
-            e.partition(&p.prefix);
-            let mut after = None;
-            loop {
-                let chunk = p.state.read().chunk_at(after.as_ref(), self.rev, CHUNK_KEYS);
-                let Some(last) = chunk.last() else { break };
-                after = Some(last.0.clone());
-                for (key, recs) in chunk {
-                    // What the server would not recover after a restart either: restored, such
-                    // keys would come back stale after the restored server's next restart,
-                    // since their later changes are not logged.
-                    if wal.is_some_and(|w| w.excluded(&key)) {
-                        continue;
-                    }
-                    e.key(key, recs.into_iter().map(to_version).collect());
-                    if e.buffered() >= PIECE_BYTES && !flush(e) {
-                        return false;
-                    }
-                }
+        let done = self.walk(&mut |item| match item {
+            Walk::Partition(prefix) => {
+                e.partition(prefix);
+                true
             }
+            Walk::Key(key, recs) => {
+                e.key(key, recs.into_iter().map(to_version).collect());
+                e.buffered() < PIECE_BYTES || flush(e)
+            }
+        });
+        if !done {
+            return false;
         }
         for &(id, ttl) in &self.leases {
             e.lease(id, ttl);

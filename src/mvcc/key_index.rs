@@ -134,14 +134,11 @@ impl KeyHistory {
     /// newest version at or before `rev` too when it is a tombstone. Returns the bytes freed.
     pub fn compact(&mut self, rev: i64) -> usize {
         let recs = self.records();
-        let Some(keep) = recs.iter().rposition(|r| r.rev.main <= rev) else {
-            return 0;
-        };
-        let drop_to = if recs[keep].is_tombstone() { keep + 1 } else { keep };
-        let freed = recs[..drop_to].iter().map(record_cost).sum();
+        let drop_to = first_kept(recs, rev);
         if drop_to == 0 {
-            return freed;
+            return 0;
         }
+        let freed = recs[..drop_to].iter().map(record_cost).sum();
         let Records::Many(mut v) = std::mem::replace(&mut self.records, Records::Many(vec![]))
         else {
             // A single version that goes is a tombstone: nothing is left.
@@ -170,6 +167,18 @@ impl KeyHistory {
 /// The memory a record holds, for `dbSize` and the quota: value bytes plus the record itself.
 pub fn record_cost(r: &KeyRecord) -> usize {
     r.value.len() + std::mem::size_of::<KeyRecord>()
+}
+
+/// The index of the first of `records` (one key's, oldest first) that a compaction at `rev`
+/// keeps: every version superseded at or before `rev` goes, and the newest one at or before
+/// `rev` too when it is a tombstone. Also what a backup or HashKV reads of a history whose
+/// compaction a pin holds off.
+pub fn first_kept(records: &[KeyRecord], rev: i64) -> usize {
+    match records.iter().rposition(|r| r.rev.main <= rev) {
+        Some(keep) if records[keep].is_tombstone() => keep + 1,
+        Some(keep) => keep,
+        None => 0,
+    }
 }
 
 #[cfg(test)]

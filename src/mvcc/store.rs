@@ -995,26 +995,17 @@ impl Store {
         for p in parts {
             p.state.read().for_each_history(|h| {
                 let records = h.records();
-                let newest_old = records.iter().rposition(|r| r.rev.main <= compacted);
                 let at_rev = records.iter().rposition(|r| r.rev.main <= rev);
                 let live = at_rev.filter(|&i| !records[i].is_tombstone());
                 any_live |= live.is_some();
-                for (i, r) in records.iter().enumerate() {
-                    let kept =
-                        r.rev.main > compacted || (Some(i) == newest_old && !r.is_tombstone());
-                    if !kept || r.rev.main > rev {
-                        continue;
+                let kept = super::key_index::first_kept(records, compacted);
+                for (i, r) in records.iter().enumerate().skip(kept) {
+                    if r.rev.main > rev {
+                        break;
                     }
                     let (k, v) = crate::backend::schema::key_bucket_entry(
                         &h.key,
-                        &wal::record::Version {
-                            main: r.rev.main,
-                            sub: r.rev.sub,
-                            create_rev: r.create_rev,
-                            version: r.version,
-                            lease: r.lease,
-                            value: r.value.clone(),
-                        },
+                        &super::persist::to_version(r.clone()),
                     );
                     let crc = crc32c::crc32c_append(crc32c::crc32c(&k), &v);
                     let old_not_live = r.rev.main <= compacted && live != Some(i);
