@@ -16,7 +16,6 @@ use bytes::Bytes;
 
 use super::key_index::{KeyRecord, first_kept};
 use super::partition::Partition;
-use super::persist::to_version;
 use super::store::{HistoryPin, Store};
 use crate::wal::backup::{BackupError, Encoder, Item, SHA_LEN, Summary, read_at};
 use crate::wal::record::Version;
@@ -96,7 +95,7 @@ impl Store {
                 let p = fresh.partition_for_key(&key);
                 let mut st = p.state.write();
                 for v in versions {
-                    st.restore(&key, super::persist::from_version(v));
+                    st.restore(&key, KeyRecord::from(v));
                 }
             }
             Ok(())
@@ -160,7 +159,7 @@ impl Backup<'_> {
         self.walk(&mut |item| {
             if let Walk::Key(key, recs) = item {
                 let kept = first_kept(&recs, self.compacted);
-                out.extend(recs.into_iter().skip(kept).map(|r| (key.clone(), to_version(r))));
+                out.extend(recs.into_iter().skip(kept).map(|r| (key.clone(), Version::from(r))));
             }
             true
         });
@@ -208,7 +207,7 @@ impl Backup<'_> {
                 true
             }
             Walk::Key(key, recs) => {
-                e.key(key, recs.into_iter().map(to_version).collect());
+                e.key(key, recs.into_iter().map(Version::from).collect());
                 e.buffered() < PIECE_BYTES || flush(e)
             }
         });

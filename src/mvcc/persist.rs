@@ -137,35 +137,13 @@ impl Store {
                     if wal.excluded(&key) {
                         continue;
                     }
-                    out.key(key, recs.into_iter().map(to_version).collect())?;
+                    out.key(key, recs.into_iter().map(Version::from).collect())?;
                 }
             }
             out.finish()?;
         }
         w.leases(&leases)?;
         w.commit(wal)
-    }
-}
-
-/// A logged version as the partition keeps it.
-pub(super) fn from_version(v: Version) -> KeyRecord {
-    KeyRecord {
-        rev: Revision::new(v.main, v.sub),
-        create_rev: v.create_rev,
-        version: v.version,
-        lease: v.lease,
-        value: v.value,
-    }
-}
-
-pub(super) fn to_version(r: KeyRecord) -> Version {
-    Version {
-        main: r.rev.main,
-        sub: r.rev.sub,
-        create_rev: r.create_rev,
-        version: r.version,
-        lease: r.lease,
-        value: r.value,
     }
 }
 
@@ -179,7 +157,7 @@ impl Replay for Restore<'_> {
         let p = self.store.partition_for_key(&key);
         let mut st = p.state.write();
         for v in versions {
-            st.restore(&key, from_version(v));
+            st.restore(&key, KeyRecord::from(v));
         }
     }
 

@@ -1005,7 +1005,7 @@ impl Store {
                     }
                     let (k, v) = crate::backend::schema::key_bucket_entry(
                         &h.key,
-                        &super::persist::to_version(r.clone()),
+                        &crate::wal::record::Version::from(r.clone()),
                     );
                     let crc = crc32c::crc32c_append(crc32c::crc32c(&k), &v);
                     let old_not_live = r.rev.main <= compacted && live != Some(i);
