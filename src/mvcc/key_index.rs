@@ -182,6 +182,33 @@ pub fn first_kept(records: &[KeyRecord], rev: i64) -> usize {
     }
 }
 
+/// A logged version as the partition keeps it (WAL replay, backup restore).
+impl From<Version> for KeyRecord {
+    fn from(v: Version) -> Self {
+        KeyRecord {
+            rev: Revision::new(v.main, v.sub),
+            create_rev: v.create_rev,
+            version: v.version,
+            lease: v.lease,
+            value: v.value,
+        }
+    }
+}
+
+/// A kept version as the log and backups write it.
+impl From<KeyRecord> for Version {
+    fn from(r: KeyRecord) -> Self {
+        Version {
+            main: r.rev.main,
+            sub: r.rev.sub,
+            create_rev: r.create_rev,
+            version: r.version,
+            lease: r.lease,
+            value: r.value,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,32 +298,5 @@ mod tests {
         h.push(put(5, 5, 1, "a"));
         assert_eq!(h.compact(3), 0);
         assert_eq!(h.records().len(), 1);
-    }
-}
-
-/// A logged version as the partition keeps it (WAL replay, backup restore).
-impl From<Version> for KeyRecord {
-    fn from(v: Version) -> Self {
-        KeyRecord {
-            rev: Revision::new(v.main, v.sub),
-            create_rev: v.create_rev,
-            version: v.version,
-            lease: v.lease,
-            value: v.value,
-        }
-    }
-}
-
-/// A kept version as the log and backups write it.
-impl From<KeyRecord> for Version {
-    fn from(r: KeyRecord) -> Self {
-        Version {
-            main: r.rev.main,
-            sub: r.rev.sub,
-            create_rev: r.create_rev,
-            version: r.version,
-            lease: r.lease,
-            value: r.value,
-        }
     }
 }
