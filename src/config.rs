@@ -1185,8 +1185,19 @@ where
     Ok(Loaded { config, no_effect, deprecated, unknown_keys })
 }
 
+/// A configuration from `flags` alone, with every other setting at its default (no environment
+/// variables, no file): how `etcd gateway` and `etcd grpc-proxy` (`proxy`) build their
+/// listeners' TLS from the same flags, read by the same code, as the server's.
+pub fn from_flags(flags: &[String]) -> Result<Config, String> {
+    use clap::FromArgMatches;
+    let cmd = command().mut_args(|a| a.env(None::<&str>));
+    let argv = std::iter::once("mem_etcd".to_string()).chain(flags.iter().cloned());
+    let matches = cmd.try_get_matches_from(argv).map_err(|e| e.to_string())?;
+    Config::from_arg_matches(&matches).map_err(|e| e.to_string())
+}
+
 /// Go's flag package takes `-flag` as `--flag`; clap knows only the latter.
-fn go_style(a: std::ffi::OsString) -> std::ffi::OsString {
+pub(crate) fn go_style(a: std::ffi::OsString) -> std::ffi::OsString {
     match a.to_str() {
         Some(s)
             if s.starts_with('-')

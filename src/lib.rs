@@ -67,6 +67,10 @@
 //! - [`data_dir`]: the layout of `--data-dir` and the atomic replacement of its small files,
 //!   used by `wal`, `raft` and `server` alike.
 //! - [`utc`]: calendar dates and etcd's log timestamps from the system clock.
+//! - [`proxy`]: etcd's two proxies, which the binary also runs (`mem_etcd gateway start`, a
+//!   TCP pipe to the cluster's client endpoints; `mem_etcd grpc-proxy start`, which passes each
+//!   gRPC call through to one). They are clients of a cluster, hold no data, and reuse only
+//!   `server::tls` and `raft::tls` for their connections.
 //!
 //! ## The write path
 //! validate → lock partitions → evaluate compares → allocate revision → apply → encode WAL
@@ -129,6 +133,7 @@ pub mod keyspace;
 pub mod lease;
 pub mod metrics;
 pub mod mvcc;
+pub mod proxy;
 pub mod raft;
 pub mod revision;
 pub mod server;

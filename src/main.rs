@@ -22,6 +22,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::args_os().nth(1).is_some_and(|a| a == "snapshot") {
         std::process::exit(mem_etcd::snapshot_cmd::run(std::env::args_os().skip(1)));
     }
+    // `mem_etcd gateway start ...`, `mem_etcd grpc-proxy start ...`: etcd's proxies.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if let Some(proxy) = mem_etcd::proxy::parse(&args) {
+        let proxy = proxy.unwrap_or_else(|e| e.exit());
+        // As etcd's proxies log: zap's JSON at info, on stderr.
+        init_logging("json", "info", log_outputs::LogOutputs::open(&["default".into()])?)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+        std::process::exit(runtime.block_on(mem_etcd::proxy::run(proxy)));
+    }
     let loaded = match config::load(std::env::args_os()) {
         Ok(l) => l,
         Err(LoadError::Usage(e)) => e.exit(),
@@ -46,21 +55,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::process::exit(1);
     }
     let outputs = log_outputs::LogOutputs::open(&config.log_outputs)?;
-    let ansi = outputs.is_stderr_only() && std::io::stderr().is_terminal();
-    let filter = EnvFilter::try_new(log_filter(&config.log_level))?;
-    if config.log_format != "console" {
-        tracing_subscriber::fmt()
-            .event_format(log_format::EtcdJson)
-            .with_env_filter(filter)
-            .with_writer(outputs)
-            .init();
-    } else {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(outputs)
-            .with_ansi(ansi)
-            .init();
-    }
+    init_logging(&config.log_format, &config.log_level, outputs)?;
     if let Some(path) = &config.config_file {
         tracing::info!(
             path = %path.display(),
@@ -88,6 +83,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     builder.disable_lifo_slot();
     let runtime = builder.enable_all().build()?;
     runtime.block_on(run(config))
+}
+
+/// Logs in `format` (etcd's `json`, or `console`: tracing's text, coloured on a terminal) at
+/// `level` to `outputs`.
+fn init_logging(
+    format: &str,
+    level: &str,
+    outputs: log_outputs::LogOutputs,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let ansi = outputs.is_stderr_only() && std::io::stderr().is_terminal();
+    let filter = EnvFilter::try_new(log_filter(level))?;
+    if format != "console" {
+        tracing_subscriber::fmt()
+            .event_format(log_format::EtcdJson)
+            .with_env_filter(filter)
+            .with_writer(outputs)
+            .init();
+    } else {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(outputs)
+            .with_ansi(ansi)
+            .init();
+    }
+    Ok(())
 }
 
 /// `--version`: etcd's four lines, with the emulated version (tools parse the first), then

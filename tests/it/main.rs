@@ -29,6 +29,7 @@ mod lock_election;
 mod membership;
 mod model;
 mod operations;
+mod proxy;
 mod services;
 mod snapshot;
 mod tls;
