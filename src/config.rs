@@ -364,6 +364,29 @@ pub struct Config {
     #[arg(long, env = "ETCD_MAX_CONCURRENT_STREAMS", default_value_t = u32::MAX)]
     pub max_concurrent_streams: u32,
 
+    /// A unary gRPC request that takes longer than this is logged ("request stats", etcd's
+    /// `--warning-unary-request-duration`, or its `--experimental-` form). Set by [`load`]
+    /// from those flags, which are parsed with the no-effect ones.
+    #[arg(skip = DEFAULT_WARNING_UNARY_REQUEST_DURATION)]
+    pub warning_unary_request_duration: Duration,
+
+    /// `--snapshot-catchup-entries` (or its `--experimental-` form): no effect (openraft sends
+    /// a lagging member a snapshot by its own rule), but etcd writes it in its startup line,
+    /// which tools read. Set by [`load`].
+    #[arg(skip = DEFAULT_SNAPSHOT_CATCHUP_ENTRIES)]
+    pub snapshot_catchup_entries: u64,
+
+    /// `--bootstrap-defrag-threshold-megabytes` (or its `--experimental-` form): etcd
+    /// defragments its bbolt file at start when that would free this much; 0: never. Only
+    /// logged here (see `main`). Set by [`load`].
+    #[arg(skip)]
+    pub bootstrap_defrag_threshold_megabytes: u64,
+
+    /// `--v2-deprecation=write-only-skip-check`: the one stage etcd keeps when asked (it
+    /// enforces `write-only` for any other); only its startup line shows it. Set by [`load`].
+    #[arg(skip)]
+    pub v2_deprecation_skip_check: bool,
+
     /// The oldest TLS version https listeners accept: TLS1.2 or TLS1.3.
     #[arg(long, env = "ETCD_TLS_MIN_VERSION", default_value = "TLS1.2")]
     pub tls_min_version: String,
@@ -856,6 +879,12 @@ impl Config {
     }
 }
 
+/// etcd's default `--warning-unary-request-duration`.
+pub const DEFAULT_WARNING_UNARY_REQUEST_DURATION: Duration = Duration::from_millis(300);
+
+/// etcd's default `--snapshot-catchup-entries`.
+pub const DEFAULT_SNAPSHOT_CATCHUP_ENTRIES: u64 = 5000;
+
 /// How a flag that mem_etcd accepts without acting on it takes its value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Takes {
@@ -949,6 +978,7 @@ const NO_EFFECT: &[(&str, Takes)] = {
         ("experimental-downgrade-check-time", Value),
         ("warning-apply-duration", Value),
         ("experimental-warning-apply-duration", Value),
+        // Acted on (`Config::warning_unary_request_duration`), parsed here with the others.
         ("warning-unary-request-duration", Value),
         ("experimental-warning-unary-request-duration", Value),
         // Flags etcd itself ignores (its `ignored` list, from etcd 2).
@@ -967,6 +997,10 @@ const NO_EFFECT: &[(&str, Takes)] = {
         ("vv", Bool),
     ]
 };
+
+/// The flags parsed with [`NO_EFFECT`]'s that mem_etcd acts on.
+const ACTED_ON: &[&str] =
+    &["warning-unary-request-duration", "experimental-warning-unary-request-duration"];
 
 /// etcd 3.6's deprecated flags and the warning it logs at start for each one given
 /// (etcd's `deprecatedFlags`, word for word: log pipelines and etcd's tests look for them).
@@ -1147,7 +1181,7 @@ where
     };
     let no_effect = NO_EFFECT
         .iter()
-        .filter(|(name, _)| given(name))
+        .filter(|(name, _)| given(name) && !ACTED_ON.contains(name))
         .map(|(name, _)| name.to_string())
         .collect();
     let deprecated = DEPRECATED
@@ -1181,6 +1215,36 @@ where
             ));
         }
         config.validate().map_err(LoadError::Invalid)?;
+        // etcd takes the `--experimental-` form when it is given, the new name otherwise.
+        let pick = |name: &str| {
+            let old = format!("experimental-{name}");
+            let id = if given(&old) { old } else { name.to_string() };
+            matches.get_one::<String>(&id).map(|v| (id, v.clone()))
+        };
+        let flag_error = |id: &str, v: &str| {
+            LoadError::Flag(format!("invalid value {v:?} for flag -{id}: parse error"))
+        };
+        config.v2_deprecation_skip_check = matches
+            .get_one::<String>("v2-deprecation")
+            .is_some_and(|v| v == "write-only-skip-check");
+        if let Some((id, v)) = pick("snapshot-catchup-entries") {
+            config.snapshot_catchup_entries = v.parse().map_err(|_| flag_error(&id, &v))?;
+        }
+        if let Some((id, v)) = pick("bootstrap-defrag-threshold-megabytes") {
+            config.bootstrap_defrag_threshold_megabytes =
+                v.parse().map_err(|_| flag_error(&id, &v))?;
+        }
+        // Unlike the others, the new name wins, and 0 is the default (etcd's
+        // parseWarningUnaryRequestDuration).
+        for id in ["experimental-warning-unary-request-duration", "warning-unary-request-duration"]
+        {
+            if let Some(v) = matches.get_one::<String>(id) {
+                let d = crate::duration::parse_duration(v).map_err(|_| flag_error(id, v))?;
+                if !d.is_zero() {
+                    config.warning_unary_request_duration = d;
+                }
+            }
+        }
     }
     Ok(Loaded { config, no_effect, deprecated, unknown_keys })
 }

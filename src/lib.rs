@@ -5,7 +5,7 @@
 //! ## Architecture
 //! Dependencies point one way: `server` → (`raft`, `watch`, `lease`, `auth`) → `mvcc` →
 //! `wal`, and everything → (`revision`, `keyspace`, `error`, `metrics`, `duration`,
-//! `data_dir`); `raft` uses only `wal`'s file framing below it. The storage layers never see
+//! `humanize`, `data_dir`); `raft` uses only `wal`'s file framing below it. The storage layers never see
 //! gRPC types; `raft` sees requests only as bytes and reaches the store through the
 //! [`raft::StateMachine`] the server implements. No two source files import each other
 //! (`.ci/import_cycles.sh` checks it in CI).
@@ -71,6 +71,7 @@
 //!   TCP pipe to the cluster's client endpoints; `mem_etcd grpc-proxy start`, which passes each
 //!   gRPC call through to one). They are clients of a cluster, hold no data, and reuse only
 //!   `server::tls` and `raft::tls` for their connections.
+//! - [`humanize`]: sizes as etcd's log lines write them (`1.0 GB`).
 //!
 //! ## The write path
 //! validate → lock partitions → evaluate compares → allocate revision → apply → encode WAL
@@ -129,6 +130,7 @@ pub mod config;
 pub mod data_dir;
 pub mod duration;
 pub mod error;
+pub mod humanize;
 pub mod keyspace;
 pub mod lease;
 pub mod metrics;

@@ -48,6 +48,18 @@ where
     }
 }
 
+/// `["a", "b"]`, the Debug form of a list of plain strings, as the JSON array `["a","b"]`
+/// (`None` for anything else, such as a string Rust escaped other than JSON does).
+fn string_list(debug: &str) -> Option<String> {
+    if !debug.starts_with('[') {
+        return None;
+    }
+    match serde_json::from_str::<Vec<String>>(debug) {
+        Ok(list) => Some(serde_json::Value::from(list).to_string()),
+        Err(_) => None,
+    }
+}
+
 /// A JSON string.
 fn quoted(s: &str) -> String {
     serde_json::Value::from(s).to_string()
@@ -72,6 +84,10 @@ impl Visit for Fields {
         let text = format!("{value:?}");
         if field.name() == "message" {
             self.msg = text;
+        } else if let Some(list) = string_list(&text) {
+            // A list of strings (`urls = ?config.listen_client_urls`) is a JSON array, as
+            // zap writes etcd's `zap.Strings` fields.
+            self.push(field, &list);
         } else {
             self.push(field, &quoted(&text));
         }

@@ -110,15 +110,132 @@ fn init_logging(
     Ok(())
 }
 
-/// `--version`: etcd's four lines, with the emulated version (tools parse the first), then
-/// mem_etcd's own.
-fn version_lines(emulated: &str) -> String {
-    let arch = match std::env::consts::ARCH {
+/// etcd's startup line, "starting an etcd server" with its configuration, which log
+/// pipelines and etcd's tests read (`"v2-deprecation":"write-only"`,
+/// `"snapshot-catchup-entries":1000`), and mem_etcd's version beside it. Flags that have no
+/// effect here show the value given, as etcd shows them.
+fn log_start(config: &Config) {
+    use mem_etcd::duration::go_format;
+    let wal = config.wal_options();
+    let initialized = wal.mode != mem_etcd::wal::Mode::None
+        && (wal.dir.raft().has_member() || wal.dir.wal().exists());
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = if config.worker_threads > 0 { config.worker_threads } else { cpus };
+    let peer_urls = if config.initial_advertise_peer_urls.is_empty() {
+        config.listen_peer_urls.clone()
+    } else {
+        config.initial_advertise_peer_urls.clone()
+    };
+    let initial_cluster = config
+        .initial_cluster
+        .clone()
+        .unwrap_or_else(|| format!("{}={}", config.name, peer_urls.join(",")));
+    let retention = match config.auto_compaction() {
+        Ok(Some(config::AutoCompaction::Periodic(d))) => d,
+        // etcd keeps a revision retention in a duration, as nanoseconds.
+        Ok(Some(config::AutoCompaction::Revision { retention, .. })) => {
+            std::time::Duration::from_nanos(retention.max(0) as u64)
+        }
+        _ => std::time::Duration::ZERO,
+    };
+    let gates = config.feature_gates_state().unwrap_or_default();
+    let gate = |g: &str| gates.get(g).copied().unwrap_or(false);
+    let state = match config.initial_cluster_state {
+        config::ClusterState::New => "new",
+        config::ClusterState::Existing => "existing",
+    };
+    // etcd enforces its default stage whatever is asked, but for the one that skips its check.
+    let v2 = if config.v2_deprecation_skip_check { "write-only-skip-check" } else { "write-only" };
+    let data_dir = config.data_dir.as_ref().map_or(String::new(), |d| d.display().to_string());
+    tracing::info!(
+        "etcd-version" = %config.emulated_version,
+        "git-sha" = option_env!("MEM_ETCD_GIT_SHA").unwrap_or("Not provided"),
+        "go-version" = "none (mem_etcd is written in Rust)",
+        "go-os" = std::env::consts::OS,
+        "go-arch" = go_arch(),
+        "max-cpu-set" = workers,
+        "max-cpu-available" = cpus,
+        "member-initialized" = initialized,
+        name = %config.name,
+        "data-dir" = %data_dir,
+        "wal-dir" = "",
+        "wal-dir-dedicated" = "",
+        "member-dir" = %wal.dir.display(),
+        "force-new-cluster" = config.force_new_cluster,
+        "heartbeat-interval" = %go_format(std::time::Duration::from_millis(config.heartbeat_interval)),
+        "election-timeout" = %go_format(std::time::Duration::from_millis(config.election_timeout)),
+        "snapshot-count" = config.snapshot_count,
+        "snapshot-catchup-entries" = config.snapshot_catchup_entries,
+        "initial-advertise-peer-urls" = ?peer_urls,
+        "listen-peer-urls" = ?config.listen_peer_urls,
+        "advertise-client-urls" = ?config.advertised_client_urls(),
+        "listen-client-urls" = ?config.listen_client_urls,
+        "listen-metrics-urls" = ?config.listen_metrics_urls,
+        "initial-cluster" = %initial_cluster,
+        "initial-cluster-state" = state,
+        "initial-cluster-token" = %config.initial_cluster_token,
+        "quota-backend-bytes" = config.quota_backend_bytes,
+        "max-request-bytes" = config.max_request_bytes,
+        "max-concurrent-streams" = config.max_concurrent_streams,
+        "feature-gates" = %config.feature_gates.join(","),
+        "initial-corrupt-check" = gate("InitialCorruptCheck"),
+        "corrupt-check-time-interval" = %go_format(
+            config.experimental_corrupt_check_time.or(config.corrupt_check_time).unwrap_or_default()
+        ),
+        "compact-check-time-interval" = %go_format(
+            config
+                .experimental_compact_hash_check_time
+                .or(config.compact_hash_check_time)
+                .unwrap_or(std::time::Duration::from_secs(60))
+        ),
+        "auto-compaction-mode" = match config.auto_compaction_mode {
+            config::AutoCompactionMode::Periodic => "periodic",
+            config::AutoCompactionMode::Revision => "revision",
+        },
+        "auto-compaction-retention" = %go_format(retention),
+        "auto-compaction-interval" = %go_format(retention),
+        "v2-deprecation" = v2,
+        "mem-etcd-version" = env!("CARGO_PKG_VERSION"),
+        "starting an etcd server"
+    );
+}
+
+/// etcd's bootstrap defrag (`--bootstrap-defrag-threshold-megabytes`): etcd defragments its
+/// bbolt file at start when that would free at least the threshold, and otherwise logs that it
+/// skips it. mem_etcd keeps no file with free pages (its store's size and size in use are the
+/// same), so the threshold is never reached and the start always skips, with etcd's line.
+fn log_bootstrap_defrag(shared: &Member) {
+    let mb = shared.config.bootstrap_defrag_threshold_megabytes;
+    if mb == 0 {
+        return;
+    }
+    let size = shared.store.size_bytes() as u64;
+    let threshold = mb.saturating_mul(1024 * 1024);
+    tracing::info!(
+        "current-db-size-bytes" = size,
+        "current-db-size" = %mem_etcd::humanize::bytes(size),
+        "current-db-size-in-use-bytes" = size,
+        "current-db-size-in-use" = %mem_etcd::humanize::bytes(size),
+        "experimental-bootstrap-defrag-threshold-bytes" = threshold,
+        "experimental-bootstrap-defrag-threshold" = %mem_etcd::humanize::bytes(threshold),
+        "Skipping defragmentation"
+    );
+}
+
+/// Go's name for this machine's architecture (etcd's `go-arch`, `Go OS/Arch`).
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
         "x86" => "386",
         a => a,
-    };
+    }
+}
+
+/// `--version`: etcd's four lines, with the emulated version (tools parse the first), then
+/// mem_etcd's own.
+fn version_lines(emulated: &str) -> String {
+    let arch = go_arch();
     format!(
         "etcd Version: {emulated}\nGit SHA: {}\nGo Version: none (mem_etcd is written in Rust)\n\
          Go OS/Arch: {}/{arch}\nmem_etcd Version: {}\n",
@@ -174,12 +291,7 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
         tls.as_ref(),
     )
     .await?;
-    tracing::info!(
-        name = %config.name,
-        version = %config.emulated_version,
-        "mem_etcd {} starting",
-        env!("CARGO_PKG_VERSION")
-    );
+    log_start(&config);
     let mut metrics_listeners = Vec::new();
     for url in &config.listen_metrics_urls {
         if tls.is_none() && (url.starts_with("https://") || url.starts_with("unixs://")) {
@@ -231,6 +343,7 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
         Ok(s) => Arc::new(s),
         Err(e) => fail(e.to_string()),
     };
+    log_bootstrap_defrag(&shared);
     // Held while a cluster member runs: two processes on one data directory would corrupt it
     // (a member alone locks it when it opens its WAL).
     let mut _lock = None;

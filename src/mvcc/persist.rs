@@ -68,6 +68,7 @@ impl Store {
     /// change logs in order, an event log reading the revisions since the compaction back from
     /// them, compaction applied, the clock at `rev`.
     pub(super) fn finish_restore(&mut self, rev: i64, compacted: i64) {
+        let started = std::time::Instant::now();
         let parts = self.table.read().all.clone();
         let log = EventLog::new(compacted.max(2).min(rev + 1));
         for p in &parts {
@@ -86,6 +87,14 @@ impl Store {
                 st.compact(compacted);
             }
             p.sync_bytes(&st);
+        }
+        // The replayed log holds the versions the compaction dropped; dropping them again
+        // here finishes the compaction on the restored store, as etcd finishes at start a
+        // compaction its log scheduled (etcd logs this only for one a crash interrupted).
+        // The history below the compaction is gone: the hash is the restored store's.
+        if compacted > 0 {
+            let hash = self.hash_kv(compacted).map_or(0, |(h, _, _)| h);
+            self.log_compaction_finished(compacted, hash, started);
         }
     }
 

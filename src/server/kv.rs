@@ -5,6 +5,7 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use super::member::Member;
+use super::request_stats::{Asked, RequestStats};
 use super::submit::submit;
 use super::{apply, auth, convert};
 use crate::auth::AuthInfo;
@@ -44,52 +45,72 @@ pub(super) fn range(
     Ok(resp)
 }
 
+/// Serves one KV call of `method` with `serve`, timed for etcd's "request stats" line.
+macro_rules! timed {
+    ($self:ident, $req:ident, $method:literal, $asked:expr, $serve:expr) => {{
+        let stats = RequestStats::start($method, $req.remote_addr(), $asked($req.get_ref()));
+        let answer: Result<_, Status> = $serve.await;
+        stats.finish($self.shared.config.warning_unary_request_duration, &answer);
+        answer.map(Response::new)
+    }};
+}
+
 #[tonic::async_trait]
 impl pb::kv_server::Kv for KvService {
     async fn range(
         &self,
         req: Request<pb::RangeRequest>,
     ) -> Result<Response<pb::RangeResponse>, Status> {
-        if !req.get_ref().serializable {
-            apply::linearizable(&self.shared).await?;
-        }
-        // Who, and whether they may, once caught up and before reading (etcd's doSerialize).
-        let who = auth::caller(&self.shared, &req).await?;
-        Ok(Response::new(range(&self.shared, who.as_ref(), req.into_inner())?))
+        timed!(self, req, "/etcdserverpb.KV/Range", Asked::range, async {
+            if !req.get_ref().serializable {
+                apply::linearizable(&self.shared).await?;
+            }
+            // Who, and whether they may, once caught up and before reading (etcd's doSerialize).
+            let who = auth::caller(&self.shared, &req).await?;
+            Ok(range(&self.shared, who.as_ref(), req.into_inner())?)
+        })
     }
 
     async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
-        let who = auth::caller(&self.shared, &req).await?;
-        let mut r = submit(&self.shared, &who, req.into_inner()).await?;
-        self.shared.fill(&mut r.header);
-        Ok(Response::new(r))
+        timed!(self, req, "/etcdserverpb.KV/Put", Asked::put, async {
+            let who = auth::caller(&self.shared, &req).await?;
+            let mut r = submit(&self.shared, &who, req.into_inner()).await?;
+            self.shared.fill(&mut r.header);
+            Ok(r)
+        })
     }
 
     async fn delete_range(
         &self,
         req: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
-        let who = auth::caller(&self.shared, &req).await?;
-        let mut r = submit(&self.shared, &who, req.into_inner()).await?;
-        self.shared.fill(&mut r.header);
-        Ok(Response::new(r))
+        timed!(self, req, "/etcdserverpb.KV/DeleteRange", Asked::delete_range, async {
+            let who = auth::caller(&self.shared, &req).await?;
+            let mut r = submit(&self.shared, &who, req.into_inner()).await?;
+            self.shared.fill(&mut r.header);
+            Ok(r)
+        })
     }
 
     async fn txn(&self, req: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
-        let who = auth::caller(&self.shared, &req).await?;
-        let mut r = submit(&self.shared, &who, req.into_inner()).await?;
-        self.shared.fill(&mut r.header);
-        Ok(Response::new(r))
+        timed!(self, req, "/etcdserverpb.KV/Txn", Asked::txn, async {
+            let who = auth::caller(&self.shared, &req).await?;
+            let mut r = submit(&self.shared, &who, req.into_inner()).await?;
+            self.shared.fill(&mut r.header);
+            Ok(r)
+        })
     }
 
     async fn compact(
         &self,
         req: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
-        // Only root may compact, checked before the change (etcd's kvServer.Compact).
-        let who = auth::admin(&self.shared, &req).await?;
-        let mut r = submit(&self.shared, &who, req.into_inner()).await?;
-        self.shared.fill(&mut r.header);
-        Ok(Response::new(r))
+        timed!(self, req, "/etcdserverpb.KV/Compact", |_| Asked::Other, async {
+            // Only root may compact, checked before the change (etcd's kvServer.Compact).
+            let who = auth::admin(&self.shared, &req).await?;
+            let mut r = submit(&self.shared, &who, req.into_inner()).await?;
+            self.shared.fill(&mut r.header);
+            Ok(r)
+        })
     }
 }

@@ -30,6 +30,7 @@ pub mod lock;
 pub mod maintenance;
 pub mod member;
 pub mod metrics;
+pub mod request_stats;
 pub mod serve;
 pub mod status;
 pub mod submit;
