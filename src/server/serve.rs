@@ -31,6 +31,8 @@ pub enum Listener {
     /// ([`tls::incoming_either`]).
     Either(TcpListener, Arc<tokio_rustls::rustls::ServerConfig>),
     Unix(tokio::net::UnixListener, String),
+    /// A `unixs://` URL's socket: TLS over a unix socket.
+    UnixTls(tokio::net::UnixListener, String, Arc<tokio_rustls::rustls::ServerConfig>),
 }
 
 /// What a listen URL names: the address etcd keys its listeners by (`host:port`, or a unix
@@ -40,6 +42,18 @@ enum Scheme {
     Http,
     Https,
     Unix,
+    /// TLS over a unix socket.
+    Unixs,
+}
+
+impl Scheme {
+    fn unix(self) -> bool {
+        matches!(self, Scheme::Unix | Scheme::Unixs)
+    }
+
+    fn secure(self) -> bool {
+        matches!(self, Scheme::Https | Scheme::Unixs)
+    }
 }
 
 fn split_url(url: &str) -> std::io::Result<(Scheme, &str)> {
@@ -50,9 +64,10 @@ fn split_url(url: &str) -> std::io::Result<(Scheme, &str)> {
         "http" => Scheme::Http,
         "https" => Scheme::Https,
         "unix" => Scheme::Unix,
+        "unixs" => Scheme::Unixs,
         _ => return Err(bad()),
     };
-    let addr = if scheme == Scheme::Unix { rest } else { rest.trim_end_matches('/') };
+    let addr = if scheme.unix() { rest } else { rest.trim_end_matches('/') };
     if addr.is_empty() {
         return Err(bad());
     }
@@ -60,42 +75,56 @@ fn split_url(url: &str) -> std::io::Result<(Scheme, &str)> {
 }
 
 impl Listener {
-    /// Binds `url` (`http://host:port`, `https://host:port` or `unix://path`); an https URL
-    /// needs `tls` (from --cert-file and --key-file).
+    /// Binds `url` (`http://host:port`, `https://host:port`, `unix://path` or
+    /// `unixs://path`); an https or unixs URL needs `tls` (from --cert-file and --key-file, or
+    /// their peer counterparts).
     pub async fn bind(
         url: &str,
         tls: Option<&Arc<tokio_rustls::rustls::ServerConfig>>,
     ) -> std::io::Result<Self> {
         let (scheme, addr) = split_url(url)?;
-        Self::bind_addr(url, addr, scheme == Scheme::Http, scheme == Scheme::Https, scheme, tls)
-            .await
+        Self::bind_addr(url, addr, !scheme.secure(), scheme.secure(), scheme.unix(), tls).await
     }
 
-    /// Binds `addr`, serving plaintext if `plain`, TLS if `secure` (both: sniffed per
-    /// connection).
+    /// Binds `addr` (a unix socket's path if `unix`), serving plaintext if `plain`, TLS if
+    /// `secure` (both, on TCP: sniffed per connection).
     async fn bind_addr(
         url: &str,
         addr: &str,
         plain: bool,
         secure: bool,
-        scheme: Scheme,
+        unix: bool,
         tls: Option<&Arc<tokio_rustls::rustls::ServerConfig>>,
     ) -> std::io::Result<Self> {
-        if scheme == Scheme::Unix {
-            // As etcd: a socket left by an earlier run is replaced.
-            let _ = std::fs::remove_file(addr);
-            return Ok(Listener::Unix(tokio::net::UnixListener::bind(addr)?, addr.to_string()));
-        }
+        let invalid = |msg: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, msg);
         let tls = match (secure, tls) {
             (false, _) => None,
             (true, Some(tls)) => Some(tls.clone()),
+            (true, None) if unix => {
+                return Err(invalid(format!(
+                    "{url}: a unixs URL needs --cert-file and --key-file"
+                )));
+            }
             (true, None) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    format!("{url}: an https URL needs --cert-file and --key-file"),
-                ));
+                return Err(invalid(format!(
+                    "{url}: an https URL needs --cert-file and --key-file"
+                )));
             }
         };
+        if unix {
+            if plain && secure {
+                return Err(invalid(format!(
+                    "{url}: unix:// and unixs:// on the same socket are not served by mem_etcd"
+                )));
+            }
+            // As etcd: a socket left by an earlier run is replaced.
+            let _ = std::fs::remove_file(addr);
+            let l = tokio::net::UnixListener::bind(addr)?;
+            return Ok(match tls {
+                Some(tls) => Listener::UnixTls(l, addr.to_string(), tls),
+                None => Listener::Unix(l, addr.to_string()),
+            });
+        }
         let sock: SocketAddr = match addr.parse() {
             Ok(a) => a,
             Err(_) => tokio::net::lookup_host(addr).await?.next().ok_or_else(|| {
@@ -137,7 +166,7 @@ impl Listener {
         let tagged = urls.iter().map(|u| (u, false)).chain(http_urls.iter().map(|u| (u, true)));
         for (url, http_only) in tagged {
             let (scheme, addr) = split_url(url).map_err(|e| format!("listen on {url}: {e}"))?;
-            let unix = scheme == Scheme::Unix;
+            let unix = scheme.unix();
             // Port 0 asks for a free port: each such URL gets one of its own (etcd would bind
             // the same `host:0` once).
             let any_port = !unix && addr.ends_with(":0");
@@ -156,13 +185,12 @@ impl Listener {
                     addrs.len() - 1
                 }
             };
-            addrs[i].plain |= scheme != Scheme::Https;
-            addrs[i].secure |= scheme == Scheme::Https;
+            addrs[i].plain |= !scheme.secure();
+            addrs[i].secure |= scheme.secure();
         }
         let (mut client, mut http) = (Vec::new(), Vec::new());
         for a in addrs {
-            let scheme = if a.unix { Scheme::Unix } else { Scheme::Http };
-            let l = Self::bind_addr(a.url, a.addr, a.plain, a.secure, scheme, tls)
+            let l = Self::bind_addr(a.url, a.addr, a.plain, a.secure, a.unix, tls)
                 .await
                 .map_err(|e| format!("listen on {}: {e}", a.url))?;
             if a.http_only { http.push(l) } else { client.push(l) }
@@ -176,6 +204,7 @@ impl Listener {
                 l.local_addr().map(|a| a.to_string()).unwrap_or_default()
             }
             Listener::Unix(_, p) => format!("unix://{p}"),
+            Listener::UnixTls(_, p, _) => format!("unixs://{p}"),
         }
     }
 }
@@ -291,6 +320,9 @@ pub async fn serve(
                 Listener::Unix(u, _) => {
                     tasks.spawn(r.serve_with_incoming_shutdown(UnixListenerStream::new(u), signal))
                 }
+                Listener::UnixTls(u, _, tls) => tasks.spawn(
+                    r.serve_with_incoming_shutdown(tls::incoming_unix(u, tls, $endpoint), signal),
+                ),
             };
         }};
     }

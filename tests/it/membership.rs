@@ -707,10 +707,31 @@ async fn members_as_listed(c: &Cluster, i: usize) -> Vec<(u64, String, Vec<Strin
 /// over the sockets and list the same member ids as etcd's.
 #[tokio::test]
 async fn unix_socket_peer_urls_as_etcd() {
-    let Some(mut c) = Cluster::start_on(Kind::Etcd, 3, &[], "unix").await else { return };
+    unix_peers_as_etcd("unix", &[]).await;
+}
+
+/// [`unix_socket_peer_urls_as_etcd`] with `unixs://` peer URLs: TLS over the unix sockets,
+/// with etcd's peer TLS flags (the certificate checked for the URL's host, `localhost`, and
+/// the members' client certificates required).
+#[tokio::test]
+async fn unixs_socket_peer_urls_as_etcd() {
+    let certs = crate::tls::Certs::new();
+    let flags = [
+        certs.arg("--peer-cert-file", "server.crt"),
+        certs.arg("--peer-key-file", "server.key"),
+        certs.arg("--peer-trusted-ca-file", "ca.crt"),
+        "--peer-client-cert-auth".to_string(),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    unix_peers_as_etcd("unixs", &flags).await;
+}
+
+async fn unix_peers_as_etcd(scheme: &'static str, flags: &[&str]) {
+    let Some(mut c) = Cluster::start_on(Kind::Etcd, 3, flags, scheme).await else { return };
     let etcd = members_as_listed(&c, 1).await;
     assert_eq!(etcd.len(), 3, "{etcd:?}");
-    assert!(etcd.iter().all(|m| m.2.len() == 1 && m.2[0].starts_with("unix://localhost:")));
+    let prefix = format!("{scheme}://localhost:");
+    assert!(etcd.iter().all(|m| m.2.len() == 1 && m.2[0].starts_with(&prefix)), "{etcd:?}");
     for i in 0..3 {
         c.kill9(i);
         std::fs::remove_dir_all(c.members[i].dir.path()).unwrap();
