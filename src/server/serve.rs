@@ -16,7 +16,7 @@ use tracing::info;
 use super::member::{GRPC_OVERHEAD_BYTES, Member};
 use super::{
     auth, cluster, compactor, election, health, http, kv, lease, lock, maintenance, submit, tls,
-    watch,
+    watch, websocket,
 };
 use crate::proto::etcdserverpb as pb;
 
@@ -220,7 +220,9 @@ fn metrics_router(shared: &Arc<Member>) -> ClientRouter {
         .add_routes(tonic::service::Routes::default())
 }
 
-fn router(shared: &Arc<Member>, serves: http::Serves) -> ClientRouter {
+/// A client listener's router, and the same stack for the gateway's WebSocket calls, which
+/// are served beside tonic (see `server::websocket`).
+fn router(shared: &Arc<Member>, serves: http::Serves) -> (ClientRouter, http::Http) {
     let recv = shared.config.max_request_bytes as usize + GRPC_OVERHEAD_BYTES;
     let kv = pb::kv_server::KvServer::new(kv::KvService::new(shared.clone()))
         .max_decoding_message_size(recv)
@@ -253,15 +255,7 @@ fn router(shared: &Arc<Member>, serves: http::Serves) -> ClientRouter {
     )
     .max_decoding_message_size(recv)
     .max_encoding_message_size(usize::MAX);
-    Server::builder()
-        .tcp_nodelay(true)
-        // HTTP/1.1 for the probes and /metrics; gRPC clients speak HTTP/2 as before.
-        .accept_http1(true)
-        .layer(http::HttpLayer::new(shared.clone(), serves))
-        // etcd allows effectively unlimited streams per connection (--max-concurrent-streams);
-        // kube-apiserver multiplexes every watch of a resource onto one.
-        .max_concurrent_streams(shared.config.max_concurrent_streams)
-        .add_service(kv)
+    let routes = tonic::service::Routes::new(kv)
         .add_service(maintenance)
         .add_service(cluster)
         .add_service(auth)
@@ -269,7 +263,19 @@ fn router(shared: &Arc<Member>, serves: http::Serves) -> ClientRouter {
         .add_service(lease)
         .add_service(lock)
         .add_service(election)
-        .add_service(health::service())
+        .add_service(health::service());
+    let layer = http::HttpLayer::new(shared.clone(), serves);
+    let stack = tower_layer::Layer::layer(&layer, routes.clone());
+    let router = Server::builder()
+        .tcp_nodelay(true)
+        // HTTP/1.1 for the probes and /metrics; gRPC clients speak HTTP/2 as before.
+        .accept_http1(true)
+        .layer(layer)
+        // etcd allows effectively unlimited streams per connection (--max-concurrent-streams);
+        // kube-apiserver multiplexes every watch of a resource onto one.
+        .max_concurrent_streams(shared.config.max_concurrent_streams)
+        .add_routes(routes);
+    (router, stack)
 }
 
 /// Serves every client listener (gRPC and HTTP) and metrics listener (HTTP) until `shutdown`
@@ -297,42 +303,46 @@ pub async fn serve(
     }
     let mut tasks = tokio::task::JoinSet::new();
     // Serves router `r` on listener `l` (a `client` or `peer` endpoint, as refused TLS
-    // handshakes are logged) until the shutdown signal.
+    // handshakes are logged) until the shutdown signal; with `ws` (a client listener's stack)
+    // the gateway's WebSocket handshakes are taken out first.
     macro_rules! serve_on {
-        ($r:expr, $l:expr, $endpoint:expr) => {{
+        ($r:expr, $l:expr, $endpoint:expr, $ws:expr) => {{
             let mut rx = tx.subscribe();
             let signal = async move {
                 let _ = rx.recv().await;
             };
-            let r = $r;
+            let (r, ws): (_, Option<http::Http>) = ($r, $ws);
+            macro_rules! with_ws {
+                ($incoming:expr) => {
+                    match ws {
+                        Some(ws) => {
+                            let limit = ws.gateway_body_limit();
+                            let incoming = websocket::incoming($incoming, ws, limit);
+                            tasks.spawn(r.serve_with_incoming_shutdown(incoming, signal))
+                        }
+                        None => tasks.spawn(r.serve_with_incoming_shutdown($incoming, signal)),
+                    }
+                };
+            }
             match $l {
                 Listener::Tcp(t) => {
                     // Without TCP_NODELAY small responses wait for delayed ACKs (tens of ms).
-                    let incoming = TcpIncoming::from(t).with_nodelay(Some(true));
-                    tasks.spawn(r.serve_with_incoming_shutdown(incoming, signal))
+                    with_ws!(TcpIncoming::from(t).with_nodelay(Some(true)))
                 }
-                Listener::Tls(t, tls) => tasks.spawn(
-                    r.serve_with_incoming_shutdown(tls::incoming(t, tls, $endpoint), signal),
-                ),
-                Listener::Either(t, tls) => tasks.spawn(
-                    r.serve_with_incoming_shutdown(tls::incoming_either(t, tls, $endpoint), signal),
-                ),
-                Listener::Unix(u, _) => {
-                    tasks.spawn(r.serve_with_incoming_shutdown(UnixListenerStream::new(u), signal))
-                }
-                Listener::UnixTls(u, _, tls) => tasks.spawn(
-                    r.serve_with_incoming_shutdown(tls::incoming_unix(u, tls, $endpoint), signal),
-                ),
+                Listener::Tls(t, tls) => with_ws!(tls::incoming(t, tls, $endpoint)),
+                Listener::Either(t, tls) => with_ws!(tls::incoming_either(t, tls, $endpoint)),
+                Listener::Unix(u, _) => with_ws!(UnixListenerStream::new(u)),
+                Listener::UnixTls(u, _, tls) => with_ws!(tls::incoming_unix(u, tls, $endpoint)),
             };
         }};
     }
     for l in peer_listeners {
         info!(peer_address = %l.describe(), "serving the other members");
-        serve_on!(peer_router(&shared), l, "peer");
+        serve_on!(peer_router(&shared), l, "peer", None);
     }
     for l in metrics_listeners {
         info!(metrics_address = %l.describe(), "serving /metrics and health probes");
-        serve_on!(metrics_router(&shared), l, "client");
+        serve_on!(metrics_router(&shared), l, "client", None);
     }
     if shared.raft().is_some() {
         // As etcd, a cluster member serves clients once it has published itself through the
@@ -346,11 +356,13 @@ pub async fn serve(
         if http_listeners.is_empty() { http::Serves::Client } else { http::Serves::GrpcOnly };
     for l in listeners {
         info!(address = %l.describe(), "ready to serve client requests");
-        serve_on!(router(&shared, serves), l, "client");
+        let (r, stack) = router(&shared, serves);
+        serve_on!(r, l, "client", Some(stack));
     }
     for l in http_listeners {
         info!(address = %l.describe(), "ready to serve client HTTP requests (no gRPC)");
-        serve_on!(router(&shared, http::Serves::HttpOnly), l, "client");
+        let (r, stack) = router(&shared, http::Serves::HttpOnly);
+        serve_on!(r, l, "client", Some(stack));
     }
     let expiry = tokio::spawn(lease::expiry_loop(shared.clone()));
     let snapshots = tokio::spawn(snapshot_loop(shared.clone()));
