@@ -104,8 +104,8 @@ pub struct Config {
     #[arg(long, hide = true)]
     pub peer_failpoint: Option<PathBuf>,
 
-    /// URLs to serve clients on: http://host:port, https://host:port or unix://path,
-    /// comma-separated. Each serves gRPC, the HTTP endpoints (/health, /version, /metrics) and
+    /// URLs to serve clients on: http://host:port, https://host:port, unix://path or
+    /// unixs://path (TLS on a unix socket), comma-separated. Each serves gRPC, the HTTP endpoints (/health, /version, /metrics) and
     /// etcd's JSON gateway (/v3/...). An http and an https URL on one host:port share its
     /// socket, as etcd's do.
     #[arg(
@@ -189,8 +189,8 @@ pub struct Config {
     )]
     pub initial_advertise_peer_urls: Vec<String>,
 
-    /// Where this member accepts the other members' traffic (http://, https:// or unix://,
-    /// comma-separated). Only a member of a cluster of several listens.
+    /// Where this member accepts the other members' traffic (http://, https://, unix:// or
+    /// unixs://, comma-separated). Only a member of a cluster of several listens.
     #[arg(
         long,
         env = "ETCD_LISTEN_PEER_URLS",
@@ -744,12 +744,6 @@ impl Config {
                 })
             })
             .collect::<Result<_, _>>()?;
-        if let Some(u) = advertised.iter().find(|u| !membership::serves_scheme(u)) {
-            return Err(format!(
-                "--initial-advertise-peer-urls: {u:?}: unixs:// (TLS over a unix socket) is not \
-                 supported by mem_etcd"
-            ));
-        }
         let initial = match &self.initial_cluster {
             Some(c) => membership::parse_initial_cluster(c)?,
             None => vec![membership::InitialMember {

@@ -38,8 +38,7 @@ pub fn parse_initial_cluster(s: &str) -> Result<Vec<InitialMember>, String> {
 /// lower case (Go's URL parser lowers it), then `host:port` for `http`/`https` (without the
 /// trailing slash etcd would refuse as a path), or the socket's path for `unix` (etcd's unix
 /// socket peers: `unix://localhost:2380` is the socket `localhost:2380` in the working
-/// directory) and `unixs` (the same with TLS, which mem_etcd does not serve: see
-/// [`serves_scheme`]). `None` for anything else.
+/// directory) and `unixs` (the same with TLS). `None` for anything else.
 pub fn normalize_url(url: &str) -> Option<String> {
     let url = url.trim();
     let (scheme, rest) = url.split_once("://")?;
@@ -58,16 +57,10 @@ pub fn normalize_url(url: &str) -> Option<String> {
     }
 }
 
-/// Whether mem_etcd's members can listen and call on a (normalized) peer URL: http, https and
-/// unix; not unixs (TLS over a unix socket).
-pub fn serves_scheme(url: &str) -> bool {
-    !url.starts_with("unixs://")
-}
-
-/// The unix socket a `unix://` URL names, as etcd reads it: what follows `unix://` (a path
-/// relative to the working directory unless it starts with `/`).
+/// The unix socket a `unix://` or `unixs://` URL names, as etcd reads it: what follows the
+/// scheme (a path relative to the working directory unless it starts with `/`).
 pub fn unix_socket_path(url: &str) -> Option<&str> {
-    url.strip_prefix("unix://").filter(|p| !p.is_empty())
+    url.strip_prefix("unix://").or_else(|| url.strip_prefix("unixs://")).filter(|p| !p.is_empty())
 }
 
 /// etcd's member id: the first 8 bytes (big endian) of the sha1 of the sorted peer URLs

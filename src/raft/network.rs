@@ -233,7 +233,9 @@ impl Peers {
             .keep_alive_while_idle(true)
             .initial_stream_window_size(4 << 20)
             .initial_connection_window_size(16 << 20);
-        let ch = match (&self.tls, url.starts_with("https://"), socket) {
+        let secure = url.starts_with("https://") || url.starts_with("unixs://");
+        let ch = match (&self.tls, secure, socket) {
+            (Some(tls), true, Some(path)) => tls.connect_unix_lazy(endpoint, path),
             (_, _, Some(path)) => {
                 // etcd's peers dial a unix URL's socket (the path relative to the working
                 // directory, as its listener made it) and speak plain HTTP over it.

@@ -1,4 +1,5 @@
-//! TLS between members, client side: how this member dials `https://` peer URLs. The client
+//! TLS between members, client side: how this member dials `https://` and `unixs://` peer
+//! URLs. The client
 //! settings are built from etcd's peer flags by `server::tls::peer_client` (from the same
 //! settings as the peer listener's, as etcd's peer transport builds them); the listening side
 //! reuses `server::tls`'s accept loop.
@@ -48,6 +49,31 @@ impl PeerTls {
                 let name = ServerName::try_from(host)
                     .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
                 let tls = connector.connect(name, tcp).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
+            }
+        });
+        endpoint.connect_with_connector_lazy(connect)
+    }
+
+    /// A lazily connecting channel over TLS on the unix socket at `path` (a `unixs://` peer
+    /// URL), checking the peer's certificate for `host`, as Go's transport takes the server
+    /// name from the URL's host (`unixs://localhost:2380`: the socket `localhost:2380`, the
+    /// name `localhost`).
+    pub fn connect_unix_lazy(&self, endpoint: Endpoint, path: &str) -> Channel {
+        let connector = TlsConnector::from(self.config.clone());
+        let host = match path.rsplit_once(':') {
+            Some((host, _)) if !host.is_empty() && !path.contains('/') => host.to_string(),
+            _ if !path.contains('/') => path.to_string(),
+            _ => "localhost".to_string(),
+        };
+        let path = std::path::PathBuf::from(path);
+        let connect = tower::service_fn(move |_: http::Uri| {
+            let (connector, path, host) = (connector.clone(), path.clone(), host.clone());
+            async move {
+                let unix = tokio::net::UnixStream::connect(path).await?;
+                let name = ServerName::try_from(host)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+                let tls = connector.connect(name, unix).await?;
                 Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
             }
         });

@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 use super::member::Member;
 use crate::error::Error;
 use crate::proto::etcdserverpb as pb;
-use crate::raft::membership::{member_id, normalize_url, serves_scheme};
+use crate::raft::membership::{member_id, normalize_url};
 use crate::raft::{Answer, Forwarded, RaftNode};
 
 #[derive(Debug)]
@@ -54,15 +54,9 @@ fn parse_urls(urls: &[String]) -> Result<Vec<String>, Status> {
     }
     urls.iter()
         .map(|u| {
-            let url = normalize_url(u).ok_or_else(|| {
+            normalize_url(u).ok_or_else(|| {
                 Status::invalid_argument(format!("etcdserver: invalid peer URL {u:?}"))
-            })?;
-            if !serves_scheme(&url) {
-                return Err(Status::invalid_argument(format!(
-                    "mem_etcd: peer URL {u:?}: unixs:// (TLS over a unix socket) is not supported"
-                )));
-            }
-            Ok(url)
+            })
         })
         .collect()
 }

@@ -604,7 +604,7 @@ fn http_status(code: tonic::Code) -> StatusCode {
 }
 
 /// A body of chunks from a channel; it ends when the sender is dropped.
-struct ChanBody(mpsc::Receiver<Bytes>);
+pub(super) struct ChanBody(pub(super) mpsc::Receiver<Bytes>);
 
 impl http_body::Body for ChanBody {
     type Data = Bytes;

@@ -192,6 +192,10 @@ fn serve_peers(s: &Arc<Member>, l: Listener) {
             Listener::Unix(u, _) => {
                 r.serve_with_incoming_shutdown(UnixListenerStream::new(u), signal).await
             }
+            Listener::UnixTls(u, _, tls) => {
+                let incoming = super::tls::incoming_unix(u, tls, "peer");
+                r.serve_with_incoming_shutdown(incoming, signal).await
+            }
         };
         if let Err(e) = served {
             tracing::error!(error = %e, "peer listener failed");

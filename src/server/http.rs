@@ -79,6 +79,21 @@ pub struct Http {
     serves: Serves,
 }
 
+impl Http {
+    /// Whether this listener's JSON gateway answers `path` (etcd's gateway is on the listeners
+    /// that serve HTTP, with --enable-grpc-gateway).
+    pub fn serves_gateway(&self, path: &str) -> bool {
+        self.serves.http()
+            && self.shared.config.enable_grpc_gateway
+            && super::gateway::handles(path)
+    }
+
+    /// The longest JSON body the gateway reads for one request.
+    pub fn gateway_body_limit(&self) -> usize {
+        4 * (self.shared.config.max_request_bytes as usize) + super::member::GRPC_OVERHEAD_BYTES
+    }
+}
+
 impl tower_service::Service<Request<Body>> for Http {
     type Response = Response<Body>;
     type Error = std::convert::Infallible;
@@ -124,11 +139,10 @@ impl tower_service::Service<Request<Body>> for Http {
             };
             return HttpFuture::Ready(Some(answer));
         }
-        if self.shared.config.enable_grpc_gateway && super::gateway::handles(req.uri().path()) {
+        if self.serves_gateway(req.uri().path()) {
             // Its gRPC calls come back through this same stack (on an HTTP-only listener too:
             // the routes are there, only clients' own gRPC calls are not taken).
-            let limit = 4 * (self.shared.config.max_request_bytes as usize)
-                + super::member::GRPC_OVERHEAD_BYTES;
+            let limit = self.gateway_body_limit();
             let mut inner = self.clone();
             inner.serves = Serves::Client;
             return HttpFuture::Gateway(Box::pin(super::gateway::serve(inner, req, limit)));

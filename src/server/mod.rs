@@ -36,6 +36,7 @@ pub mod status;
 pub mod submit;
 pub mod tls;
 pub mod watch;
+pub mod websocket;
 
 pub use member::Member;
 pub use serve::{Listener, serve};

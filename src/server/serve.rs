@@ -16,7 +16,7 @@ use tracing::info;
 use super::member::{GRPC_OVERHEAD_BYTES, Member};
 use super::{
     auth, cluster, compactor, election, health, http, kv, lease, lock, maintenance, submit, tls,
-    watch,
+    watch, websocket,
 };
 use crate::proto::etcdserverpb as pb;
 
@@ -31,6 +31,8 @@ pub enum Listener {
     /// ([`tls::incoming_either`]).
     Either(TcpListener, Arc<tokio_rustls::rustls::ServerConfig>),
     Unix(tokio::net::UnixListener, String),
+    /// A `unixs://` URL's socket: TLS over a unix socket.
+    UnixTls(tokio::net::UnixListener, String, Arc<tokio_rustls::rustls::ServerConfig>),
 }
 
 /// What a listen URL names: the address etcd keys its listeners by (`host:port`, or a unix
@@ -40,6 +42,18 @@ enum Scheme {
     Http,
     Https,
     Unix,
+    /// TLS over a unix socket.
+    Unixs,
+}
+
+impl Scheme {
+    fn unix(self) -> bool {
+        matches!(self, Scheme::Unix | Scheme::Unixs)
+    }
+
+    fn secure(self) -> bool {
+        matches!(self, Scheme::Https | Scheme::Unixs)
+    }
 }
 
 fn split_url(url: &str) -> std::io::Result<(Scheme, &str)> {
@@ -50,9 +64,10 @@ fn split_url(url: &str) -> std::io::Result<(Scheme, &str)> {
         "http" => Scheme::Http,
         "https" => Scheme::Https,
         "unix" => Scheme::Unix,
+        "unixs" => Scheme::Unixs,
         _ => return Err(bad()),
     };
-    let addr = if scheme == Scheme::Unix { rest } else { rest.trim_end_matches('/') };
+    let addr = if scheme.unix() { rest } else { rest.trim_end_matches('/') };
     if addr.is_empty() {
         return Err(bad());
     }
@@ -60,42 +75,56 @@ fn split_url(url: &str) -> std::io::Result<(Scheme, &str)> {
 }
 
 impl Listener {
-    /// Binds `url` (`http://host:port`, `https://host:port` or `unix://path`); an https URL
-    /// needs `tls` (from --cert-file and --key-file).
+    /// Binds `url` (`http://host:port`, `https://host:port`, `unix://path` or
+    /// `unixs://path`); an https or unixs URL needs `tls` (from --cert-file and --key-file, or
+    /// their peer counterparts).
     pub async fn bind(
         url: &str,
         tls: Option<&Arc<tokio_rustls::rustls::ServerConfig>>,
     ) -> std::io::Result<Self> {
         let (scheme, addr) = split_url(url)?;
-        Self::bind_addr(url, addr, scheme == Scheme::Http, scheme == Scheme::Https, scheme, tls)
-            .await
+        Self::bind_addr(url, addr, !scheme.secure(), scheme.secure(), scheme.unix(), tls).await
     }
 
-    /// Binds `addr`, serving plaintext if `plain`, TLS if `secure` (both: sniffed per
-    /// connection).
+    /// Binds `addr` (a unix socket's path if `unix`), serving plaintext if `plain`, TLS if
+    /// `secure` (both, on TCP: sniffed per connection).
     async fn bind_addr(
         url: &str,
         addr: &str,
         plain: bool,
         secure: bool,
-        scheme: Scheme,
+        unix: bool,
         tls: Option<&Arc<tokio_rustls::rustls::ServerConfig>>,
     ) -> std::io::Result<Self> {
-        if scheme == Scheme::Unix {
-            // As etcd: a socket left by an earlier run is replaced.
-            let _ = std::fs::remove_file(addr);
-            return Ok(Listener::Unix(tokio::net::UnixListener::bind(addr)?, addr.to_string()));
-        }
+        let invalid = |msg: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, msg);
         let tls = match (secure, tls) {
             (false, _) => None,
             (true, Some(tls)) => Some(tls.clone()),
+            (true, None) if unix => {
+                return Err(invalid(format!(
+                    "{url}: a unixs URL needs --cert-file and --key-file"
+                )));
+            }
             (true, None) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    format!("{url}: an https URL needs --cert-file and --key-file"),
-                ));
+                return Err(invalid(format!(
+                    "{url}: an https URL needs --cert-file and --key-file"
+                )));
             }
         };
+        if unix {
+            if plain && secure {
+                return Err(invalid(format!(
+                    "{url}: unix:// and unixs:// on the same socket are not served by mem_etcd"
+                )));
+            }
+            // As etcd: a socket left by an earlier run is replaced.
+            let _ = std::fs::remove_file(addr);
+            let l = tokio::net::UnixListener::bind(addr)?;
+            return Ok(match tls {
+                Some(tls) => Listener::UnixTls(l, addr.to_string(), tls),
+                None => Listener::Unix(l, addr.to_string()),
+            });
+        }
         let sock: SocketAddr = match addr.parse() {
             Ok(a) => a,
             Err(_) => tokio::net::lookup_host(addr).await?.next().ok_or_else(|| {
@@ -137,7 +166,7 @@ impl Listener {
         let tagged = urls.iter().map(|u| (u, false)).chain(http_urls.iter().map(|u| (u, true)));
         for (url, http_only) in tagged {
             let (scheme, addr) = split_url(url).map_err(|e| format!("listen on {url}: {e}"))?;
-            let unix = scheme == Scheme::Unix;
+            let unix = scheme.unix();
             // Port 0 asks for a free port: each such URL gets one of its own (etcd would bind
             // the same `host:0` once).
             let any_port = !unix && addr.ends_with(":0");
@@ -156,13 +185,12 @@ impl Listener {
                     addrs.len() - 1
                 }
             };
-            addrs[i].plain |= scheme != Scheme::Https;
-            addrs[i].secure |= scheme == Scheme::Https;
+            addrs[i].plain |= !scheme.secure();
+            addrs[i].secure |= scheme.secure();
         }
         let (mut client, mut http) = (Vec::new(), Vec::new());
         for a in addrs {
-            let scheme = if a.unix { Scheme::Unix } else { Scheme::Http };
-            let l = Self::bind_addr(a.url, a.addr, a.plain, a.secure, scheme, tls)
+            let l = Self::bind_addr(a.url, a.addr, a.plain, a.secure, a.unix, tls)
                 .await
                 .map_err(|e| format!("listen on {}: {e}", a.url))?;
             if a.http_only { http.push(l) } else { client.push(l) }
@@ -176,6 +204,7 @@ impl Listener {
                 l.local_addr().map(|a| a.to_string()).unwrap_or_default()
             }
             Listener::Unix(_, p) => format!("unix://{p}"),
+            Listener::UnixTls(_, p, _) => format!("unixs://{p}"),
         }
     }
 }
@@ -191,7 +220,9 @@ fn metrics_router(shared: &Arc<Member>) -> ClientRouter {
         .add_routes(tonic::service::Routes::default())
 }
 
-fn router(shared: &Arc<Member>, serves: http::Serves) -> ClientRouter {
+/// A client listener's router, and the same stack for the gateway's WebSocket calls, which
+/// are served beside tonic (see `server::websocket`).
+fn router(shared: &Arc<Member>, serves: http::Serves) -> (ClientRouter, http::Http) {
     let recv = shared.config.max_request_bytes as usize + GRPC_OVERHEAD_BYTES;
     let kv = pb::kv_server::KvServer::new(kv::KvService::new(shared.clone()))
         .max_decoding_message_size(recv)
@@ -224,15 +255,7 @@ fn router(shared: &Arc<Member>, serves: http::Serves) -> ClientRouter {
     )
     .max_decoding_message_size(recv)
     .max_encoding_message_size(usize::MAX);
-    Server::builder()
-        .tcp_nodelay(true)
-        // HTTP/1.1 for the probes and /metrics; gRPC clients speak HTTP/2 as before.
-        .accept_http1(true)
-        .layer(http::HttpLayer::new(shared.clone(), serves))
-        // etcd allows effectively unlimited streams per connection (--max-concurrent-streams);
-        // kube-apiserver multiplexes every watch of a resource onto one.
-        .max_concurrent_streams(shared.config.max_concurrent_streams)
-        .add_service(kv)
+    let routes = tonic::service::Routes::new(kv)
         .add_service(maintenance)
         .add_service(cluster)
         .add_service(auth)
@@ -240,7 +263,19 @@ fn router(shared: &Arc<Member>, serves: http::Serves) -> ClientRouter {
         .add_service(lease)
         .add_service(lock)
         .add_service(election)
-        .add_service(health::service())
+        .add_service(health::service());
+    let layer = http::HttpLayer::new(shared.clone(), serves);
+    let stack = tower_layer::Layer::layer(&layer, routes.clone());
+    let router = Server::builder()
+        .tcp_nodelay(true)
+        // HTTP/1.1 for the probes and /metrics; gRPC clients speak HTTP/2 as before.
+        .accept_http1(true)
+        .layer(layer)
+        // etcd allows effectively unlimited streams per connection (--max-concurrent-streams);
+        // kube-apiserver multiplexes every watch of a resource onto one.
+        .max_concurrent_streams(shared.config.max_concurrent_streams)
+        .add_routes(routes);
+    (router, stack)
 }
 
 /// Serves every client listener (gRPC and HTTP) and metrics listener (HTTP) until `shutdown`
@@ -268,39 +303,46 @@ pub async fn serve(
     }
     let mut tasks = tokio::task::JoinSet::new();
     // Serves router `r` on listener `l` (a `client` or `peer` endpoint, as refused TLS
-    // handshakes are logged) until the shutdown signal.
+    // handshakes are logged) until the shutdown signal; with `ws` (a client listener's stack)
+    // the gateway's WebSocket handshakes are taken out first.
     macro_rules! serve_on {
-        ($r:expr, $l:expr, $endpoint:expr) => {{
+        ($r:expr, $l:expr, $endpoint:expr, $ws:expr) => {{
             let mut rx = tx.subscribe();
             let signal = async move {
                 let _ = rx.recv().await;
             };
-            let r = $r;
+            let (r, ws): (_, Option<http::Http>) = ($r, $ws);
+            macro_rules! with_ws {
+                ($incoming:expr) => {
+                    match ws {
+                        Some(ws) => {
+                            let limit = ws.gateway_body_limit();
+                            let incoming = websocket::incoming($incoming, ws, limit);
+                            tasks.spawn(r.serve_with_incoming_shutdown(incoming, signal))
+                        }
+                        None => tasks.spawn(r.serve_with_incoming_shutdown($incoming, signal)),
+                    }
+                };
+            }
             match $l {
                 Listener::Tcp(t) => {
                     // Without TCP_NODELAY small responses wait for delayed ACKs (tens of ms).
-                    let incoming = TcpIncoming::from(t).with_nodelay(Some(true));
-                    tasks.spawn(r.serve_with_incoming_shutdown(incoming, signal))
+                    with_ws!(TcpIncoming::from(t).with_nodelay(Some(true)))
                 }
-                Listener::Tls(t, tls) => tasks.spawn(
-                    r.serve_with_incoming_shutdown(tls::incoming(t, tls, $endpoint), signal),
-                ),
-                Listener::Either(t, tls) => tasks.spawn(
-                    r.serve_with_incoming_shutdown(tls::incoming_either(t, tls, $endpoint), signal),
-                ),
-                Listener::Unix(u, _) => {
-                    tasks.spawn(r.serve_with_incoming_shutdown(UnixListenerStream::new(u), signal))
-                }
+                Listener::Tls(t, tls) => with_ws!(tls::incoming(t, tls, $endpoint)),
+                Listener::Either(t, tls) => with_ws!(tls::incoming_either(t, tls, $endpoint)),
+                Listener::Unix(u, _) => with_ws!(UnixListenerStream::new(u)),
+                Listener::UnixTls(u, _, tls) => with_ws!(tls::incoming_unix(u, tls, $endpoint)),
             };
         }};
     }
     for l in peer_listeners {
         info!(peer_address = %l.describe(), "serving the other members");
-        serve_on!(peer_router(&shared), l, "peer");
+        serve_on!(peer_router(&shared), l, "peer", None);
     }
     for l in metrics_listeners {
         info!(metrics_address = %l.describe(), "serving /metrics and health probes");
-        serve_on!(metrics_router(&shared), l, "client");
+        serve_on!(metrics_router(&shared), l, "client", None);
     }
     if shared.raft().is_some() {
         // As etcd, a cluster member serves clients once it has published itself through the
@@ -314,11 +356,13 @@ pub async fn serve(
         if http_listeners.is_empty() { http::Serves::Client } else { http::Serves::GrpcOnly };
     for l in listeners {
         info!(address = %l.describe(), "ready to serve client requests");
-        serve_on!(router(&shared, serves), l, "client");
+        let (r, stack) = router(&shared, serves);
+        serve_on!(r, l, "client", Some(stack));
     }
     for l in http_listeners {
         info!(address = %l.describe(), "ready to serve client HTTP requests (no gRPC)");
-        serve_on!(router(&shared, http::Serves::HttpOnly), l, "client");
+        let (r, stack) = router(&shared, http::Serves::HttpOnly);
+        serve_on!(r, l, "client", Some(stack));
     }
     let expiry = tokio::spawn(lease::expiry_loop(shared.clone()));
     let snapshots = tokio::spawn(snapshot_loop(shared.clone()));

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::client::WebPkiServerVerifier;
@@ -539,33 +539,49 @@ pub fn self_signed(dir: &Path, urls: &[String], years: u32) -> Result<(PathBuf, 
     Ok((cert_path, key_path))
 }
 
-/// A client connection after its handshake.
+/// A client connection after its handshake: over TCP, or over a unix socket (`unixs://`).
 #[derive(Debug)]
-pub struct TlsConn(pub tokio_rustls::server::TlsStream<TcpStream>);
+pub struct TlsConn<IO = TcpStream>(pub tokio_rustls::server::TlsStream<IO>);
 
 /// What a request on a TLS connection knows of it: the TCP peer, and the common name of the
 /// client's certificate (verified at the handshake when --client-cert-auth is on), which is the
 /// user with auth enabled (etcd's CN identity).
 #[derive(Clone, Debug)]
 pub struct TlsConnectInfo {
-    pub tcp: TcpConnectInfo,
+    /// `None` on a unix socket.
+    pub tcp: Option<TcpConnectInfo>,
     pub common_name: Option<String>,
+}
+
+impl<IO> TlsConn<IO> {
+    fn common_name(&self) -> Option<String> {
+        let (_, tls) = self.0.get_ref();
+        tls.peer_certificates()
+            .and_then(|c| c.first())
+            .and_then(|c| crate::auth::cert::common_name(c))
+    }
 }
 
 impl Connected for TlsConn {
     type ConnectInfo = TlsConnectInfo;
 
     fn connect_info(&self) -> TlsConnectInfo {
-        let (tcp, tls) = self.0.get_ref();
-        let common_name = tls
-            .peer_certificates()
-            .and_then(|c| c.first())
-            .and_then(|c| crate::auth::cert::common_name(c));
-        TlsConnectInfo { tcp: tcp.connect_info(), common_name }
+        let tcp = self.0.get_ref().0.connect_info();
+        TlsConnectInfo { tcp: Some(tcp), common_name: self.common_name() }
     }
 }
 
-impl tokio::io::AsyncRead for TlsConn {
+impl Connected for TlsConn<UnixStream> {
+    type ConnectInfo = TlsConnectInfo;
+
+    fn connect_info(&self) -> TlsConnectInfo {
+        TlsConnectInfo { tcp: None, common_name: self.common_name() }
+    }
+}
+
+impl<IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> tokio::io::AsyncRead
+    for TlsConn<IO>
+{
     fn poll_read(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
@@ -575,7 +591,9 @@ impl tokio::io::AsyncRead for TlsConn {
     }
 }
 
-impl tokio::io::AsyncWrite for TlsConn {
+impl<IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite
+    for TlsConn<IO>
+{
     fn poll_write(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
@@ -697,13 +715,47 @@ where
     ReceiverStream::new(rx)
 }
 
-/// The TLS handshake of one connection, within [`HANDSHAKE_TIMEOUT`]; a failure is logged.
-async fn handshake(
-    acceptor: TlsAcceptor,
-    tcp: TcpStream,
-    peer: std::net::SocketAddr,
+/// [`incoming`] for a `unixs://` URL's socket.
+pub fn incoming_unix(
+    listener: UnixListener,
+    config: Arc<ServerConfig>,
     endpoint: &'static str,
-) -> Option<TlsConn> {
+) -> ReceiverStream<std::io::Result<TlsConn<UnixStream>>> {
+    let acceptor = TlsAcceptor::from(config);
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                r = listener.accept() => r,
+                _ = tx.closed() => return,
+            };
+            let conn = match accepted {
+                Ok((conn, _)) => conn,
+                Err(e) => {
+                    tracing::warn!(error = %e, "tls: accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                // (Go names a unix socket's remote end "@".)
+                if let Some(c) = handshake(acceptor, conn, "@", endpoint).await {
+                    let _ = tx.send(Ok(c)).await;
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+/// The TLS handshake of one connection, within [`HANDSHAKE_TIMEOUT`]; a failure is logged.
+async fn handshake<IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    acceptor: TlsAcceptor,
+    tcp: IO,
+    peer: impl std::fmt::Display,
+    endpoint: &'static str,
+) -> Option<TlsConn<IO>> {
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
         Ok(Ok(tls)) => Some(TlsConn(tls)),
         // A client that hung up mid-handshake (a TCP probe, a dial raced and abandoned) is not
@@ -738,7 +790,9 @@ impl Connected for EitherConn {
 
     fn connect_info(&self) -> TlsConnectInfo {
         match self {
-            EitherConn::Plain(tcp) => TlsConnectInfo { tcp: tcp.connect_info(), common_name: None },
+            EitherConn::Plain(tcp) => {
+                TlsConnectInfo { tcp: Some(tcp.connect_info()), common_name: None }
+            }
             EitherConn::Tls(tls) => tls.connect_info(),
         }
     }
@@ -809,7 +863,7 @@ impl tokio::io::AsyncWrite for EitherConn {
 }
 
 /// etcd's warning for a refused handshake (its `HandshakeFailure` hook), field names included.
-fn rejected(endpoint: &str, peer: std::net::SocketAddr, error: &dyn std::fmt::Display) {
+fn rejected(endpoint: &str, peer: impl std::fmt::Display, error: &dyn std::fmt::Display) {
     let msg = if endpoint == "peer" {
         "rejected connection on peer endpoint"
     } else {

@@ -25,7 +25,8 @@ pub struct Cluster {
     /// Flags every member gets besides the cluster flags (e.g. `--wal-mode=fsync`).
     extra: Vec<String>,
     token: String,
-    /// `http`, `https` (peer TLS) or `unix` (unix sockets) for the peer URLs.
+    /// `http`, `https` (peer TLS), `unix` (unix sockets) or `unixs` (TLS on unix sockets) for
+    /// the peer URLs.
     peer_scheme: &'static str,
     /// A proxy in front of one member's peer port, which the others reach it through
     /// ([`Cluster::start_with_peer_proxy`]).
@@ -160,13 +161,13 @@ impl Cluster {
         let token = format!("it-{}", ports[0]);
         let extra = extra.iter().map(|s| s.to_string()).collect();
         let c = Cluster { kind, members, extra, token, peer_scheme, peer_proxy: None };
-        if peer_scheme == "unix" {
+        if peer_scheme.starts_with("unix") {
             c.link_unix_sockets();
         }
         c
     }
 
-    /// With `unix` peer URLs each member listens on a socket named by its URL
+    /// With `unix` (or `unixs`) peer URLs each member listens on a socket named by its URL
     /// (`unix://localhost:PORT` is the socket `localhost:PORT`) in its working directory, and
     /// dials the others' sockets by the same names in its own, as etcd does (etcd's e2e
     /// members share one directory). Every member has its own directory here, so the others'
@@ -188,9 +189,9 @@ impl Cluster {
         }
     }
 
-    /// The host of the peer URLs: for `unix` ones the socket's name starts with it.
+    /// The host of the peer URLs: for `unix` and `unixs` ones the socket's name starts with it.
     fn peer_host(&self) -> &'static str {
-        if self.peer_scheme == "unix" { "localhost" } else { "127.0.0.1" }
+        if self.peer_scheme.starts_with("unix") { "localhost" } else { "127.0.0.1" }
     }
 
     /// A cluster of `kind` whose member `i` is restored from the snapshot `files[i]` (with the
@@ -340,7 +341,7 @@ impl Cluster {
             dir: DataDir::new(),
             server: None,
         });
-        if self.peer_scheme == "unix" {
+        if self.peer_scheme.starts_with("unix") {
             self.link_unix_sockets();
         }
         i

@@ -793,3 +793,272 @@ async fn gateway_watch_ends_with_its_client() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A minimal WebSocket client (RFC 6455) for the gateway's WebSocket paths: it masks what it
+/// sends, as a client must, and reads the server's frames one by one.
+struct Ws {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+/// A frame from the server: its opcode and payload.
+type WsFrame = (u8, Vec<u8>);
+
+impl Ws {
+    /// Sends the handshake for `path` with the `extra` headers (after the standard ones, a
+    /// `method` replacing GET); the answer's status and headers, and the client if upgraded.
+    async fn open(
+        addr: SocketAddr,
+        method: &str,
+        path: &str,
+        extra: &[(&str, &str)],
+    ) -> (u16, Vec<(String, String)>, Option<Ws>) {
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: Upgrade\r\n\
+             Upgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        );
+        if !extra.iter().any(|(k, _)| *k == "Sec-WebSocket-Version") {
+            head.push_str("Sec-WebSocket-Version: 13\r\n");
+        }
+        for (k, v) in extra {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        s.write_all(head.as_bytes()).await.unwrap();
+        // The head byte by byte: what follows it is the server's first frame.
+        let mut raw = Vec::new();
+        while !raw.ends_with(b"\r\n\r\n") {
+            let mut b = [0u8; 1];
+            let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut b))
+                .await
+                .expect("a handshake answer within 10 s")
+                .unwrap();
+            assert_eq!(
+                n,
+                1,
+                "connection closed in the handshake: {:?}",
+                String::from_utf8_lossy(&raw)
+            );
+            raw.push(b[0]);
+        }
+        let text = String::from_utf8(raw).unwrap();
+        let mut lines = text.split("\r\n");
+        let status: u16 = lines.next().unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        let ws = (status == 101).then(|| Ws { s, buf: Vec::new() });
+        (status, headers, ws)
+    }
+
+    async fn send_frame(&mut self, opcode: u8, payload: &[u8]) {
+        let mask = [0x37u8, 0xfa, 0x21, 0x3d];
+        let mut out = vec![0x80 | opcode];
+        match payload.len() {
+            n if n < 126 => out.push(0x80 | n as u8),
+            n if n <= u16::MAX as usize => {
+                out.push(0x80 | 126);
+                out.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                out.push(0x80 | 127);
+                out.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        out.extend_from_slice(&mask);
+        out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        self.s.write_all(&out).await.unwrap();
+    }
+
+    async fn send(&mut self, json: &str) {
+        self.send_frame(0x1, json.as_bytes()).await;
+    }
+
+    /// The next frame, or `None` if the connection ended (or nothing came within `wait`: then
+    /// `Some((0xff, []))`).
+    async fn frame(&mut self, wait: Duration) -> Option<WsFrame> {
+        let read = tokio::time::timeout(wait, async {
+            loop {
+                if self.buf.len() >= 2 {
+                    let (op, len7) = (self.buf[0] & 0x0f, (self.buf[1] & 0x7f) as usize);
+                    assert_eq!(self.buf[1] & 0x80, 0, "a server frame is not masked");
+                    assert_ne!(self.buf[0] & 0x80, 0, "a single-frame message");
+                    let (len, at) = match len7 {
+                        126 if self.buf.len() >= 4 => {
+                            (u16::from_be_bytes([self.buf[2], self.buf[3]]) as usize, 4)
+                        }
+                        127 if self.buf.len() >= 10 => {
+                            (u64::from_be_bytes(self.buf[2..10].try_into().unwrap()) as usize, 10)
+                        }
+                        126 | 127 => (usize::MAX, 0),
+                        n => (n, 2),
+                    };
+                    if len != usize::MAX && self.buf.len() >= at + len {
+                        let payload = self.buf[at..at + len].to_vec();
+                        self.buf.drain(..at + len);
+                        return Some((op, payload));
+                    }
+                }
+                let mut chunk = [0u8; 8192];
+                match self.s.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return None,
+                    Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+        })
+        .await;
+        read.unwrap_or(Some((0xff, Vec::new())))
+    }
+
+    /// The next text message as JSON; `None` if none came within `wait` or the connection
+    /// ended.
+    async fn line(&mut self, wait: Duration) -> Option<Value> {
+        match self.frame(wait).await? {
+            (0x1, text) => Some(serde_json::from_slice(&text).expect("a JSON message")),
+            (0xff, _) => None,
+            other => panic!("not a text message: {other:?}"),
+        }
+    }
+}
+
+/// Reads `n` messages from both WebSocket watches and compares them (masked); etcd's.
+async fn both_ws_lines(gw: &mut Gw, what: &str, e: &mut Ws, m: &mut Ws, n: usize) -> Vec<Value> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let mut w = e.line(Duration::from_secs(5)).await;
+        let mut g = m.line(Duration::from_secs(5)).await;
+        w.iter_mut().for_each(mask);
+        g.iter_mut().for_each(mask);
+        if w != g {
+            gw.mismatches
+                .push(format!("{what}: message {i}\n  etcd:     {w:?}\n  mem_etcd: {g:?}"));
+        }
+        out.push(w.unwrap_or(Value::Null));
+    }
+    out
+}
+
+/// The gateway's WebSocket (etcd's grpc-websocket-proxy): `/v3/watch` and
+/// `/v3/lease/keepalive` upgraded on both servers, each message sent a request and each answer
+/// a text message; events of keys put over gRPC, cancel, ping, the client's close, an error
+/// ending the connection, and refused handshakes; all as etcd answers them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_websocket_matches_etcd() {
+    let Some(mut gw) = Gw::start().await else { return };
+    let (mut ec, mut mc) = (gw.etcd.client().await, gw.mem.client().await);
+    let open = |addr, extra: &'static [(&'static str, &'static str)]| async move {
+        let (status, headers, ws) = Ws::open(addr, "GET", "/v3/watch", extra).await;
+        let accept = headers.iter().find(|(k, _)| k == "sec-websocket-accept").map(|h| h.1.clone());
+        let proto =
+            headers.iter().find(|(k, _)| k == "sec-websocket-protocol").map(|h| h.1.clone());
+        (status, accept, proto, ws)
+    };
+    let (es, ea, ep, e) = open(gw.etcd.addr(), &[]).await;
+    let (ms, ma, mp, m) = open(gw.mem.addr(), &[]).await;
+    assert_eq!((es, &ea, &ep), (101, &Some("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".to_string()), &None));
+    assert_eq!((ms, &ma, &mp), (es, &ea, &ep), "mem_etcd's handshake answer (left) vs etcd's");
+    let (mut e, mut m) = (e.unwrap(), m.unwrap());
+
+    let (a, b) = (b64("ws/a"), b64("ws/b"));
+    let create = format!(
+        r#"{{"create_request":{{"key":"{}","range_end":"{}","prev_kv":true,"watch_id":"7"}}}}"#,
+        b64("ws/"),
+        b64("ws0")
+    );
+    e.send(&create).await;
+    m.send(&create).await;
+    let lines = both_ws_lines(&mut gw, "ws watch created", &mut e, &mut m, 1).await;
+    assert_eq!(lines[0]["result"]["created"], json!(true), "{lines:?}");
+    // Events of writes over gRPC.
+    for c in [&mut ec, &mut mc] {
+        c.put("ws/a", "1", None).await.unwrap();
+        c.put("ws/a", "2", None).await.unwrap();
+        c.delete("ws/a", None).await.unwrap();
+    }
+    let lines = both_ws_lines(&mut gw, "ws events", &mut e, &mut m, 3).await;
+    assert_eq!(lines[1]["result"]["events"][0]["prev_kv"]["key"], json!(a), "{lines:?}");
+    // A second watch, its JSON object split across two messages (each becomes a line of the
+    // request body: the gateway reads JSON values, not lines).
+    let second = format!(r#"{{"create_request":{{"key":"{b}","watch_id":"8"}}}}"#);
+    let (x, y) = second.split_at(17);
+    for ws in [&mut e, &mut m] {
+        ws.send(x).await;
+        ws.send(y).await;
+    }
+    both_ws_lines(&mut gw, "ws second watch", &mut e, &mut m, 1).await;
+    // A ping gets its pong, between the messages.
+    for ws in [&mut e, &mut m] {
+        ws.send_frame(0x9, b"are you there").await;
+    }
+    let (ep, mp) = (e.frame(Duration::from_secs(5)).await, m.frame(Duration::from_secs(5)).await);
+    assert_eq!(ep, Some((0xA, b"are you there".to_vec())), "etcd's pong");
+    assert_eq!(mp, ep, "mem_etcd's pong (left) vs etcd's");
+    // Cancel: then the canceled watch sees nothing more.
+    let cancel = r#"{"cancel_request":{"watch_id":"7"}}"#;
+    e.send(cancel).await;
+    m.send(cancel).await;
+    let lines = both_ws_lines(&mut gw, "ws cancel", &mut e, &mut m, 1).await;
+    assert_eq!(lines[0]["result"]["canceled"], json!(true), "{lines:?}");
+    for c in [&mut ec, &mut mc] {
+        c.put("ws/a", "3", None).await.unwrap();
+        c.put("ws/b", "4", None).await.unwrap();
+    }
+    let lines = both_ws_lines(&mut gw, "ws after cancel", &mut e, &mut m, 1).await;
+    assert_eq!(lines[0]["result"]["watch_id"], json!("8"), "{lines:?}");
+    assert_eq!(e.line(Duration::from_millis(500)).await, None);
+    assert_eq!(m.line(Duration::from_millis(500)).await, None);
+    // The client closes: the server answers with a close frame of the same code, then ends
+    // the connection.
+    for ws in [&mut e, &mut m] {
+        ws.send_frame(0x8, &1000u16.to_be_bytes()).await;
+    }
+    let (ef, mf) = (e.frame(Duration::from_secs(5)).await, m.frame(Duration::from_secs(5)).await);
+    assert_eq!(ef, Some((0x8, 1000u16.to_be_bytes().to_vec())), "etcd's close");
+    assert_eq!(mf, ef, "mem_etcd's close (left) vs etcd's");
+    assert_eq!(e.frame(Duration::from_secs(5)).await, None, "etcd ends the connection");
+    assert_eq!(m.frame(Duration::from_secs(5)).await, None, "mem_etcd ends the connection");
+
+    // Lease keep-alives, with a `Bearer` subprotocol (echoed; auth is off, so the token it
+    // becomes is not looked at).
+    gw.post("/v3/lease/grant", r#"{"TTL":"60","ID":"4660"}"#).await;
+    let bearer: &[(&str, &str)] = &[("Sec-WebSocket-Protocol", "Bearer, sometoken")];
+    let (es, _, e) = Ws::open(gw.etcd.addr(), "GET", "/v3/lease/keepalive", bearer).await;
+    let (ms, mh, m) = Ws::open(gw.mem.addr(), "GET", "/v3/lease/keepalive", bearer).await;
+    assert_eq!((es, ms), (101, 101));
+    assert!(mh.contains(&("sec-websocket-protocol".into(), "Bearer".into())), "{mh:?}");
+    let (mut e, mut m) = (e.unwrap(), m.unwrap());
+    for ws in [&mut e, &mut m] {
+        ws.send(r#"{"ID":"4660"}"#).await;
+    }
+    let lines = both_ws_lines(&mut gw, "ws keepalive", &mut e, &mut m, 1).await;
+    assert_eq!(lines[0]["result"]["TTL"], json!("60"), "{lines:?}");
+
+    // An error ends the call: its line, then the connection closes without a close frame.
+    let (_, _, e) = Ws::open(gw.etcd.addr(), "GET", "/v3/watch", &[]).await;
+    let (_, _, m) = Ws::open(gw.mem.addr(), "GET", "/v3/watch", &[]).await;
+    let (mut e, mut m) = (e.unwrap(), m.unwrap());
+    let huge = format!(
+        r#"{{"create_request":{{"key":"{}"}}}}"#,
+        "QUFB".repeat(MAX_REQUEST_BYTES / 3 + 200_000)
+    );
+    e.send(&huge).await;
+    m.send(&huge).await;
+    let lines = both_ws_lines(&mut gw, "ws error", &mut e, &mut m, 1).await;
+    assert_eq!(lines[0]["error"]["code"], json!(8), "{lines:?}");
+    assert_eq!(e.frame(Duration::from_secs(5)).await, None, "etcd ends the connection");
+    assert_eq!(m.frame(Duration::from_secs(5)).await, None, "mem_etcd ends the connection");
+
+    // Refused handshakes: not GET, an unknown version.
+    for (method, extra) in [("POST", &[][..]), ("GET", &[("Sec-WebSocket-Version", "8")][..])] {
+        let (es, _, _) = Ws::open(gw.etcd.addr(), method, "/v3/watch", extra).await;
+        let (ms, _, _) = Ws::open(gw.mem.addr(), method, "/v3/watch", extra).await;
+        assert_eq!(ms, es, "{method} {extra:?}: mem_etcd's status (left) vs etcd's");
+    }
+    // Not a gateway path: no upgrade, the usual answer.
+    let (es, _, _) = Ws::open(gw.etcd.addr(), "GET", "/health", &[]).await;
+    let (ms, _, _) = Ws::open(gw.mem.addr(), "GET", "/health", &[]).await;
+    assert_eq!((es, ms), (200, 200));
+    gw.finish();
+}

@@ -410,3 +410,45 @@ async fn client_and_client_http_urls_on_one_address_are_refused_as_etcd() {
         assert!(!ex.grep(&want).is_empty(), "{kind:?}: {}", ex.output());
     }
 }
+
+/// `unixs://` client URLs: TLS over a unix socket, with etcd's flags. etcdctl reaches the
+/// member through the socket with the CA and its client certificate (etcd's client checks the
+/// server's certificate for the host part of the socket's file name, so the socket is named
+/// `localhost:PORT`, as etcd's tests name theirs); without a client certificate, or in plain
+/// text (`unix://` on the same socket), it does not.
+#[tokio::test]
+async fn etcdctl_works_over_a_unixs_socket() {
+    let Some(bin) = peer_binary("etcdctl") else { return };
+    let certs = Certs::new();
+    let socket = certs.dir.path().join(format!("localhost:{}", free_port()));
+    let url = format!("unixs://{}", socket.display());
+    let mut args = vec![format!("--listen-client-urls=http://127.0.0.1:0,{url}")];
+    args.extend(certs.server_flags(true));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let s = Server::start(Kind::MemEtcd, &args).await.expect("mem_etcd");
+    let start = std::time::Instant::now();
+    while !s.grep_log("ready to serve client requests").iter().any(|l| l.contains("unixs://")) {
+        assert!(start.elapsed() < std::time::Duration::from_secs(10), "{}", s.log_tail());
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let ctl = |endpoint: &str, auth: &[(&str, &str)], args: &[&str]| {
+        let mut all: Vec<String> = auth.iter().map(|(f, n)| certs.arg(f, n)).collect();
+        all.extend(args.iter().map(|a| a.to_string()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        etcdctl(&bin, endpoint, &all, None)
+    };
+    let (code, out, err) = ctl(&url, &CLIENT, &["put", "k", "over unixs"]);
+    assert_eq!((code, out.trim()), (Some(0), "OK"), "{err}");
+    let (code, out, err) = ctl(&url, &CLIENT, &["get", "k", "--print-value-only"]);
+    assert_eq!((code, out.trim()), (Some(0), "over unixs"), "{err}");
+    let timeout = ["--command-timeout=2s", "put", "k", "v"];
+    let (code, _, err) = ctl(&url, &[("--cacert", "ca.crt")], &timeout);
+    assert_ne!(code, Some(0), "put without a client certificate succeeded: {err}");
+    let plain = format!("unix://{}", socket.display());
+    let (code, _, err) = ctl(&plain, &[], &timeout);
+    assert_ne!(code, Some(0), "put in plain text on the unixs socket succeeded: {err}");
+    // The plain listener beside it still serves.
+    let mut c = s.client().await;
+    let got = c.get("k", None).await.unwrap();
+    assert_eq!(got.kvs()[0].value(), b"over unixs");
+}
