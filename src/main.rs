@@ -331,12 +331,12 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
         fail(e);
     }
     let peer_tls = server::tls::peer_server_config(&config).unwrap_or_else(|e| fail(e));
+    // Every member listens on its peer URLs from the start, as etcd's does: a member alone
+    // answers there too (see `server::http`), and serves Raft once it grows into a cluster.
     let mut peer_listeners = Vec::new();
-    if cluster.is_some() {
-        for url in &config.listen_peer_urls {
-            let l = Listener::bind(url, peer_tls.as_ref()).await;
-            peer_listeners.push(l.map_err(|e| format!("listen on peer URL {url}: {e}"))?);
-        }
+    for url in &config.listen_peer_urls {
+        let l = Listener::bind(url, peer_tls.as_ref()).await;
+        peer_listeners.push(l.map_err(|e| format!("listen on peer URL {url}: {e}"))?);
     }
     let ids = cluster.as_ref().map(|o| (o.cluster_id, o.member_id));
     let shared = match Member::open(config, ids) {
@@ -436,10 +436,11 @@ async fn stop(shared: Arc<Member>) {
     };
     tokio::select! {
         _ = &mut signal => raft.hand_over().await,
-        _ = raft.removed() => tracing::warn!(
-            "the member has been permanently removed from the cluster; the data-dir used by \
-             this member must be removed"
-        ),
+        _ = raft.removed() => {
+            // etcd's two lines as its server stops on its removal.
+            tracing::warn!(error = mem_etcd::raft::network::MEMBER_REMOVED, "server error");
+            tracing::warn!("data-dir used by this member must be removed");
+        }
     }
 }
 

@@ -62,6 +62,20 @@ impl tonic::service::Interceptor for Stamp {
     }
 }
 
+/// What a member answers the calls of a member it saw removed (etcd's `errMemberRemoved`, its
+/// peer handler's 410 Gone), which stops on hearing it.
+pub const MEMBER_REMOVED: &str = "the member has been permanently removed from the cluster";
+
+/// The refusal of a removed member's call.
+pub fn member_removed() -> tonic::Status {
+    tonic::Status::failed_precondition(MEMBER_REMOVED)
+}
+
+/// Whether a peer refused a call as coming from a removed member.
+pub fn is_member_removed(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::FailedPrecondition && status.message() == MEMBER_REMOVED
+}
+
 /// Refuses a call from another cluster (etcd answers such peers "cluster ID mismatch"), so two
 /// clusters sharing addresses never merge. Returns the caller's member id.
 pub fn check_stamp<T>(req: &tonic::Request<T>, cluster_id: u64) -> Result<u64, tonic::Status> {

@@ -136,8 +136,13 @@ pub struct RaftNode {
     /// Injected network faults (`--peer-failpoint`); `None` outside fault tests.
     faults: Option<Arc<super::faults::PeerFaults>>,
     /// Set once this member learns it was removed from the cluster (written by the role
-    /// watcher, awaited by the daemon, which then stops as etcd's member does).
-    removed: watch::Sender<bool>,
+    /// watcher and the prober, awaited by the daemon, which then stops as etcd's member does):
+    /// how long to wait before stopping.
+    removed: watch::Sender<Option<Duration>>,
+    /// The members this one saw leave the applied membership while it ran (etcd's
+    /// `IsIDRemoved`): their peer calls are refused with [`super::network::MEMBER_REMOVED`],
+    /// which tells a removed member that missed its removal to stop.
+    removed_members: parking_lot::Mutex<BTreeSet<u64>>,
     /// The server's side of the forwarded requests it serves when this member leads (see
     /// [`LeaderRequests`]): set once, as the server starts the node, before it serves peers.
     leader_requests: OnceLock<Arc<dyn LeaderRequests>>,
@@ -287,7 +292,8 @@ impl RaftNode {
             leader_heard_ms: AtomicU64::new(0),
             started: std::time::Instant::now(),
             faults: opts.failpoint.clone().map(super::faults::PeerFaults::start),
-            removed: watch::channel(false).0,
+            removed: watch::channel(None).0,
+            removed_members: Default::default(),
             leader_requests: OnceLock::new(),
             reads: Arc::default(),
             proposals: Arc::default(),
@@ -295,12 +301,27 @@ impl RaftNode {
         });
         tokio::spawn(node.clone().watch_metrics(role.0));
         let weak = Arc::downgrade(&node);
+        let removed = node.removed.clone();
         tokio::spawn(super::probing::run(
             node.peers.clone(),
             node.id,
             node.opts.heartbeat,
             node.opts.election,
             move || weak.upgrade().map(|n| n.membership().1),
+            Arc::new(move |by: u64| {
+                // etcd's member stops at once when a peer answers that it was removed.
+                let first = removed.send_if_modified(|r| {
+                    let first = r.is_none();
+                    r.get_or_insert(Duration::ZERO);
+                    first
+                });
+                if first {
+                    tracing::warn!(
+                        by = format!("{by:x}"),
+                        "raft: a peer refused this member: it was removed from the cluster"
+                    );
+                }
+            }),
         ));
         let weak = Arc::downgrade(&node);
         let reads = node.reads.clone();
@@ -550,6 +571,8 @@ impl RaftNode {
         // leader: how it finds out it was removed (see `check_removed`).
         let mut was_member = false;
         let mut leaderless_since: Option<Instant> = None;
+        // The members of the membership last seen applied, to find who left it.
+        let mut applied_nodes: Option<BTreeSet<u64>> = None;
         let mut tick = tokio::time::interval(self.opts.heartbeat.max(Duration::from_millis(50)));
         loop {
             let role = {
@@ -570,6 +593,7 @@ impl RaftNode {
                 }
             };
             self.term.store(role.term, Ordering::Relaxed);
+            self.note_removed_members(&mut applied_nodes);
             self.check_removed(role.leader.is_some(), &mut was_member, &mut leaderless_since);
             if role.leader != last_leader {
                 if role.leader.is_some() {
@@ -596,6 +620,32 @@ impl RaftNode {
         }
     }
 
+    /// Records the members that left the applied membership since `last` was seen (etcd's
+    /// removed members: only an applied removal counts, as one that is not committed yet may
+    /// be undone by the next leader).
+    fn note_removed_members(&self, last: &mut Option<BTreeSet<u64>>) {
+        let m = self.metrics();
+        let config = &m.membership_config;
+        let applied = config.log_id().as_ref().is_some_and(|l| Some(l) <= m.last_applied.as_ref());
+        if !applied {
+            return;
+        }
+        let nodes: BTreeSet<u64> = config.membership().nodes().map(|(id, _)| *id).collect();
+        if let Some(before) = last.as_ref() {
+            let gone: Vec<u64> =
+                before.difference(&nodes).copied().filter(|id| *id != self.id).collect();
+            if !gone.is_empty() {
+                self.removed_members.lock().extend(gone);
+            }
+        }
+        *last = Some(nodes);
+    }
+
+    /// Whether member `id` was seen leaving this cluster (see [`Self::note_removed_members`]).
+    pub fn is_member_removed(&self, id: u64) -> bool {
+        self.removed_members.lock().contains(&id)
+    }
+
     /// Finds out whether this member was removed from the cluster: its applied membership no
     /// longer names it, or (when it missed its removal: the leader stops replicating to a
     /// member as it removes it) a member of the cluster that has a leader no longer knows it.
@@ -605,7 +655,7 @@ impl RaftNode {
         was_member: &mut bool,
         leaderless_since: &mut Option<Instant>,
     ) {
-        if *self.removed.borrow() {
+        if self.removed.borrow().is_some() {
             return;
         }
         let m = self.metrics();
@@ -619,7 +669,8 @@ impl RaftNode {
                 member = format!("{:x}", self.id),
                 "raft: this member was removed from the cluster"
             );
-            self.removed.send_replace(true);
+            // etcd's member stops a second after applying its own removal.
+            self.removed.send_replace(Some(Duration::from_secs(1)));
             return;
         }
         if !*was_member || has_leader {
@@ -654,7 +705,7 @@ impl RaftNode {
                             by = format!("{id:x}"),
                             "raft: this member is no longer in the cluster"
                         );
-                        node.send_replace(true);
+                        node.send_replace(Some(Duration::ZERO));
                         return;
                     }
                 }
@@ -662,12 +713,13 @@ impl RaftNode {
         });
     }
 
-    /// Resolves once this member was removed from the cluster, a second after it found out
-    /// (etcd's member stops with the same delay, so that the change reaches the others).
+    /// Resolves once this member was removed from the cluster: a second after it applied its
+    /// own removal, at once when a peer refused it as removed (as etcd's member stops).
     pub async fn removed(&self) {
         let mut rx = self.removed.subscribe();
-        let _ = rx.wait_for(|r| *r).await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        let delay = rx.wait_for(|r| r.is_some()).await.map(|r| r.unwrap_or_default());
+        // The sender lives as long as this node: no error while it runs.
+        tokio::time::sleep(delay.unwrap_or_default()).await;
     }
 
     /// etcd's `TransferLeadership` as it stops: a leader with other voters hands over to the
@@ -725,6 +777,9 @@ impl RaftNode {
     ) -> std::result::Result<u64, tonic::Status> {
         let from = super::network::check_stamp(req, self.cluster_id)?;
         self.check_fault(from)?;
+        if self.is_member_removed(from) {
+            return Err(super::network::member_removed());
+        }
         Ok(from)
     }
 

@@ -22,22 +22,40 @@ use crate::proto::memetcdpb as pb;
 pub type AppendResults =
     std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<pb::AppendResponse, Status>> + Send>>;
 
+/// Where the peer service finds this member's Raft node: nowhere while the member runs alone
+/// (its peer listeners serve from its start, as etcd's do; its node starts as it grows into a
+/// cluster, `server::grow`).
+pub type NodeSource = Arc<dyn Fn() -> Option<Arc<RaftNode>> + Send + Sync>;
+
 /// The Raft service of this member.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PeerService {
-    node: Arc<RaftNode>,
+    node: NodeSource,
     /// Where snapshots are received (`<data-dir>/raft/snap-incoming`): apart from the snapshots
     /// themselves, which a snapshot being built clears out around it.
     incoming: std::path::PathBuf,
 }
 
 impl PeerService {
-    /// The service of `node`, whose snapshots are in `snap_dir`.
-    pub fn new(node: Arc<RaftNode>, snap_dir: std::path::PathBuf) -> Self {
+    /// The service of the node `node` finds, whose snapshots are in `snap_dir`.
+    pub fn new(node: NodeSource, snap_dir: std::path::PathBuf) -> Self {
         let incoming = snap_dir.with_file_name("snap-incoming");
         // What a crash left half received.
         let _ = std::fs::remove_dir_all(&incoming);
         Self { node, incoming }
+    }
+
+    /// This member's node; a member alone has none, and refuses Raft's calls (it is in no
+    /// cluster the caller could be in).
+    fn node(&self) -> Result<Arc<RaftNode>, Status> {
+        (self.node)()
+            .ok_or_else(|| Status::unavailable("this member runs alone: it is in no cluster yet"))
+    }
+}
+
+impl std::fmt::Debug for PeerService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerService").field("incoming", &self.incoming).finish()
     }
 }
 
@@ -55,8 +73,9 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         req: Request<Streaming<pb::AppendRequest>>,
     ) -> Result<Response<Self::AppendStream>, Status> {
-        let from = self.node.check_peer(&req)?;
-        let node = self.node.clone();
+        let peer = self.node()?;
+        let from = peer.check_peer(&req)?;
+        let node = peer.clone();
         // Why the requests stopped, when this side stopped them (a fault injected since the
         // stream opened, a malformed message): the caller gets it after the answers to what
         // was accepted before, so no answer is lost and none is made up.
@@ -96,7 +115,7 @@ impl pb::raft_server::Raft for PeerService {
                 }
             },
         );
-        let answers = self.node.raft.stream_append(Box::pin(requests)).map(|r| match r {
+        let answers = peer.raft.stream_append(Box::pin(requests)).map(|r| match r {
             Ok(result) => Ok(codec::append_result(&result)),
             Err(fatal) => Err(Status::unavailable(fatal.to_string())),
         });
@@ -122,7 +141,8 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         req: Request<Streaming<pb::SnapshotChunk>>,
     ) -> Result<Response<pb::SnapshotReply>, Status> {
-        self.node.check_peer(&req)?;
+        let node = self.node()?;
+        node.check_peer(&req)?;
         let mut stream = req.into_inner();
         let Some(Ok(pb::SnapshotChunk { kind: Some(pb::snapshot_chunk::Kind::Header(h)) })) =
             stream.next().await
@@ -169,7 +189,7 @@ impl pb::raft_server::Raft for PeerService {
             }
         };
         let snapshot = Snapshot { meta, snapshot: SnapshotFile { path: path.clone() } };
-        let resp = self.node.raft.install_full_snapshot(vote, snapshot).await;
+        let resp = node.raft.install_full_snapshot(vote, snapshot).await;
         let _ = std::fs::remove_file(&path);
         let resp = resp.map_err(|e| Status::unavailable(e.to_string()))?;
         Ok(Response::new(pb::SnapshotReply { vote: Some(codec::vote(&resp.vote)) }))
@@ -179,9 +199,10 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         req: Request<pb::TransferLeaderRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
-        self.node.check_peer(&req)?;
+        let node = self.node()?;
+        node.check_peer(&req)?;
         let rpc = codec::from_transfer_leader(req.into_inner())?;
-        match self.node.raft.handle_transfer_leader(rpc).await {
+        match node.raft.handle_transfer_leader(rpc).await {
             Ok(Ok(())) => Ok(Response::new(pb::Empty {})),
             Ok(Err(e)) => Err(Status::failed_precondition(e.to_string())),
             Err(e) => Err(Status::unavailable(e.to_string())),
@@ -192,7 +213,8 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         req: Request<pb::ForwardRequest>,
     ) -> Result<Response<pb::ForwardResponse>, Status> {
-        self.node.check_peer(&req)?;
+        let node = self.node()?;
+        node.check_peer(&req)?;
         // Every member sets a deadline; without one, the request timeout is this member's.
         let has_deadline = req.metadata().get("grpc-timeout").is_some();
         let Some(mut request) = req.into_inner().request else {
@@ -205,13 +227,11 @@ impl pb::raft_server::Raft for PeerService {
                 *r = bytes::Bytes::copy_from_slice(r);
             }
         }
-        let fut = self.node.serve_forwarded(request);
+        let fut = node.serve_forwarded(request);
         let r = if has_deadline {
             fut.await
         } else {
-            tokio::time::timeout(self.node.request_timeout(), fut)
-                .await
-                .unwrap_or(Err(Error::Timeout))
+            tokio::time::timeout(node.request_timeout(), fut).await.unwrap_or(Err(Error::Timeout))
         };
         Ok(Response::new(pb::ForwardResponse { response: Some(r.map_err(status)?) }))
     }
@@ -220,6 +240,7 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         req: Request<pb::ProbeRequest>,
     ) -> Result<Response<pb::ProbeResponse>, Status> {
+        let node = self.node()?;
         // Answered whatever the caller's cluster: a member joining learns the cluster id here.
         let caller = req
             .metadata()
@@ -227,9 +248,12 @@ impl pb::raft_server::Raft for PeerService {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| u64::from_str_radix(v, 16).ok())
             .unwrap_or(0);
-        self.node.check_fault(caller)?;
-        let (voters, nodes) = self.node.membership();
-        let initialized = !nodes.is_empty() && !self.node.voting_blocked();
+        node.check_fault(caller)?;
+        if node.is_member_removed(caller) {
+            return Err(super::network::member_removed());
+        }
+        let (voters, nodes) = node.membership();
+        let initialized = !nodes.is_empty() && !node.voting_blocked();
         let mut urls = req.into_inner().peer_urls;
         urls.sort();
         let your_id = nodes
@@ -241,14 +265,14 @@ impl pb::raft_server::Raft for PeerService {
             })
             .map_or(0, |(id, _)| *id);
         Ok(Response::new(pb::ProbeResponse {
-            member_id: self.node.id,
+            member_id: node.id,
             initialized,
-            leader: self.node.leader().unwrap_or(0),
+            leader: node.leader().unwrap_or(0),
             knows_you: nodes.contains_key(&caller),
             you_are_voter: voters.contains(&caller),
-            cluster_id: self.node.cluster_id,
+            cluster_id: node.cluster_id,
             your_id,
-            last_log_index: self.node.status().last_index,
+            last_log_index: node.status().last_index,
         }))
     }
 
@@ -256,15 +280,16 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         req: Request<crate::proto::etcdserverpb::HashKvRequest>,
     ) -> Result<Response<crate::proto::etcdserverpb::HashKvResponse>, Status> {
-        self.node.check_peer(&req)?;
+        let node = self.node()?;
+        node.check_peer(&req)?;
         let rev = req.into_inner().revision;
-        let h = self.node.machine.hash_kv(rev).map_err(status)?;
+        let h = node.machine.hash_kv(rev).map_err(status)?;
         Ok(Response::new(crate::proto::etcdserverpb::HashKvResponse {
             header: Some(crate::proto::etcdserverpb::ResponseHeader {
-                cluster_id: self.node.cluster_id,
-                member_id: self.node.id,
+                cluster_id: node.cluster_id,
+                member_id: node.id,
                 revision: h.revision,
-                raft_term: self.node.term(),
+                raft_term: node.term(),
             }),
             hash: h.hash,
             compact_revision: h.compact_revision,
@@ -276,19 +301,20 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         req: Request<pb::ReadmitRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
-        let caller = self.node.check_peer(&req)?;
+        let node = self.node()?;
+        let caller = node.check_peer(&req)?;
         let id = req.into_inner().member_id;
         if id != caller {
             return Err(Status::permission_denied("a member may only ask to re-admit itself"));
         }
-        if !self.node.is_leader() {
+        if !node.is_leader() {
             return Err(status(Error::NotLeader));
         }
         tracing::warn!(
             member = format!("{id:x}"),
             "raft: member came back without its state; re-admitting it as a learner until it catches up"
         );
-        self.node.readmit_member(id).await.map_err(status)?;
+        node.readmit_member(id).await.map_err(status)?;
         Ok(Response::new(pb::Empty {}))
     }
 }
@@ -299,12 +325,13 @@ impl PeerService {
         req: Request<pb::VoteRequest>,
         pre: bool,
     ) -> Result<Response<pb::VoteResponse>, Status> {
-        self.node.check_peer(&req)?;
+        let node = self.node()?;
+        node.check_peer(&req)?;
         let rpc = codec::from_vote_request(req.into_inner())?;
-        if self.node.voting_blocked() {
+        if node.voting_blocked() {
             return Ok(Response::new(self.refusal(&rpc)));
         }
-        let raft = &self.node.raft;
+        let raft = &node.raft;
         let resp = if pre { raft.pre_vote(rpc).await } else { raft.vote(rpc).await };
         let resp = resp.map_err(|e| Status::unavailable(e.to_string()))?;
         Ok(Response::new(codec::vote_response(&resp)))

@@ -20,13 +20,16 @@ use crate::proto::memetcdpb as pb;
 
 /// Probes, every `every`, the peers of member `me` that `members` lists (with their peer URLs)
 /// until it answers `None` (the node is gone). At most one probe per peer is in flight: a peer
-/// that does not answer within the `election` timeout counts as unreachable.
+/// that does not answer within the `election` timeout counts as unreachable. A peer that
+/// refuses `me` as a removed member is passed to `removed` (every heartbeat a member missed
+/// its own removal, as etcd's learns it from its peers' 410 Gone).
 pub(super) async fn run(
     peers: Arc<Peers>,
     me: u64,
     every: Duration,
     election: Duration,
     members: impl Fn() -> Option<BTreeMap<u64, Vec<String>>>,
+    removed: Arc<dyn Fn(u64) + Send + Sync>,
 ) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -65,12 +68,19 @@ pub(super) async fn run(
                 continue;
             };
             let timeout = election;
+            let removed = removed.clone();
             in_flight.insert(
                 id,
                 tokio::spawn(async move {
                     let started = Instant::now();
                     let probe = client.probe(pb::ProbeRequest { peer_urls: Vec::new() });
-                    let answered = matches!(tokio::time::timeout(timeout, probe).await, Ok(Ok(_)));
+                    let answer = tokio::time::timeout(timeout, probe).await;
+                    if let Ok(Err(status)) = &answer
+                        && super::network::is_member_removed(status)
+                    {
+                        removed(id);
+                    }
+                    let answered = matches!(answer, Ok(Ok(_)));
                     let mut since = stats.active_since.lock();
                     if answered {
                         since.get_or_insert(started);

@@ -46,6 +46,20 @@ pub fn members(s: &Member, raft: &RaftNode) -> Vec<pb::Member> {
         .collect()
 }
 
+/// Every member, as MemberList answers (a member alone lists itself).
+pub fn member_list(s: &Member) -> Vec<pb::Member> {
+    if let Some(raft) = s.raft() {
+        return members(s, raft);
+    }
+    vec![pb::Member {
+        id: s.member_id,
+        name: s.config.name.clone(),
+        peer_ur_ls: s.config.initial_advertise_peer_urls.clone(),
+        client_ur_ls: s.config.advertised_client_urls(),
+        is_learner: false,
+    }]
+}
+
 /// Peer URLs as given, or etcd's error for a bad one.
 fn parse_urls(urls: &[String]) -> Result<Vec<String>, Status> {
     // etcd's types.NewURLs refuses an empty list ("no valid URLs given"), answered as bad URLs.
@@ -344,17 +358,7 @@ impl pb::cluster_server::Cluster for ClusterService {
             super::apply::linearizable(s).await?;
         }
         super::auth::authenticated(s, &req).await?;
-        if let Some(raft) = s.raft() {
-            return Ok(Response::new(pb::MemberListResponse { header, members: members(s, raft) }));
-        }
-        let me = pb::Member {
-            id: s.member_id,
-            name: s.config.name.clone(),
-            peer_ur_ls: s.config.initial_advertise_peer_urls.clone(),
-            client_ur_ls: s.config.advertised_client_urls(),
-            is_learner: false,
-        };
-        Ok(Response::new(pb::MemberListResponse { header, members: vec![me] }))
+        Ok(Response::new(pb::MemberListResponse { header, members: member_list(s) }))
     }
 
     async fn member_promote(

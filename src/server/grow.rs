@@ -20,7 +20,8 @@
 //!    state already), elects this member, and the write path switches to proposing. Watches,
 //!    leases (with their remaining TTLs) and the auth state stay as they were; revisions go on
 //!    at R + 1.
-//! 4. The peer listeners open, and the writes that waited go on through Raft.
+//! 4. The peer listeners, which serve from the start (as etcd's), take Raft's calls, and the
+//!    writes that waited go on through Raft.
 //!
 //! The member's own WAL keeps being written, and snapshotted as before so that it stays
 //! bounded, until the member restarts (it is no longer read: a start
@@ -40,13 +41,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_stream::wrappers::UnixListenerStream;
 use tonic::Status;
-use tonic::transport::server::TcpIncoming;
 
 use super::apply;
 use super::member::Member;
-use super::serve::Listener;
 use crate::data_dir::{DataDir, sync_dir};
 use crate::error::Error;
 use crate::mvcc::persist::OpenError;
@@ -77,14 +75,6 @@ pub async fn grow(s: &Arc<Member>) -> Result<(), Status> {
     }
     let mut opts = s.config.grown_cluster().map_err(Status::failed_precondition)?;
     opts.tls = super::tls::peer_client(&s.config).map_err(Status::failed_precondition)?;
-    let peer_tls =
-        super::tls::peer_server_config(&s.config).map_err(Status::failed_precondition)?;
-    let mut listeners = Vec::new();
-    for url in &s.config.listen_peer_urls {
-        let l = Listener::bind(url, peer_tls.as_ref()).await;
-        listeners
-            .push(l.map_err(|e| Status::unavailable(format!("listen on peer URL {url}: {e}")))?);
-    }
     let rev = s.store.close_direct();
     s.store.wait_visible(rev).await;
     tracing::info!(revision = rev, "growing into a cluster: this member's state is fixed");
@@ -99,11 +89,8 @@ pub async fn grow(s: &Arc<Member>) -> Result<(), Status> {
     // The leases keep their remaining TTLs: this member kept their deadlines and now leads
     // (the lessor's renewal on a new leader is for a leader that did not keep them).
     s.lease_term.store(node.term(), std::sync::atomic::Ordering::SeqCst);
+    // The peer listeners, open since the start, serve Raft's calls from now on.
     let _ = s.set_raft(node);
-    for l in listeners {
-        tracing::info!(peer_address = %l.describe(), "serving the other members");
-        serve_peers(s, l);
-    }
     tracing::info!(revision = rev, "grown into a cluster of one member; writes go through Raft");
     Ok(())
 }
@@ -167,40 +154,6 @@ async fn found(s: &Arc<Member>, opts: NodeOptions) -> Result<Arc<RaftNode>, Stri
         return Err(undo("the cluster of one did not elect this member".into()));
     }
     Ok(node)
-}
-
-/// Serves the other members on a peer listener opened by growing, until the server stops.
-fn serve_peers(s: &Arc<Member>, l: Listener) {
-    let mut stopping = s.stopping.subscribe();
-    let signal = async move {
-        let _ = stopping.wait_for(|s| *s).await;
-    };
-    let r = super::serve::peer_router(s);
-    tokio::spawn(async move {
-        let served = match l {
-            Listener::Tcp(t) => {
-                let incoming = TcpIncoming::from(t).with_nodelay(Some(true));
-                r.serve_with_incoming_shutdown(incoming, signal).await
-            }
-            Listener::Tls(t, tls) => {
-                r.serve_with_incoming_shutdown(super::tls::incoming(t, tls, "peer"), signal).await
-            }
-            Listener::Either(t, tls) => {
-                let incoming = super::tls::incoming_either(t, tls, "peer");
-                r.serve_with_incoming_shutdown(incoming, signal).await
-            }
-            Listener::Unix(u, _) => {
-                r.serve_with_incoming_shutdown(UnixListenerStream::new(u), signal).await
-            }
-            Listener::UnixTls(u, _, tls) => {
-                let incoming = super::tls::incoming_unix(u, tls, "peer");
-                r.serve_with_incoming_shutdown(incoming, signal).await
-            }
-        };
-        if let Err(e) = served {
-            tracing::error!(error = %e, "peer listener failed");
-        }
-    });
 }
 
 /// At the start of a cluster member: a member alone that grew leaves its WAL and auth file

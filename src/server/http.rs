@@ -35,11 +35,13 @@ pub enum Serves {
     HttpOnly,
     /// A --listen-metrics-urls URL: probes and /metrics.
     Metrics,
+    /// A peer URL: the peer service (gRPC), and etcd's peer `/version` and `/members`.
+    Peer,
 }
 
 impl Serves {
     fn grpc(self) -> bool {
-        matches!(self, Serves::Client | Serves::GrpcOnly)
+        matches!(self, Serves::Client | Serves::GrpcOnly | Serves::Peer)
     }
 
     fn http(self) -> bool {
@@ -135,6 +137,7 @@ impl tower_service::Service<Request<Body>> for Http {
         if !self.serves.http() {
             let answer = match self.serves {
                 Serves::Metrics => answer(&self.shared, &req, false),
+                Serves::Peer => peer_answer(&self.shared, &req),
                 _ => not_found(),
             };
             return HttpFuture::Ready(Some(answer));
@@ -304,6 +307,64 @@ impl Drop for CountOnEnd {
     }
 }
 
+/// What etcd's peer handler answers that mem_etcd's peers do not call over gRPC: `/version`,
+/// and `/members` (the members as JSON, as `etcdctl` and etcd's joining members read them).
+fn peer_answer(shared: &Member, req: &Request<Body>) -> Response<Body> {
+    match req.uri().path() {
+        "/version" => version(shared),
+        "/members" if req.method() != Method::GET => {
+            let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n");
+            r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET"));
+            r
+        }
+        "/members" => {
+            let members: Vec<String> = super::cluster::member_list(shared)
+                .iter()
+                .map(|m| {
+                    // etcd's membership.Member as encoding/json writes it, in its field
+                    // order: isLearner, name and client URLs left out when empty.
+                    let mut o = format!(
+                        "{{\"id\":{},\"peerURLs\":{}",
+                        m.id,
+                        serde_json::json!(m.peer_ur_ls)
+                    );
+                    if m.is_learner {
+                        o.push_str(",\"isLearner\":true");
+                    }
+                    if !m.name.is_empty() {
+                        o.push_str(&format!(",\"name\":{}", serde_json::json!(m.name)));
+                    }
+                    if !m.client_ur_ls.is_empty() {
+                        o.push_str(&format!(
+                            ",\"clientURLs\":{}",
+                            serde_json::json!(m.client_ur_ls)
+                        ));
+                    }
+                    o.push('}');
+                    o
+                })
+                .collect();
+            let mut r =
+                respond(StatusCode::OK, "application/json", format!("[{}]\n", members.join(",")));
+            if let Ok(id) = HeaderValue::from_str(&format!("{:x}", shared.cluster_id)) {
+                r.headers_mut().insert("x-etcd-cluster-id", id);
+            }
+            r
+        }
+        _ => not_found(),
+    }
+}
+
+/// etcd's `/version` body.
+fn version(shared: &Member) -> Response<Body> {
+    let v = &shared.config.emulated_version;
+    let storage = shared.config.storage_version();
+    let body = format!(
+        "{{\"etcdserver\":\"{v}\",\"etcdcluster\":\"{storage}\",\"storage\":\"{storage}\"}}"
+    );
+    respond(StatusCode::OK, "application/json", body)
+}
+
 /// The answer to an HTTP request that is not a gRPC call.
 fn answer(shared: &Member, req: &Request<Body>, grpc: bool) -> Response<Body> {
     let path = req.uri().path();
@@ -317,14 +378,7 @@ fn answer(shared: &Member, req: &Request<Body>, grpc: bool) -> Response<Body> {
             let known = checks(&format!("/{probe_path}")).contains(&check);
             if known { text(StatusCode::OK, "ok\n") } else { not_found() }
         }
-        "/version" if grpc => {
-            let v = &shared.config.emulated_version;
-            let storage = shared.config.storage_version();
-            let body = format!(
-                "{{\"etcdserver\":\"{v}\",\"etcdcluster\":\"{storage}\",\"storage\":\"{storage}\"}}"
-            );
-            respond(StatusCode::OK, "application/json", body)
-        }
+        "/version" if grpc => version(shared),
         "/metrics" => respond(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",

@@ -417,16 +417,23 @@ pub async fn serve(
 }
 
 /// A peer listener's service: Raft's messages and the requests forwarded to the leader.
-pub(super) fn peer_router(shared: &Arc<Member>) -> tonic::transport::server::Router {
-    let raft = shared.raft().expect("peer listeners serve a cluster member").clone();
+pub(super) fn peer_router(shared: &Arc<Member>) -> ClientRouter {
+    // A member alone serves its peer URLs from its start, as etcd's does, with Raft's calls
+    // refused until it grows into a cluster (`grow`), when its node appears.
+    let weak = Arc::downgrade(shared);
+    let node: crate::raft::peer::NodeSource =
+        Arc::new(move || weak.upgrade().and_then(|s| s.raft().cloned()));
     let snap_dir = shared.config.wal_options().dir.raft().snapshots();
     let peer = crate::proto::memetcdpb::raft_server::RaftServer::new(
-        crate::raft::peer::PeerService::new(raft, snap_dir),
+        crate::raft::peer::PeerService::new(node, snap_dir),
     )
     .max_decoding_message_size(usize::MAX)
     .max_encoding_message_size(usize::MAX);
     Server::builder()
         .tcp_nodelay(true)
+        // etcd's peer handler is HTTP/1.1 (`/version`, `/members`, its Raft streams).
+        .accept_http1(true)
+        .layer(http::HttpLayer::new(shared.clone(), http::Serves::Peer))
         .initial_stream_window_size(4 << 20)
         .initial_connection_window_size(16 << 20)
         .max_concurrent_streams(u32::MAX)

@@ -258,6 +258,8 @@ async fn start_with_env(env: &[(&str, &str)], args: &[&str]) -> EnvServer {
     cmd.current_dir(dir.path())
         .arg(format!("--data-dir={}", dir.path().join("data").display()))
         .arg(format!("--listen-client-urls=http://{addr}"))
+        // Not etcd's default peer URL (localhost:2380), which tests side by side would share.
+        .arg("--listen-peer-urls=http://127.0.0.1:0")
         .args(args)
         .envs(env.iter().copied())
         .stdout(Stdio::null())

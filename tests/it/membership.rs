@@ -49,17 +49,27 @@ async fn term(c: &Cluster, i: usize) -> u64 {
 
 /// Waits (at most `max`) for member `i`'s process to end by itself; its exit code.
 async fn exit_of(c: &mut Cluster, i: usize, max: Duration) -> Option<i32> {
+    ended(c, i, max).await.map(|e| e.status.code()).unwrap_or(None)
+}
+
+/// Waits (at most `max`) for member `i`'s process to end by itself; how it ended.
+async fn ended(c: &mut Cluster, i: usize, max: Duration) -> Option<Exited> {
     let start = Instant::now();
     while start.elapsed() < max {
         let s = c.members[i].server.take().expect("running");
         match s.ended() {
-            Ok(exited) => return exited.status.code(),
+            Ok(exited) => return Some(exited),
             Err(s) => c.members[i].server = Some(s),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     None
 }
+
+/// How long a removed member may take to stop once `member remove` answered: etcd's stops a
+/// second after applying its removal (or at once when a peer refuses it as removed), then
+/// closes its listeners.
+const REMOVED_STOPS_WITHIN: Duration = Duration::from_secs(4);
 
 async fn shrink(kind: Kind) -> Option<Vec<String>> {
     let mut c = Cluster::start(kind, 3, &[]).await?;
@@ -73,11 +83,32 @@ async fn shrink(kind: Kind) -> Option<Vec<String>> {
         let r = cl.member_remove(id).await;
         log.push(format!("remove #{step}: {}", outcome(&r)));
         if r.is_ok() {
-            // etcd's removed member stops by itself (and exits 0).
-            let code = exit_of(&mut c, gone, Duration::from_secs(20)).await;
-            log.push(format!("the removed member exited: {code:?}"));
-            if code.is_none() {
-                let _ = c.kill9(gone);
+            // etcd's removed member stops by itself, promptly, says why and exits 0.
+            let removed_at = Instant::now();
+            let exited = ended(&mut c, gone, Duration::from_secs(20)).await;
+            let took = removed_at.elapsed();
+            log.push(format!(
+                "the removed member exited: {:?}",
+                exited.as_ref().map(|e| e.status.code())
+            ));
+            log.push(format!("within {REMOVED_STOPS_WITHIN:?}: {}", took < REMOVED_STOPS_WITHIN));
+            eprintln!("{kind:?}: the removed member stopped {took:?} after member remove answered");
+            match exited {
+                Some(e) => {
+                    let why = e.grep(r#""msg":"server error""#);
+                    log.push(format!(
+                        "logged why: {}",
+                        why.iter().any(|l| l.contains(
+                            r#""error":"the member has been permanently removed from the cluster""#
+                        ))
+                    ));
+                    let data_dir =
+                        e.grep(r#""msg":"data-dir used by this member must be removed""#);
+                    log.push(format!("logged the data-dir warning: {}", !data_dir.is_empty()));
+                }
+                None => {
+                    let _ = c.kill9(gone);
+                }
             }
         }
     }

@@ -447,15 +447,17 @@ impl Server {
             ("--name", name.clone()),
             ("--data-dir", data.to_string()),
             ("--listen-client-urls", "http://127.0.0.1:0".into()),
+            // Both listen on their peer URLs from the start (etcd's default, localhost:2380,
+            // would be shared by the servers of tests running side by side).
+            ("--listen-peer-urls", "http://127.0.0.1:0".into()),
             ("--log-level", "info".into()),
         ];
         if kind == Kind::Etcd {
             // etcd insists on an advertised client URL when the listen URL is given. Nothing
-            // dials the advertised peer URL of a one-member cluster, so a fixed one is fine and
-            // the peer listener can take any free port.
+            // dials the advertised peer URL of a one-member cluster, so a fixed one is fine
+            // while the peer listener takes any free port.
             defaults.extend([
                 ("--advertise-client-urls", "http://127.0.0.1:0".into()),
-                ("--listen-peer-urls", "http://127.0.0.1:0".into()),
                 ("--initial-advertise-peer-urls", "http://127.0.0.1:2380".into()),
                 ("--initial-cluster", format!("{name}=http://127.0.0.1:2380")),
                 ("--unsafe-no-fsync", "true".into()),

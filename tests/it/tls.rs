@@ -190,6 +190,17 @@ async fn server_tls_without_client_auth_serves_any_client() {
 
 /// `GET path` over TLS offering only ALPN http/1.1, with the client certificate.
 async fn https_get(certs: &Certs, addr: SocketAddr, path: &str) -> String {
+    https_get_checking_alpn(certs, addr, path, true).await
+}
+
+/// [`https_get`], checking that the server chose http/1.1 by ALPN only with `alpn` (etcd's
+/// peer listener negotiates none).
+async fn https_get_checking_alpn(
+    certs: &Certs,
+    addr: SocketAddr,
+    path: &str,
+    alpn: bool,
+) -> String {
     use rustls::pki_types::pem::PemObject;
     let load = |name: &str| {
         rustls::pki_types::CertificateDer::pem_file_iter(certs.path(name))
@@ -214,7 +225,9 @@ async fn https_get(certs: &Certs, addr: SocketAddr, path: &str) -> String {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
     let mut tls = connector.connect(name, tcp).await.expect("TLS handshake with ALPN http/1.1");
-    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    if alpn {
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    }
     let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     tls.write_all(req.as_bytes()).await.unwrap();
     let mut out = Vec::new();
@@ -451,4 +464,101 @@ async fn etcdctl_works_over_a_unixs_socket() {
     let mut c = s.client().await;
     let got = c.get("k", None).await.unwrap();
     assert_eq!(got.kvs()[0].value(), b"over unixs");
+}
+
+/// `GET path` over TLS to `addr` without a client certificate; whatever came back (nothing
+/// when the server rejected the handshake).
+async fn https_get_without_certificate(certs: &Certs, addr: SocketAddr, path: &str) -> String {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(certs.path("ca.crt")).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    // TLS 1.3: the client's side of the handshake ends before the server checks its
+    // certificate, so the refusal may come as the first read fails.
+    let Ok(mut tls) = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await
+    else {
+        return String::new();
+    };
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let _ = tls.write_all(req.as_bytes()).await;
+    let mut out = Vec::new();
+    let _ = tls.read_to_end(&mut out).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// What a member alone with peer TLS does on its peer URL: (a peer without a certificate
+/// gets an answer, the rejection's log line with its fields, `/version`'s status line and
+/// keys, `/members` as JSON with the client URLs left out).
+async fn alone_peer_url(kind: Kind, certs: &Certs, port: u16) -> Option<Vec<String>> {
+    let peer = format!("https://127.0.0.1:{port}");
+    let args = [
+        format!("--listen-peer-urls={peer}"),
+        format!("--initial-advertise-peer-urls={peer}"),
+        format!("--initial-cluster=it={peer}"),
+        certs.arg("--peer-cert-file", "server.crt"),
+        certs.arg("--peer-key-file", "server.key"),
+        certs.arg("--peer-trusted-ca-file", "ca.crt"),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let s = Server::start(kind, &args).await?;
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut out = Vec::new();
+    let refused = https_get_without_certificate(certs, addr, "/members").await;
+    out.push(format!("answered without a certificate: {}", !refused.is_empty()));
+    let start = std::time::Instant::now();
+    let line = loop {
+        if let Some(l) = s.grep_log("rejected connection on peer endpoint").first() {
+            break serde_json::from_str::<serde_json::Value>(l).expect("a JSON line");
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(10), "{}", s.log_tail());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    out.push(format!(
+        "rejection logged: level {}, remote-addr on 127.0.0.1: {}, server-name {}, error: {}",
+        line["level"],
+        line["remote-addr"].as_str().is_some_and(|a| a.starts_with("127.0.0.1:")),
+        line["server-name"],
+        line["error"].is_string()
+    ));
+    let version = https_get_checking_alpn(certs, addr, "/version", false).await;
+    let (head, body) = version.split_once("\r\n\r\n").unwrap_or((&version, ""));
+    let body: serde_json::Value = serde_json::from_str(body.trim()).unwrap_or_default();
+    let keys: Vec<&String> = body.as_object().map(|o| o.keys().collect()).unwrap_or_default();
+    out.push(format!("/version: {} {keys:?}", head.lines().next().unwrap_or_default()));
+    let members = https_get_checking_alpn(certs, addr, "/members", false).await;
+    let (head, body) = members.split_once("\r\n\r\n").unwrap_or((&members, ""));
+    let mut list: serde_json::Value = serde_json::from_str(body.trim()).unwrap_or_default();
+    for m in list.as_array_mut().into_iter().flatten() {
+        let urls = m.as_object_mut().and_then(|o| o.remove("clientURLs"));
+        assert!(urls.is_some_and(|u| u.is_array()), "{m}");
+    }
+    out.push(format!("/members: {} {list}", head.lines().next().unwrap_or_default()));
+    let cluster_id =
+        head.lines().any(|l| l.to_ascii_lowercase().starts_with("x-etcd-cluster-id: "));
+    out.push(format!("/members names the cluster: {cluster_id}"));
+    Some(out)
+}
+
+/// etcd's e2e `TestConnectionRejectMessage` (`reject_peer_connection`) and more: a member
+/// alone listens on its peer URL from the start, as etcd's does. With peer TLS a client
+/// without a certificate has its handshake rejected, logged as etcd logs it; one with a
+/// certificate reads etcd's peer `/version` and `/members`. Compared with etcd.
+#[tokio::test]
+async fn a_member_alone_serves_its_peer_url_with_tls_as_etcds_does() {
+    let certs = Certs::new();
+    let port = free_port();
+    let mem = alone_peer_url(Kind::MemEtcd, &certs, port).await.expect("mem_etcd");
+    assert!(mem.iter().any(|l| l.contains("HTTP/1.1 200")), "{mem:#?}");
+    let Some(etcd) = alone_peer_url(Kind::Etcd, &certs, port).await else { return };
+    assert_eq!(mem, etcd, "mem_etcd (left) and etcd (right) differ");
 }
