@@ -128,6 +128,11 @@ pub struct Config {
     )]
     pub enable_grpc_gateway: bool,
 
+    /// `basic`, or `extensive` to add the gRPC handling-time histograms
+    /// (`grpc_server_handling_seconds`), as etcd's flag.
+    #[arg(long, env = "ETCD_METRICS", default_value = "basic")]
+    pub metrics: String,
+
     /// The server's certificate (PEM, chain first) for https:// listen URLs.
     #[arg(long, env = "ETCD_CERT_FILE")]
     pub cert_file: Option<PathBuf>,
@@ -832,6 +837,11 @@ impl Config {
         }
     }
 
+    /// Whether `--metrics=extensive` asks for the gRPC handling-time histograms.
+    pub fn extensive_metrics(&self) -> bool {
+        self.metrics == "extensive"
+    }
+
     /// The emulated version's `major.minor`: etcd's cluster version (`/version`, metrics).
     pub fn cluster_version(&self) -> String {
         let mut parts = self.emulated_version.split('.');
@@ -952,7 +962,6 @@ const NO_EFFECT: &[(&str, Takes)] = {
         ("cors", Value),
         ("host-whitelist", Value),
         ("enable-pprof", Bool),
-        ("metrics", Value),
         // Logging extras.
         ("enable-log-rotation", Bool),
         ("log-rotation-config-json", Value),

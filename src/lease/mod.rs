@@ -12,6 +12,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use hashbrown::{HashMap, HashSet};
@@ -19,6 +20,7 @@ use parking_lot::Mutex;
 use tokio::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::metrics::Histogram;
 use crate::mvcc::LeaseIndex;
 
 /// etcd's largest TTL (`lease.MaxLeaseTTL`).
@@ -61,6 +63,19 @@ pub struct Lessor {
     /// One lock for the books: grants, renewals and attach/detach are short and touch a single
     /// lease, and only writes that change a key's lease take it.
     inner: Mutex<Inner>,
+    /// Grants, renewals and expiries, for `/metrics`.
+    pub stats: LeaseStats,
+}
+
+/// What the lessor counts (etcd's `etcd_debugging_lease_*` and expired leases).
+#[derive(Debug)]
+pub struct LeaseStats {
+    pub granted: AtomicU64,
+    pub renewed: AtomicU64,
+    /// Leases found past their deadline (each is then revoked).
+    pub expired: AtomicU64,
+    /// The TTL of every lease granted.
+    pub ttls: Histogram,
 }
 
 /// The outcome of a renewal.
@@ -92,6 +107,12 @@ impl Lessor {
                 next_id: seed.max(1),
                 orphans: Vec::new(),
             }),
+            stats: LeaseStats {
+                granted: AtomicU64::new(0),
+                renewed: AtomicU64::new(0),
+                expired: AtomicU64::new(0),
+                ttls: Histogram::ttls(),
+            },
         })
     }
 
@@ -118,6 +139,9 @@ impl Lessor {
         let deadline = Instant::now() + Duration::from_secs(ttl as u64);
         g.leases.insert(id, Lease { ttl, deadline, keys: HashSet::new(), revoking: false });
         g.queue.push(Reverse((deadline, id)));
+        drop(g);
+        self.stats.granted.fetch_add(1, Ordering::Relaxed);
+        self.stats.ttls.observe(ttl as u64);
         Ok((id, ttl))
     }
 
@@ -204,6 +228,8 @@ impl Lessor {
             let fresh = g.leases.iter().map(|(&id, l)| Reverse((l.deadline, id))).collect();
             g.queue = fresh;
         }
+        drop(g);
+        self.stats.renewed.fetch_add(1, Ordering::Relaxed);
         Ok(Renewal::Renewed(ttl))
     }
 
@@ -238,6 +264,7 @@ impl Lessor {
                 out.push(id);
             }
         }
+        self.stats.expired.fetch_add(out.len() as u64, Ordering::Relaxed);
         out
     }
 

@@ -20,6 +20,7 @@ use super::member::Member;
 use super::{apply_auth, convert};
 use crate::auth::AuthInfo;
 use crate::error::{Error, Result};
+use crate::metrics::ApplyOp;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::memetcdpb as mpb;
 use crate::raft::{SnapshotJob, StateMachine};
@@ -31,7 +32,10 @@ use mpb::response::Response as Resp;
 // `--max-txn-ops`), which the proposing member checked and which may differ between members.
 
 fn put(s: &Member, req: pb::PutRequest) -> Result<pb::PutResponse> {
-    Ok(convert::put_response(s.store.put_logged(convert::put_request(req))?.response))
+    let bytes = (req.key.len() + req.value.len()) as u64;
+    let applied = s.store.put_logged(convert::put_request(req))?;
+    s.metrics.put_bytes.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+    Ok(convert::put_response(applied.response))
 }
 
 fn delete_range(s: &Member, req: pb::DeleteRangeRequest) -> Result<pb::DeleteRangeResponse> {
@@ -72,6 +76,7 @@ pub fn revoke(s: &Member, leases: Vec<i64>) -> Revoked {
             r.gone.push(id);
         }
     }
+    s.metrics.leases_revoked.fetch_add(r.gone.len() as u64, std::sync::atomic::Ordering::Relaxed);
     r
 }
 
@@ -116,7 +121,29 @@ pub fn root() -> Option<AuthInfo> {
 }
 
 /// Applies one request from the Raft log, sent by `who` (`header`).
+/// Applies `req` from the log, timed as etcd times its applies (`etcd_server_apply_duration_seconds`).
 fn apply(s: &Member, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> {
+    let op = match &req {
+        Req::Put(_) => Some(ApplyOp::Put),
+        Req::DeleteRange(_) => Some(ApplyOp::DeleteRange),
+        Req::Txn(_) => Some(ApplyOp::Txn),
+        Req::Compaction(_) => Some(ApplyOp::Compaction),
+        Req::LeaseGrant(_) => Some(ApplyOp::LeaseGrant),
+        Req::LeaseRevoke(_) => Some(ApplyOp::LeaseRevoke),
+        Req::Alarm(_) => Some(ApplyOp::Alarm),
+        Req::MemberAttributes(_) | Req::Auth(_) => None,
+    };
+    let started = std::time::Instant::now();
+    let r = apply_request(s, req, header);
+    if let Some(op) = op {
+        // etcd counts a read of a compacted revision inside a Txn as a success.
+        let success = matches!(r, Ok(_) | Err(Error::Compacted));
+        s.metrics.applied(op, success, started.elapsed());
+    }
+    r
+}
+
+fn apply_request(s: &Member, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> {
     // A write that adds data is refused on every member alike while NOSPACE is raised (etcd's
     // capped applier), every write while CORRUPT is (its corrupt applier): the alarms
     // themselves went through the log.
@@ -161,7 +188,9 @@ fn apply(s: &Member, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> 
         Req::Compaction(c) => {
             s.alarms.check_corrupt()?;
             // It walks every partition: off the runtime's other tasks.
+            let started = std::time::Instant::now();
             let done = tokio::task::block_in_place(|| s.store.compact(c.revision))?;
+            s.metrics.compacted(started.elapsed());
             Resp::Compaction(pb::CompactionResponse { header: nested(done.revision) })
         }
         Req::LeaseGrant(g) => {
@@ -292,35 +321,44 @@ impl StateMachine for Applier {
 
     fn install(&self, path: &Path, offset: u64) -> io::Result<()> {
         let s = self.shared.upgrade().ok_or_else(|| io::Error::other("server stopped"))?;
-        let mut f = std::fs::File::open(path)?;
-        std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(offset))?;
-        let mut len = [0u8; 4];
-        f.read_exact(&mut len)?;
-        let mut state = vec![0u8; u32::from_le_bytes(len) as usize];
-        f.read_exact(&mut state)?;
-        let state = mpb::MachineState::decode(&state[..])
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        let summary = s
-            .store
-            .install_backup(path, offset + 4 + state.encoded_len() as u64)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.0))?;
-        s.lessor.reset(&summary.leases);
-        s.store.attach_recovered_leases();
-        let alarms: Vec<(u64, i32)> = state.alarms.iter().map(|a| (a.member_id, a.alarm)).collect();
-        s.alarms.replace(&alarms);
-        *s.members.lock() = state.members.into_iter().map(|m| (m.member_id, m)).collect();
-        // The machine state's auth state is the cluster's. The backup carries one of its own
-        // only in a founding snapshot restored from a mem_etcd backup (`snapshot_cmd`), which
-        // puts the same into the machine state.
-        s.auth.restore(state.auth.map(crate::auth::codec::from_proto).unwrap_or_default());
-        s.hub.jump(summary.rev);
-        tracing::info!(
-            revision = summary.rev,
-            keys = s.store.live_keys(),
-            "store: replaced by a snapshot"
-        );
-        Ok(())
+        use std::sync::atomic::Ordering::Relaxed;
+        s.metrics.snapshot_installing.store(1, Relaxed);
+        let r = install(&s, path, offset);
+        s.metrics.snapshot_installing.store(0, Relaxed);
+        r
     }
+}
+
+/// Replaces the state with the snapshot at `offset` in `path` (see `StateMachine::install`).
+fn install(s: &Member, path: &Path, offset: u64) -> io::Result<()> {
+    let mut f = std::fs::File::open(path)?;
+    std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(offset))?;
+    let mut len = [0u8; 4];
+    f.read_exact(&mut len)?;
+    let mut state = vec![0u8; u32::from_le_bytes(len) as usize];
+    f.read_exact(&mut state)?;
+    let state = mpb::MachineState::decode(&state[..])
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let summary = s
+        .store
+        .install_backup(path, offset + 4 + state.encoded_len() as u64)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.0))?;
+    s.lessor.reset(&summary.leases);
+    s.store.attach_recovered_leases();
+    let alarms: Vec<(u64, i32)> = state.alarms.iter().map(|a| (a.member_id, a.alarm)).collect();
+    s.alarms.replace(&alarms);
+    *s.members.lock() = state.members.into_iter().map(|m| (m.member_id, m)).collect();
+    // The machine state's auth state is the cluster's. The backup carries one of its own
+    // only in a founding snapshot restored from a mem_etcd backup (`snapshot_cmd`), which
+    // puts the same into the machine state.
+    s.auth.restore(state.auth.map(crate::auth::codec::from_proto).unwrap_or_default());
+    s.hub.jump(summary.rev);
+    tracing::info!(
+        revision = summary.rev,
+        keys = s.store.live_keys(),
+        "store: replaced by a snapshot"
+    );
+    Ok(())
 }
 
 /// A snapshot's state, fixed between two applies; the pin keeps the history at its revision
@@ -344,7 +382,10 @@ impl Drop for Snapshot {
 
 impl SnapshotJob for Snapshot {
     fn write(mut self: Box<Self>, out: &mut dyn Write) -> io::Result<()> {
+        let started = std::time::Instant::now();
         let state = self.state.encode_to_vec();
+        let stats = &self.shared.metrics.snapshots;
+        stats.marshal_seconds.observe_duration(started.elapsed());
         out.write_all(&(state.len() as u32).to_le_bytes())?;
         out.write_all(&state)?;
         let pin = self.pin.take().expect("written once");
@@ -358,6 +399,9 @@ impl SnapshotJob for Snapshot {
                 false
             }
         });
+        if failed.is_none() {
+            stats.save_seconds.observe_duration(started.elapsed());
+        }
         failed.map_or(Ok(()), Err)
     }
 }

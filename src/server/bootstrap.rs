@@ -106,6 +106,7 @@ impl Member {
             member_id,
             config,
             grpc_stats,
+            metrics: Default::default(),
             alarms,
             raft: std::sync::OnceLock::new(),
             members: Default::default(),

@@ -254,6 +254,7 @@ pub async fn member_promote(
         return Err(Error::NotEnoughStartedMembers);
     }
     raft.promote_member(r.id).await?;
+    s.metrics.learner_promotions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(pb::MemberPromoteResponse { header: s.header(0), members: members(s, raft) })
 }
 

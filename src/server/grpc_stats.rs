@@ -2,8 +2,11 @@
 //! layer in front of every route for each call and its status code.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use hashbrown::HashMap;
+
+use crate::metrics::Histogram;
 
 /// How a gRPC method streams, as go-grpc-prometheus labels it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,8 +102,16 @@ pub(super) const CODES: [&str; 17] = [
     "Unauthenticated",
 ];
 
-/// Calls started and handled, per method and code. Fixed arrays of atomics: a call costs two
-/// relaxed adds, and no lock is shared between connections.
+/// The API versions etcd's clients announce (`client-api-version` metadata) that
+/// `etcd_server_client_requests_total` labels by name; the others count as "unknown", as
+/// calls without one do in etcd.
+pub(super) const CLIENT_VERSIONS: [&str; 9] =
+    ["3.0", "3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "unknown"];
+
+/// Calls started and handled, per method and code; messages received and sent, per method;
+/// handling time per method (`--metrics=extensive`); calls per kind and client API version.
+/// Fixed arrays of atomics: a call costs a few relaxed adds, and no lock is shared between
+/// connections.
 #[derive(Debug)]
 pub struct GrpcStats {
     /// `/service/Method` to its index in `METHODS`; built once, read-only.
@@ -108,6 +119,12 @@ pub struct GrpcStats {
     pub(super) started: Vec<AtomicU64>,
     /// `handled[method * 17 + code]`.
     pub(super) handled: Vec<AtomicU64>,
+    pub(super) msg_received: Vec<AtomicU64>,
+    pub(super) msg_sent: Vec<AtomicU64>,
+    /// Per method, from the call's start to its status (kept with `--metrics=extensive`).
+    pub(super) handling: Vec<Histogram>,
+    /// `client_requests[unary 0 / stream 1][CLIENT_VERSIONS index]`.
+    pub(super) client_requests: [[AtomicU64; CLIENT_VERSIONS.len()]; 2],
 }
 
 impl Default for GrpcStats {
@@ -118,6 +135,10 @@ impl Default for GrpcStats {
             by_path,
             started: METHODS.iter().map(|_| AtomicU64::new(0)).collect(),
             handled: (0..METHODS.len() * CODES.len()).map(|_| AtomicU64::new(0)).collect(),
+            msg_received: METHODS.iter().map(|_| AtomicU64::new(0)).collect(),
+            msg_sent: METHODS.iter().map(|_| AtomicU64::new(0)).collect(),
+            handling: METHODS.iter().map(|_| Histogram::seconds()).collect(),
+            client_requests: Default::default(),
         }
     }
 }
@@ -136,6 +157,32 @@ impl GrpcStats {
         self.started[method].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A call of `method` from a client announcing API version `version` (etcd counts the
+    /// calls of its own services only, as here).
+    pub fn client_request(&self, method: usize, version: Option<&[u8]>) {
+        let stream = usize::from(METHODS[method].2 != GrpcKind::Unary);
+        let unknown = CLIENT_VERSIONS.len() - 1;
+        let v = version
+            .and_then(|v| CLIENT_VERSIONS[..unknown].iter().position(|k| k.as_bytes() == v))
+            .unwrap_or(unknown);
+        self.client_requests[stream][v].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `n` messages received from the client of a call of `method`.
+    pub fn received(&self, method: usize, n: u64) {
+        self.msg_received[method].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// `n` messages sent to the client of a call of `method`.
+    pub fn sent(&self, method: usize, n: u64) {
+        self.msg_sent[method].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A call of `method` that took `took` from its start to its status.
+    pub fn handling(&self, method: usize, took: Duration) {
+        self.handling[method].observe_duration(took);
+    }
+
     pub fn handled(&self, method: usize, code: u8) {
         let code = usize::from(code).min(CODES.len() - 1);
         self.handled[method * CODES.len() + code].fetch_add(1, Ordering::Relaxed);
@@ -146,5 +193,59 @@ impl GrpcStats {
         let Some(i) = METHODS.iter().position(|(_, m, _)| *m == method) else { return 0 };
         let row = &self.handled[i * CODES.len()..(i + 1) * CODES.len()];
         row.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// Counts the gRPC messages in a stream of bytes (a 1-byte flag and a 4-byte big-endian length
+/// before each), whatever the HTTP/2 frames cut them into.
+#[derive(Debug, Default)]
+pub struct MessageCounter {
+    /// Header bytes of the current message seen so far (0 between messages).
+    got: u8,
+    len: [u8; 4],
+    /// Bytes of the current message's body still to come.
+    left: u64,
+}
+
+impl MessageCounter {
+    /// Feeds the next bytes; returns how many messages started in them.
+    pub fn feed(&mut self, mut data: &[u8]) -> u64 {
+        let mut started = 0;
+        while !data.is_empty() {
+            if self.left > 0 {
+                let k = (self.left as usize).min(data.len());
+                self.left -= k as u64;
+                data = &data[k..];
+                continue;
+            }
+            if self.got == 0 {
+                started += 1;
+            } else {
+                self.len[usize::from(self.got) - 1] = data[0];
+            }
+            self.got += 1;
+            data = &data[1..];
+            if self.got == 5 {
+                self.left = u64::from(u32::from_be_bytes(self.len));
+                self.got = 0;
+            }
+        }
+        started
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MessageCounter;
+
+    #[test]
+    fn messages_are_counted_across_frames() {
+        let mut c = MessageCounter::default();
+        // Two messages (3 and 0 bytes) in one frame, then one split inside its header.
+        assert_eq!(c.feed(&[0, 0, 0, 0, 3, 1, 2, 3, 0, 0, 0, 0, 0]), 2);
+        assert_eq!(c.feed(&[0, 0, 0]), 1);
+        assert_eq!(c.feed(&[0, 2, 9]), 0);
+        assert_eq!(c.feed(&[9, 0]), 1);
+        assert_eq!(c.feed(&[0, 0, 0, 1, 7]), 0);
     }
 }

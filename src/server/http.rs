@@ -7,8 +7,9 @@
 //! It is a layer in front of the gRPC routes: a request whose path is a known gRPC method goes
 //! on to the routes and is counted (`grpc_server_started_total`, `grpc_server_handled_total`);
 //! anything else is answered here. The layer's future and body wrapper are plain enums and
-//! structs over tonic's (which are `Unpin`), so a gRPC call costs a method lookup and two
-//! atomic adds, and no allocation.
+//! structs over tonic's (which are `Unpin`), so a unary call costs a method lookup and a few
+//! atomic adds, and no allocation; a streaming call's request body is wrapped (one allocation
+//! per stream) to count the messages it brings.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,7 +21,7 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use tonic::body::Body;
 use tonic::service::Routes;
 
-use super::grpc_stats::GrpcKind;
+use super::grpc_stats::{GrpcKind, MessageCounter};
 use super::member::Member;
 use super::metrics;
 
@@ -112,8 +113,13 @@ impl tower_service::Service<Request<Body>> for Http {
                 .headers()
                 .get(header::CONTENT_TYPE)
                 .is_some_and(|t| t.as_bytes().starts_with(b"application/grpc"));
+            let stats = &self.shared.grpc_stats;
             if let Some(m) = method {
-                self.shared.grpc_stats.started(m);
+                stats.started(m);
+                stats.client_request(
+                    m,
+                    req.headers().get("client-api-version").map(|v| v.as_bytes()),
+                );
             }
             // etcd's `WithRequireLeader`: a cluster member without a leader refuses the call
             // at once, so the client tries another member (a member alone always leads).
@@ -127,10 +133,29 @@ impl tower_service::Service<Request<Body>> for Http {
             // Unknown methods too, for gRPC's own UNIMPLEMENTED answer (not counted, as in
             // etcd). (The routes are always ready: no need to swap in a clone polled ready.)
             if method.is_some() || grpc {
+                let req = match method {
+                    // A unary call's one request (go-grpc-prometheus counts it as its handler
+                    // starts, before any answer).
+                    Some(m) if stats.kind(m) == GrpcKind::Unary => {
+                        stats.received(m, 1);
+                        req
+                    }
+                    Some(m) => req.map(|b| {
+                        Body::new(CountReceived {
+                            body: b,
+                            shared: self.shared.clone(),
+                            method: m,
+                            messages: MessageCounter::default(),
+                        })
+                    }),
+                    None => req,
+                };
+                let started = self.shared.config.extensive_metrics().then(std::time::Instant::now);
                 return HttpFuture::Grpc {
                     fut: tower_service::Service::call(&mut self.routes, req),
                     shared: self.shared.clone(),
                     method,
+                    started,
                 };
             }
         }
@@ -161,7 +186,13 @@ type RoutesFuture = <Routes as tower_service::Service<Request<Body>>>::Future;
 // The gRPC variant is the big one and the common one: boxing it would allocate per call.
 #[allow(clippy::large_enum_variant)]
 pub enum HttpFuture {
-    Grpc { fut: RoutesFuture, shared: Arc<Member>, method: Option<usize> },
+    Grpc {
+        fut: RoutesFuture,
+        shared: Arc<Member>,
+        method: Option<usize>,
+        /// When the call started, to time it (`--metrics=extensive` only).
+        started: Option<std::time::Instant>,
+    },
     Ready(Option<Response<Body>>),
     Gateway(super::gateway::GatewayFuture),
 }
@@ -185,7 +216,7 @@ impl Future for HttpFuture {
         match self.get_mut() {
             HttpFuture::Ready(r) => Poll::Ready(Ok(r.take().expect("polled after completion"))),
             HttpFuture::Gateway(f) => f.as_mut().poll(cx).map(Ok),
-            HttpFuture::Grpc { fut, shared, method } => {
+            HttpFuture::Grpc { fut, shared, method, started } => {
                 let res = std::task::ready!(Pin::new(fut).poll(cx));
                 let Ok(mut res) = res;
                 too_large_as_grpc_go(res.headers_mut());
@@ -194,14 +225,24 @@ impl Future for HttpFuture {
                 // its status in the headers ("trailers-only").
                 let code = res.headers().get("grpc-status").map(parse_code);
                 let stats = &shared.grpc_stats;
+                let started = *started;
+                let timed = |stats: &super::grpc_stats::GrpcStats| {
+                    if let Some(t) = started {
+                        stats.handling(method, t.elapsed());
+                    }
+                };
                 Poll::Ready(Ok(match (stats.kind(method), code) {
                     (_, Some(code)) => {
                         stats.handled(method, code);
+                        timed(stats);
                         res
                     }
-                    // A unary call that succeeded: its OK status is in the trailers.
+                    // A unary call that succeeded: its OK status is in the trailers, its one
+                    // answer in the body.
                     (GrpcKind::Unary, None) => {
                         stats.handled(method, 0);
+                        stats.sent(method, 1);
+                        timed(stats);
                         res
                     }
                     // A stream ends when its body does.
@@ -211,6 +252,8 @@ impl Future for HttpFuture {
                             shared: shared.clone(),
                             method,
                             done: false,
+                            started,
+                            messages: MessageCounter::default(),
                         })
                     }),
                 }))
@@ -251,13 +294,16 @@ fn parse_code(v: &HeaderValue) -> u8 {
     v.to_str().ok().and_then(|s| s.parse().ok()).filter(|c| *c <= 16).unwrap_or(2)
 }
 
-/// A streaming call's response body, counting the call as handled when it ends: with the
-/// status in its trailers, or as Canceled when the client goes away first.
+/// A streaming call's response body, counting the messages it sends and the call as handled
+/// when it ends: with the status in its trailers, or as Canceled when the client goes away
+/// first.
 struct CountOnEnd {
     body: Body,
     shared: Arc<Member>,
     method: usize,
     done: bool,
+    started: Option<std::time::Instant>,
+    messages: MessageCounter,
 }
 
 impl CountOnEnd {
@@ -265,7 +311,48 @@ impl CountOnEnd {
         if !self.done {
             self.done = true;
             self.shared.grpc_stats.handled(self.method, code);
+            if let Some(t) = self.started {
+                self.shared.grpc_stats.handling(self.method, t.elapsed());
+            }
         }
+    }
+}
+
+/// A streaming call's request body, counting the messages the client sends.
+struct CountReceived {
+    body: Body,
+    shared: Arc<Member>,
+    method: usize,
+    messages: MessageCounter,
+}
+
+impl http_body::Body for CountReceived {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, tonic::Status>>> {
+        let this = self.get_mut();
+        let frame = std::task::ready!(Pin::new(&mut this.body).poll_frame(cx));
+        if let Some(Ok(f)) = &frame
+            && let Some(data) = f.data_ref()
+        {
+            let n = this.messages.feed(data);
+            if n > 0 {
+                this.shared.grpc_stats.received(this.method, n);
+            }
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -281,6 +368,12 @@ impl http_body::Body for CountOnEnd {
         let mut frame = std::task::ready!(Pin::new(&mut this.body).poll_frame(cx));
         match &mut frame {
             Some(Ok(f)) => {
+                if let Some(data) = f.data_ref() {
+                    let n = this.messages.feed(data);
+                    if n > 0 {
+                        this.shared.grpc_stats.sent(this.method, n);
+                    }
+                }
                 if let Some(t) = f.trailers_mut() {
                     too_large_as_grpc_go(t);
                     this.finish(t.get("grpc-status").map_or(0, parse_code));
@@ -371,7 +464,16 @@ fn answer(shared: &Member, req: &Request<Body>, grpc: bool) -> Response<Body> {
     let query = req.uri().query().unwrap_or("");
     let verbose = query.split('&').any(|p| p == "verbose" || p.starts_with("verbose="));
     match path {
-        "/health" => health(shared, query),
+        "/health" => {
+            let r = health(shared, query);
+            let counter = if r.status() == StatusCode::OK {
+                &shared.metrics.health_success
+            } else {
+                &shared.metrics.health_failures
+            };
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            r
+        }
         "/livez" | "/readyz" => probe(shared, path, verbose),
         p if p.starts_with("/livez/") || p.starts_with("/readyz/") => {
             let (probe_path, check) = p[1..].split_once('/').expect("checked");
@@ -379,11 +481,16 @@ fn answer(shared: &Member, req: &Request<Body>, grpc: bool) -> Response<Body> {
             if known { text(StatusCode::OK, "ok\n") } else { not_found() }
         }
         "/version" if grpc => version(shared),
-        "/metrics" => respond(
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
-            metrics::render(shared),
-        ),
+        "/metrics" => {
+            use std::sync::atomic::Ordering::Relaxed;
+            // promhttp counts a scrape once answered; the page shows the ones before it.
+            let m = &shared.metrics;
+            m.scrapes_in_flight.fetch_add(1, Relaxed);
+            let page = metrics::render(shared);
+            m.scrapes_in_flight.fetch_sub(1, Relaxed);
+            m.scrapes.fetch_add(1, Relaxed);
+            respond(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", page)
+        }
         "/debug/vars" if grpc => match *req.method() {
             Method::GET => respond(StatusCode::OK, "application/json; charset=utf-8", vars(shared)),
             _ => text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n"),
@@ -396,12 +503,6 @@ fn answer(shared: &Member, req: &Request<Body>, grpc: bool) -> Response<Body> {
 /// command line, the open-files limit, memory (Go's `memstats`; of its fields mem_etcd has
 /// `Sys`, here the resident memory) and Raft's status as etcd's raft reports it.
 fn vars(shared: &Member) -> String {
-    let proc_field = |file: &str, name: &str| -> u64 {
-        let text = std::fs::read_to_string(file).unwrap_or_default();
-        let line = text.lines().find(|l| l.starts_with(name)).unwrap_or("");
-        let value = line[name.len().min(line.len())..].split_whitespace().next();
-        value.and_then(|v| v.parse().ok()).unwrap_or(0)
-    };
     let cmdline: Vec<String> = std::env::args().collect();
     let r = shared.raft_status();
     let id = |n: u64| format!("{n:x}");
@@ -426,8 +527,8 @@ fn vars(shared: &Member) -> String {
     });
     let vars = [
         ("cmdline", serde_json::json!(cmdline)),
-        ("file_descriptor_limit", proc_field("/proc/self/limits", "Max open files").into()),
-        ("memstats", serde_json::json!({"Sys": proc_field("/proc/self/status", "VmRSS:") * 1024})),
+        ("file_descriptor_limit", crate::metrics::file_descriptors().1.into()),
+        ("memstats", serde_json::json!({"Sys": crate::metrics::resident_bytes()})),
         ("raft.status", raft),
     ];
     let body: Vec<String> = vars.iter().map(|(k, v)| format!("{k:?}: {v}")).collect();

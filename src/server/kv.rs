@@ -35,7 +35,10 @@ pub(super) fn range(
         s.auth.check_range(who, &req.key, &req.range_end, false)?;
     }
     let r = convert::range_request(req)?;
-    let mut resp = convert::range_response(s.store.range(&r)?);
+    let started = std::time::Instant::now();
+    let read = s.store.range(&r);
+    s.metrics.ranged(read.is_ok(), started.elapsed());
+    let mut resp = convert::range_response(read?);
     // The auth state changed while reading: the answer may hold what the caller may no
     // longer read (etcd's doSerialize checks the same).
     if who.is_some_and(|w| w.revision != s.auth.revision()) {

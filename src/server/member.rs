@@ -33,6 +33,8 @@ pub struct Member {
     pub config: Config,
     /// gRPC calls started and handled, per method and code (for `/metrics`).
     pub grpc_stats: GrpcStats,
+    /// Applies, reads, maintenance calls, scrapes and health checks (for `/metrics`).
+    pub metrics: crate::metrics::ServerMetrics,
     /// Raised alarms and the space quota every write that adds data checks.
     pub alarms: alarm::Alarms,
     /// The Raft node, in a cluster (set once: right after start-up, or when a member alone

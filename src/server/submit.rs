@@ -25,6 +25,7 @@
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use prost::Message;
 use tokio::time::{Duration, Instant};
@@ -33,6 +34,7 @@ use super::member::Member;
 use super::{alarm, apply, apply_auth, convert};
 use crate::auth::{AuthInfo, Op};
 use crate::error::{Error, Result};
+use crate::metrics::ApplyOp;
 use crate::mvcc::Refused;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::memetcdpb as mpb;
@@ -163,12 +165,19 @@ impl Change for pb::PutRequest {
         s.alarms.check_corrupt()?;
         s.alarms.check_space(&s.store, alarm::put_cost(&self))?;
         let size = self.encoded_len();
+        let put_bytes = (self.key.len() + self.value.len()) as u64;
         let applied = {
             let gate = s.auth.write_gate();
             if gate.is_some() {
                 apply_auth::check_put(s, who.as_ref(), &self)?;
             }
-            s.store.put(convert::put_request(self), size)
+            let started = std::time::Instant::now();
+            let applied = s.store.put(convert::put_request(self), size);
+            applied_in_place(s, ApplyOp::Put, &applied, started);
+            if applied.is_ok() {
+                s.metrics.put_bytes.fetch_add(put_bytes, Ordering::Relaxed);
+            }
+            applied
         };
         match applied {
             Ok(a) => {
@@ -198,7 +207,10 @@ impl Change for pb::DeleteRangeRequest {
             if gate.is_some() {
                 apply_auth::check_delete(s, who.as_ref(), &self)?;
             }
-            s.store.delete_range(convert::delete_request(self), size)
+            let started = std::time::Instant::now();
+            let applied = s.store.delete_range(convert::delete_request(self), size);
+            applied_in_place(s, ApplyOp::DeleteRange, &applied, started);
+            applied
         };
         match applied {
             Ok(a) => {
@@ -229,7 +241,10 @@ impl Change for pb::TxnRequest {
             if gate.is_some() {
                 apply_auth::check_txn(s, who.as_ref(), &self)?;
             }
-            s.store.txn(convert::txn_request(self)?, size)
+            let started = std::time::Instant::now();
+            let applied = s.store.txn(convert::txn_request(self)?, size);
+            applied_in_place(s, ApplyOp::Txn, &applied, started);
+            applied
         };
         match applied {
             Ok(a) => {
@@ -276,12 +291,21 @@ impl Change for pb::CompactionRequest {
         let Some(_alone) = s.alone_writes().await else { return Err(Refused::Closed(self)) };
         let (rev, shared) = (self.revision, s.clone());
         // Off the runtime's threads: a compaction waits for the WAL and walks every partition.
-        let c = tokio::task::spawn_blocking(move || shared.store.compact(rev)).await.map_err(
-            |e| {
-                tracing::error!(error = %e, "compaction task failed");
-                Error::Internal
-            },
-        )??;
+        let c = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let c = shared.store.compact(rev);
+            let took = started.elapsed();
+            shared.metrics.applied(ApplyOp::Compaction, c.is_ok(), took);
+            if c.is_ok() {
+                shared.metrics.compacted(took);
+            }
+            c
+        })
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "compaction task failed");
+            Error::Internal
+        })??;
         Ok(pb::CompactionResponse { header: apply::nested(c.revision) })
     }
 
@@ -303,7 +327,10 @@ impl Change for pb::LeaseGrantRequest {
         if s.store.wal().is_some_and(|w| !w.writable()) {
             return Err(Error::WalUnavailable.into());
         }
-        let (id, ttl) = s.lessor.grant(self.id, self.ttl)?;
+        let started = std::time::Instant::now();
+        let granted = s.lessor.grant(self.id, self.ttl);
+        s.metrics.applied(ApplyOp::LeaseGrant, granted.is_ok(), started.elapsed());
+        let (id, ttl) = granted?;
         // The revision the grant took effect at (etcd reads it as it applies the grant), not
         // one read after the WAL wait, which other clients' writes may have raised.
         let rev = s.store.current_revision();
@@ -363,7 +390,9 @@ impl Change for pb::LeaseRevokeRequest {
 async fn revoke_logged(s: &Member, leases: Vec<i64>) -> i64 {
     // A lease left out is gone already (nothing else revokes a lease marked revoking on a
     // member alone).
+    let started = std::time::Instant::now();
     let revoked = apply::revoke(s, leases);
+    s.metrics.applied(ApplyOp::LeaseRevoke, !revoked.gone.is_empty(), started.elapsed());
     s.store.wait_visible(revoked.visible_at).await;
     // Logged after the keys' deletion: a crash in between leaves a lease without keys, which
     // expires again after restart, never keys without their lease.
@@ -377,6 +406,22 @@ async fn revoke_logged(s: &Member, leases: Vec<i64>) -> i64 {
         }
     }
     revoked.revision
+}
+
+/// A member alone's apply of a KV write in place, timed as etcd times its applies (a write
+/// handed back to go through the log is applied there, and timed there).
+fn applied_in_place<A, C>(
+    s: &Member,
+    op: ApplyOp,
+    r: &std::result::Result<A, Refused<C>>,
+    started: std::time::Instant,
+) {
+    let success = match r {
+        Ok(_) | Err(Refused::Error(Error::Compacted)) => true,
+        Err(Refused::Error(_)) => false,
+        Err(Refused::Closed(_)) => return,
+    };
+    s.metrics.applied(op, success, started.elapsed());
 }
 
 /// Leases revoked per batch of an expiry, before the next batch.
@@ -448,7 +493,10 @@ impl Change for pb::AlarmRequest {
 
     async fn alone(self, s: &Arc<Member>, _who: &Option<AuthInfo>) -> Outcome<Self> {
         let Some(_alone) = s.alone_writes().await else { return Err(Refused::Closed(self)) };
-        Ok(apply::alarm(s, &self))
+        let started = std::time::Instant::now();
+        let answer = apply::alarm(s, &self);
+        s.metrics.applied(ApplyOp::Alarm, true, started.elapsed());
+        Ok(answer)
     }
 
     /// Alarms are the cluster's: raised, cleared and listed through the log, as etcd does it,

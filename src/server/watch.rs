@@ -302,6 +302,8 @@ impl Batch {
     /// Sends the batch, split into fragments only if the watch asked for it and the response
     /// would exceed `--max-request-bytes` plus gRPC's overhead (etcd's rule).
     async fn send(self, shared: &Member, out: &Out) -> Result<(), ()> {
+        let n = self.events.len() as u64;
+        shared.metrics.watch_events.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         let frame = WatchFrame {
             header: shared.header(self.revision),
             watch_id: self.watch_id,

@@ -198,6 +198,13 @@ pub struct Stats {
     pub fsync_seconds: Histogram,
     /// Revisions per batch written: how much group commit gathers.
     pub batch_revisions: Histogram,
+    /// The writes of each batch (every file it touches), without the sync.
+    pub write_seconds: Histogram,
+    /// Each batch from its first write until it is durable (written, and synced in fsync
+    /// mode): what etcd's backend commit is to its writes.
+    pub commit_seconds: Histogram,
+    /// Snapshots written.
+    pub snapshots: crate::metrics::SnapshotStats,
 }
 
 impl Default for Stats {
@@ -210,6 +217,9 @@ impl Default for Stats {
             since_snapshot: AtomicU64::new(0),
             fsync_seconds: Histogram::seconds(),
             batch_revisions: Histogram::counts(),
+            write_seconds: Histogram::seconds(),
+            commit_seconds: Histogram::seconds(),
+            snapshots: Default::default(),
         }
     }
 }
@@ -700,10 +710,14 @@ impl WriterState {
     fn write_batch(&mut self, wal: &Wal, mut batch: Batch) {
         let mut failed = wal.failed.load(Ordering::SeqCst);
         let mut written = Vec::new();
+        let started = Instant::now();
         loop {
             let result = self.try_write(wal, &mut batch, &mut written);
             match result {
-                Ok(()) => break,
+                Ok(()) => {
+                    wal.stats.commit_seconds.observe_duration(started.elapsed());
+                    break;
+                }
                 Err(e) => {
                     failed = true;
                     wal.failed.store(true, Ordering::SeqCst);
@@ -737,6 +751,7 @@ impl WriterState {
         if fault == Some("enospc") {
             return Err(io::Error::from_raw_os_error(28));
         }
+        let writing = Instant::now();
         while let Some((i, buf, first)) = batch.bufs.last() {
             let (i, first) = (*i, *first);
             let seg = self.segment_for(wal, i, first, buf.len() as u64)?;
@@ -763,6 +778,7 @@ impl WriterState {
                 batch.written.push(b);
             }
         }
+        wal.stats.write_seconds.observe_duration(writing.elapsed());
         match wal.opts.mode {
             Mode::Fsync => {
                 let started = Instant::now();

@@ -147,6 +147,8 @@ pub struct SnapshotWriter {
     rev: i64,
     compacted: i64,
     meta_seq: u64,
+    /// When it started, to time it.
+    started: std::time::Instant,
 }
 
 /// One partition's snapshot file being written.
@@ -168,7 +170,8 @@ impl SnapshotWriter {
             fs::remove_dir_all(&tmp)?;
         }
         fs::create_dir(&tmp)?;
-        Ok(Self { tmp, done: snap.join(name), rev, compacted, meta_seq })
+        let started = std::time::Instant::now();
+        Ok(Self { tmp, done: snap.join(name), rev, compacted, meta_seq, started })
     }
 
     fn file(&self, name: &str, prefix: &Bytes) -> io::Result<PartitionWriter> {
@@ -214,10 +217,14 @@ impl SnapshotWriter {
     /// Makes the snapshot the one recovery uses, then deletes what it makes redundant: older
     /// snapshots and WAL segments holding only revisions (meta records) it covers.
     pub fn commit(self, wal: &Wal) -> io::Result<()> {
+        let syncing = std::time::Instant::now();
         sync_dir(&self.tmp)?;
         fs::rename(&self.tmp, &self.done)?;
         let snap = self.done.parent().expect("snap dir");
         sync_dir(snap)?;
+        let stats = &wal.stats.snapshots;
+        stats.fsync_seconds.observe_duration(syncing.elapsed());
+        stats.save_seconds.observe_duration(self.started.elapsed());
         for (rev, path) in list(&wal.options().dir)? {
             if rev < self.rev {
                 fs::remove_dir_all(path)?;

@@ -790,6 +790,38 @@ async fn without_a_leader_health_turns_red_and_leader_requiring_watches_end() {
     ] {
         assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
     }
+    // etcd's whole basic list once a write and a read were made (the labelled apply and range
+    // histograms show only what was observed, as etcd's), and what a cluster adds to it; peer
+    // traffic grows with writes.
+    use crate::operations::{ETCD_BASIC_METRICS, has_family};
+    assert_eq!(metrics.lines().filter(|l| l.starts_with("etcd_network_known_peers{")).count(), 3);
+    // A leader sends the entry to each peer, a follower receives it (or forwards it first).
+    let traffic = |page: &str| -> f64 {
+        let peer =
+            ["etcd_network_peer_sent_bytes_total{", "etcd_network_peer_received_bytes_total{"];
+        let lines = page.lines().filter(|l| peer.iter().any(|p| l.starts_with(p)));
+        lines.filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+    };
+    let mut client = Client::connect([c.endpoint(0)], None).await.unwrap();
+    client.put("peer-bytes", "x".repeat(4096), None).await.unwrap();
+    client.get("peer-bytes", None).await.unwrap();
+    let later = crate::operations::http_get(addr, "/metrics").await.body;
+    assert!(traffic(&later) >= traffic(&metrics) + 4096.0, "{later}");
+    let extra = ["etcd_network_active_peers", "etcd_network_peer_received_bytes_total"];
+    for name in ETCD_BASIC_METRICS.iter().chain(&extra) {
+        assert!(has_family(&later, name), "{name} missing from /metrics:\n{later}");
+    }
+    let active = "etcd_network_active_peers{";
+    let start = std::time::Instant::now();
+    loop {
+        let page = crate::operations::http_get(addr, "/metrics").await.body;
+        let up = page.lines().filter(|l| l.starts_with(active) && l.ends_with(" 1")).count();
+        if up == 2 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "peers not active:\n{page}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // A watch that requires a leader, opened now, ends once the leader is gone.
     let opts = etcd_client::ConnectOptions::new().with_require_leader(true);
     let mut rl = Client::connect([c.endpoint(0)], Some(opts.clone())).await.unwrap();

@@ -256,6 +256,247 @@ async fn metrics_count_calls_and_report_the_store() {
     );
 }
 
+/// The metric names of etcd 3.6's basic list (its e2e test `TestNoMetricsMissing`): each one a
+/// member serves, whether it is alone or in a cluster.
+pub const ETCD_BASIC_METRICS: &[&str] = &[
+    "etcd_cluster_version",
+    "etcd_debugging_auth_revision",
+    "etcd_debugging_disk_backend_commit_rebalance_duration_seconds",
+    "etcd_debugging_disk_backend_commit_spill_duration_seconds",
+    "etcd_debugging_disk_backend_commit_write_duration_seconds",
+    "etcd_debugging_lease_granted_total",
+    "etcd_debugging_lease_renewed_total",
+    "etcd_debugging_lease_revoked_total",
+    "etcd_debugging_lease_ttl_total",
+    "etcd_debugging_mvcc_compact_revision",
+    "etcd_debugging_mvcc_current_revision",
+    "etcd_debugging_mvcc_db_compaction_keys_total",
+    "etcd_debugging_mvcc_db_compaction_last",
+    "etcd_debugging_mvcc_db_compaction_pause_duration_milliseconds",
+    "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds",
+    "etcd_debugging_mvcc_events_total",
+    "etcd_debugging_mvcc_index_compaction_pause_duration_milliseconds",
+    "etcd_debugging_mvcc_keys_total",
+    "etcd_debugging_mvcc_pending_events_total",
+    "etcd_debugging_mvcc_slow_watcher_total",
+    "etcd_debugging_mvcc_total_put_size_in_bytes",
+    "etcd_debugging_mvcc_watch_stream_total",
+    "etcd_debugging_mvcc_watcher_total",
+    "etcd_debugging_server_lease_expired_total",
+    "etcd_debugging_snap_save_marshalling_duration_seconds",
+    "etcd_debugging_snap_save_total_duration_seconds",
+    "etcd_debugging_store_expires_total",
+    "etcd_debugging_store_watch_requests_total",
+    "etcd_debugging_store_watchers",
+    "etcd_debugging_store_writes_total",
+    "etcd_disk_backend_commit_duration_seconds",
+    "etcd_disk_backend_defrag_duration_seconds",
+    "etcd_disk_backend_snapshot_duration_seconds",
+    "etcd_disk_defrag_inflight",
+    "etcd_disk_wal_fsync_duration_seconds",
+    "etcd_disk_wal_write_bytes_total",
+    "etcd_disk_wal_write_duration_seconds",
+    "etcd_grpc_proxy_cache_hits_total",
+    "etcd_grpc_proxy_cache_keys_total",
+    "etcd_grpc_proxy_cache_misses_total",
+    "etcd_grpc_proxy_events_coalescing_total",
+    "etcd_grpc_proxy_watchers_coalescing_total",
+    "etcd_mvcc_db_open_read_transactions",
+    "etcd_mvcc_db_total_size_in_bytes",
+    "etcd_mvcc_db_total_size_in_use_in_bytes",
+    "etcd_mvcc_delete_total",
+    "etcd_mvcc_hash_duration_seconds",
+    "etcd_mvcc_hash_rev_duration_seconds",
+    "etcd_mvcc_put_total",
+    "etcd_mvcc_range_total",
+    "etcd_mvcc_txn_total",
+    "etcd_network_client_grpc_received_bytes_total",
+    "etcd_network_client_grpc_sent_bytes_total",
+    "etcd_network_known_peers",
+    "etcd_server_apply_duration_seconds",
+    "etcd_server_client_requests_total",
+    "etcd_server_go_version",
+    "etcd_server_has_leader",
+    "etcd_server_health_failures",
+    "etcd_server_health_success",
+    "etcd_server_heartbeat_send_failures_total",
+    "etcd_server_id",
+    "etcd_server_is_leader",
+    "etcd_server_is_learner",
+    "etcd_server_leader_changes_seen_total",
+    "etcd_server_learner_promote_successes",
+    "etcd_server_proposals_applied_total",
+    "etcd_server_proposals_committed_total",
+    "etcd_server_proposals_failed_total",
+    "etcd_server_proposals_pending",
+    "etcd_server_quota_backend_bytes",
+    "etcd_server_range_duration_seconds",
+    "etcd_server_read_indexes_failed_total",
+    "etcd_server_slow_apply_total",
+    "etcd_server_slow_read_indexes_total",
+    "etcd_server_snapshot_apply_in_progress_total",
+    "etcd_server_version",
+    "etcd_snap_db_fsync_duration_seconds",
+    "etcd_snap_db_save_total_duration_seconds",
+    "etcd_snap_fsync_duration_seconds",
+    "go_gc_duration_seconds",
+    "go_gc_gogc_percent",
+    "go_gc_gomemlimit_bytes",
+    "go_goroutines",
+    "go_info",
+    "go_memstats_alloc_bytes",
+    "go_memstats_alloc_bytes_total",
+    "go_memstats_buck_hash_sys_bytes",
+    "go_memstats_frees_total",
+    "go_memstats_gc_sys_bytes",
+    "go_memstats_heap_alloc_bytes",
+    "go_memstats_heap_idle_bytes",
+    "go_memstats_heap_inuse_bytes",
+    "go_memstats_heap_objects",
+    "go_memstats_heap_released_bytes",
+    "go_memstats_heap_sys_bytes",
+    "go_memstats_last_gc_time_seconds",
+    "go_memstats_mallocs_total",
+    "go_memstats_mcache_inuse_bytes",
+    "go_memstats_mcache_sys_bytes",
+    "go_memstats_mspan_inuse_bytes",
+    "go_memstats_mspan_sys_bytes",
+    "go_memstats_next_gc_bytes",
+    "go_memstats_other_sys_bytes",
+    "go_memstats_stack_inuse_bytes",
+    "go_memstats_stack_sys_bytes",
+    "go_memstats_sys_bytes",
+    "go_sched_gomaxprocs_threads",
+    "go_threads",
+    "grpc_server_handled_total",
+    "grpc_server_msg_received_total",
+    "grpc_server_msg_sent_total",
+    "grpc_server_started_total",
+    "os_fd_limit",
+    "os_fd_used",
+    "promhttp_metric_handler_requests_in_flight",
+    "promhttp_metric_handler_requests_total",
+];
+
+/// Whether the page has metric family `name` with at least one sample (what a Prometheus text
+/// parser keeps: a family with a header and no sample is dropped).
+pub fn has_family(page: &str, name: &str) -> bool {
+    let typed = format!("# TYPE {name} ");
+    let Some(kind) = page.lines().find_map(|l| l.strip_prefix(typed.as_str())) else {
+        return false;
+    };
+    let samples: Vec<String> = match kind {
+        "histogram" => vec![format!("{name}_count")],
+        "summary" => vec![format!("{name}_count"), format!("{name}{{")],
+        _ => vec![format!("{name} "), format!("{name}{{")],
+    };
+    page.lines().any(|l| samples.iter().any(|p| l.starts_with(p.as_str())))
+}
+
+/// The value of the sample line that starts with `series` (name and labels), if there is one.
+pub fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.parse().ok())
+}
+
+/// Every name of etcd's basic list is served, with etcd's type; `--metrics=extensive` adds the
+/// gRPC handling histograms, as in etcd.
+#[tokio::test]
+async fn every_metric_of_etcds_basic_list_is_served() {
+    let mem = server!();
+    let extensive = server!(["--metrics=extensive"]);
+    let etcd = server_of!(Kind::Etcd, ["--metrics=extensive"]);
+    let mut pages = Vec::new();
+    for s in [&mem, &extensive, &etcd] {
+        let mut c = s.client().await;
+        for i in 0..3 {
+            c.put(format!("key_{i}"), format!("value_{i}"), None).await.unwrap();
+        }
+        c.get("k", None).await.unwrap();
+        pages.push(http_get(s.addr(), "/metrics").await.body);
+    }
+    let (mem_page, extensive_page, etcd_page) = (&pages[0], &pages[1], &pages[2]);
+    for name in ETCD_BASIC_METRICS {
+        assert!(has_family(etcd_page, name), "etcd has no {name}: the list is not etcd's");
+        for page in [mem_page, extensive_page] {
+            assert!(has_family(page, name), "mem_etcd has no {name}:\n{page}");
+        }
+        let t = format!("# TYPE {name} ");
+        assert_eq!(lines_with(mem_page, &t), lines_with(etcd_page, &t), "metric type of {name}");
+    }
+    let handling = "grpc_server_handling_seconds";
+    assert!(has_family(etcd_page, handling));
+    assert!(has_family(extensive_page, handling), "{extensive_page}");
+    assert!(!has_family(mem_page, handling), "only with --metrics=extensive");
+    let put = "grpc_server_handling_seconds_count{grpc_method=\"Put\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"}";
+    assert_eq!(sample(extensive_page, put), Some(3.0), "{extensive_page}");
+}
+
+/// The figures behind etcd's names move with the work: WAL fsyncs and commits in fsync mode,
+/// applies and reads, messages and bytes from clients, leases, scrapes and health checks.
+#[tokio::test]
+async fn metrics_follow_the_work_done() {
+    let s = server!(["--fsync"]);
+    let mut c = s.client().await;
+    let before = http_get(s.addr(), "/metrics").await.body;
+    let value = |page: &str, series: &str| sample(page, series).unwrap_or(0.0);
+    let mut watch = c.watch("w", None).await.unwrap();
+    assert!(watch.message().await.unwrap().expect("created").created());
+    c.put("w", "0123456789", None).await.unwrap();
+    assert_eq!(watch.message().await.unwrap().expect("the event").events().len(), 1);
+    c.get("w", None).await.unwrap();
+    c.lease_grant(60, None).await.unwrap();
+    assert_eq!(http_get(s.addr(), "/health").await.status, 200);
+    let after = http_get(s.addr(), "/metrics").await.body;
+    let grew = |series: &str, by: f64| {
+        let (b, a) = (value(&before, series), value(&after, series));
+        assert!(a - b >= by, "{series}: {b} -> {a}, not +{by}:\n{after}");
+    };
+    // A put in fsync mode: one batch written, synced and committed.
+    grew("etcd_disk_wal_fsync_duration_seconds_count", 1.0);
+    grew("etcd_disk_wal_write_duration_seconds_count", 1.0);
+    grew("etcd_disk_backend_commit_duration_seconds_count", 1.0);
+    grew("etcd_debugging_mvcc_total_put_size_in_bytes", 11.0);
+    grew(
+        "etcd_server_apply_duration_seconds_count{op=\"Put\",success=\"true\",version=\"v3\"}",
+        1.0,
+    );
+    grew("etcd_server_range_duration_seconds_count{success=\"true\"}", 1.0);
+    grew("etcd_debugging_mvcc_events_total", 1.0);
+    grew("etcd_debugging_lease_granted_total", 1.0);
+    grew("etcd_debugging_lease_ttl_total_count", 1.0);
+    let unary = "grpc_method=\"Put\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"";
+    grew(&format!("grpc_server_msg_received_total{{{unary}}}"), 1.0);
+    grew(&format!("grpc_server_msg_sent_total{{{unary}}}"), 1.0);
+    let watch_series =
+        "grpc_method=\"Watch\",grpc_service=\"etcdserverpb.Watch\",grpc_type=\"bidi_stream\"";
+    // The create request; the created response and the event.
+    grew(&format!("grpc_server_msg_received_total{{{watch_series}}}"), 1.0);
+    grew(&format!("grpc_server_msg_sent_total{{{watch_series}}}"), 2.0);
+    grew("etcd_network_client_grpc_received_bytes_total", 11.0);
+    grew("etcd_network_client_grpc_sent_bytes_total", 11.0);
+    // By the API version the client announces (if any): all of them.
+    let unary_calls = |page: &str| -> f64 {
+        let calls = lines_with(page, "etcd_server_client_requests_total{");
+        let unary = calls.iter().filter(|l| l.contains("type=\"unary\""));
+        unary.filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+    };
+    assert!(unary_calls(&after) - unary_calls(&before) >= 3.0, "{after}");
+    grew("etcd_server_health_success", 1.0);
+    grew("promhttp_metric_handler_requests_total{code=\"200\"}", 1.0);
+    assert_eq!(value(&after, "promhttp_metric_handler_requests_in_flight"), 1.0);
+    for live in
+        ["os_fd_used", "os_fd_limit", "go_threads", "go_goroutines", "go_memstats_sys_bytes"]
+    {
+        assert!(value(&after, live) > 0.0, "{live}:\n{after}");
+    }
+    let id = lines_with(&after, "etcd_server_id{server_id=\"");
+    assert_eq!(id.len(), 1, "{after}");
+    let known = lines_with(&after, "etcd_network_known_peers{");
+    assert_eq!(known.len(), 1, "a member alone knows itself:\n{after}");
+}
+
 /// A stream is counted as handled when it ends.
 #[tokio::test]
 async fn a_closed_watch_stream_is_counted_as_handled() {
