@@ -573,15 +573,24 @@ async fn forward(backends: &Backends, req: Request<Body>) -> Response<Body> {
 }
 
 /// etcd's proxy health: a range of key `a` within a second (a permission error counts as
-/// healthy: the cluster answered).
+/// healthy: the cluster answered). An endpoint that cannot be reached is tried again until the
+/// second is up, as etcd's client retries, so the reason is then the deadline.
 async fn check_get(b: &Backend) -> Option<String> {
     let mut kv = pb::kv_client::KvClient::new(b.channel.clone());
-    let call = kv.range(pb::RangeRequest { key: "a".into(), ..Default::default() });
-    match tokio::time::timeout(Duration::from_secs(1), call).await {
-        Ok(Ok(_)) => None,
-        Ok(Err(s)) if s.message() == "etcdserver: permission denied" => None,
-        Ok(Err(s)) => Some(format!("GET ERROR:{}", s.message())),
-        Err(_) => Some("GET ERROR:context deadline exceeded".into()),
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        let call = kv.range(pb::RangeRequest { key: "a".into(), ..Default::default() });
+        match tokio::time::timeout_at(deadline, call).await {
+            Ok(Ok(_)) => return None,
+            Ok(Err(s)) if s.message() == "etcdserver: permission denied" => return None,
+            Ok(Err(s)) if s.code() != tonic::Code::Unavailable => {
+                return Some(format!("GET ERROR:{}", s.message()));
+            }
+            Ok(Err(_)) if tokio::time::Instant::now() + Duration::from_millis(50) < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            _ => return Some("GET ERROR:context deadline exceeded".into()),
+        }
     }
 }
 

@@ -164,7 +164,7 @@ async fn grpc_proxy_session(kind: Kind) -> Vec<String> {
         log.push(format!("{cmd:?}: {code:?} {out} {errors:?}"));
     }
     // A watch through the proxy sees a put made directly on the server.
-    let (code, out, err) = {
+    let (code, out, err, s) = {
         let listen = listen.clone();
         let put = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -181,8 +181,9 @@ async fn grpc_proxy_session(kind: Kind) -> Vec<String> {
                 .unwrap();
             (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::new())
         });
-        let _server = put.await.unwrap();
-        watched.await.unwrap()
+        let s = put.await.unwrap();
+        let (code, out, err) = watched.await.unwrap();
+        (code, out, err, s)
     };
     assert!(out.contains("PUT\nw\nx"), "{kind:?}: watch through the proxy: {code:?} {out}{err}");
     for path in ["/health", "/proxy/health"] {
@@ -191,6 +192,12 @@ async fn grpc_proxy_session(kind: Kind) -> Vec<String> {
     }
     let r = request(listen.parse().unwrap(), "POST", "/health", &[], "").await;
     log.push(format!("POST /health: {}", r.status));
+    // With the cluster gone, both probes fail after their second.
+    drop(s);
+    for path in ["/health", "/proxy/health"] {
+        let r = request(listen.parse().unwrap(), "GET", path, &[], "").await;
+        log.push(format!("GET {path} with no cluster: {} {}", r.status, r.json()));
+    }
     log
 }
 
