@@ -723,10 +723,11 @@ impl Config {
     }
 
     /// The Raft node of this member alone grown into a cluster of itself (by its first
-    /// `member add`, see `server::grow`): these flags' node, with the ids it answers with.
-    pub fn grown_cluster(&self) -> Result<crate::raft::NodeOptions, String> {
+    /// `member add`, see `server::grow`): these flags' node, with the (cluster id, member id)
+    /// it answers with (kept from its first start).
+    pub fn grown_cluster(&self, ids: (u64, u64)) -> Result<crate::raft::NodeOptions, String> {
         let mut o = self.node_options(true)?.ok_or("not a member alone")?;
-        (o.cluster_id, o.member_id) = self.ids();
+        (o.cluster_id, o.member_id) = ids;
         let me = crate::raft::membership::InitialMember {
             name: self.name.clone(),
             peer_urls: o.peer_urls.clone(),

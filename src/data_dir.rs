@@ -66,6 +66,32 @@ impl DataDir {
         self.root.join("auth")
     }
 
+    /// A member alone's member and cluster ids, fixed at its first start: as etcd keeps the
+    /// ids it was created with in its data, later starts keep them whatever the flags say (a
+    /// cluster member's are in its Raft member file).
+    fn ids_file(&self) -> PathBuf {
+        self.root.join("ids")
+    }
+
+    /// Writes a member alone's ids (atomically and durably, see [`write_atomic`]).
+    pub fn write_alone_ids(&self, member_id: u64, cluster_id: u64) -> io::Result<()> {
+        write_ids(&self.ids_file(), member_id, cluster_id)
+    }
+
+    /// A member alone's (member id, cluster id), if an earlier start fixed them.
+    pub fn read_alone_ids(&self) -> Result<Option<(u64, u64)>, String> {
+        read_ids(&self.ids_file())
+    }
+
+    /// Removes a member alone's ids (once it is a cluster member: its Raft member file holds
+    /// them then).
+    pub fn remove_alone_ids(&self) -> io::Result<()> {
+        match fs::remove_file(self.ids_file()) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// A cluster member's Raft state.
     pub fn raft(&self) -> RaftDir {
         RaftDir::new(self.root.join("raft"))
@@ -146,28 +172,36 @@ impl RaftDir {
 
     /// Writes the member file (atomically and durably, see [`write_atomic`]).
     pub fn write_member(&self, member_id: u64, cluster_id: u64) -> io::Result<()> {
-        write_atomic(&self.member_file(), format!("{member_id:x} {cluster_id:x}\n").as_bytes())
+        write_ids(&self.member_file(), member_id, cluster_id)
     }
 
     /// The member's id and its cluster's, if the member file exists.
     pub fn read_member(&self) -> Result<Option<(u64, u64)>, String> {
-        let file = self.member_file();
-        let text = match fs::read_to_string(&file) {
-            Ok(t) => t,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("{}: {e}", file.display())),
-        };
-        let ids: Vec<u64> =
-            text.split_whitespace().filter_map(|w| u64::from_str_radix(w, 16).ok()).collect();
-        match ids[..] {
-            [member, cluster] => Ok(Some((member, cluster))),
-            _ => Err(format!("{}: not a member file", file.display())),
-        }
+        read_ids(&self.member_file())
     }
 
     /// Removes the member file: what is left of the directory is then ignored by a start.
     pub fn remove_member(&self) -> io::Result<()> {
         fs::remove_file(self.member_file())
+    }
+}
+
+/// The one format of a file of ids: the member's and its cluster's, in hex.
+fn write_ids(path: &Path, member_id: u64, cluster_id: u64) -> io::Result<()> {
+    write_atomic(path, format!("{member_id:x} {cluster_id:x}\n").as_bytes())
+}
+
+fn read_ids(file: &Path) -> Result<Option<(u64, u64)>, String> {
+    let text = match fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", file.display())),
+    };
+    let ids: Vec<u64> =
+        text.split_whitespace().filter_map(|w| u64::from_str_radix(w, 16).ok()).collect();
+    match ids[..] {
+        [member, cluster] => Ok(Some((member, cluster))),
+        _ => Err(format!("{}: not a member file", file.display())),
     }
 }
 

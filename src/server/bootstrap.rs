@@ -27,8 +27,11 @@ impl Member {
         cluster: Option<(u64, u64)>,
     ) -> Result<Self, crate::mvcc::persist::OpenError> {
         config.auto_compaction()?;
-        let (cluster_id, member_id) = cluster.unwrap_or_else(|| config.ids());
         let mut wal_options = config.wal_options();
+        let (cluster_id, member_id) = match cluster {
+            Some(ids) => ids,
+            None => alone_ids(&config, &wal_options)?,
+        };
         if cluster.is_some() {
             if wal_options.mode != crate::wal::Mode::None {
                 grow::retire_alone_state(&wal_options.dir)?;
@@ -140,4 +143,34 @@ impl Member {
         node.serve_leader_requests(forward::leader_requests(self));
         self.raft.set(node).map_err(|_| "the Raft node is started once".to_string())
     }
+}
+
+/// A member alone's (cluster id, member id): derived from its flags as etcd derives them at its
+/// first start, then kept in its data directory, as etcd keeps them (a restart with other peer
+/// URLs or another `--initial-cluster-token` is still the same member of the same cluster).
+/// Without a data directory (`--wal-mode none`) every start is a first start.
+fn alone_ids(
+    config: &Config,
+    wal: &crate::wal::Options,
+) -> Result<(u64, u64), crate::mvcc::persist::OpenError> {
+    let derived = config.ids();
+    if wal.mode == crate::wal::Mode::None {
+        return Ok(derived);
+    }
+    let dir = &wal.dir;
+    if let Some((member, cluster)) = dir.read_alone_ids()? {
+        if (cluster, member) != derived {
+            tracing::info!(
+                "member-id" = %format!("{member:x}"),
+                "cluster-id" = %format!("{cluster:x}"),
+                "ids from the flags" = %format!("{:x}/{:x}", derived.1, derived.0),
+                "kept the member and cluster ids of this data directory's first start"
+            );
+        }
+        return Ok((cluster, member));
+    }
+    let io = |e: std::io::Error| format!("{}: {e}", dir.display());
+    std::fs::create_dir_all(dir.path()).map_err(io)?;
+    dir.write_alone_ids(derived.1, derived.0).map_err(io)?;
+    Ok(derived)
 }

@@ -73,7 +73,8 @@ pub async fn grow(s: &Arc<Member>) -> Result<(), Status> {
     if wal.mode == crate::wal::Mode::None || !wal.exclude.is_empty() {
         return Err(Error::MemberChangeUnsupported.into());
     }
-    let mut opts = s.config.grown_cluster().map_err(Status::failed_precondition)?;
+    let mut opts =
+        s.config.grown_cluster((s.cluster_id, s.member_id)).map_err(Status::failed_precondition)?;
     opts.tls = super::tls::peer_client(&s.config).map_err(Status::failed_precondition)?;
     let rev = s.store.close_direct();
     s.store.wait_visible(rev).await;
@@ -176,6 +177,7 @@ pub(super) fn retire_alone_state(dir: &DataDir) -> Result<(), OpenError> {
     if auth.exists() {
         std::fs::remove_file(&auth).map_err(|e| format!("{}: {e}", auth.display()))?;
     }
+    dir.remove_alone_ids().map_err(|e| format!("{}: {e}", dir.display()))?;
     sync_dir(dir.path()).map_err(|e| format!("{}: {e}", dir.display()))?;
     Ok(())
 }

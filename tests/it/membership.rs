@@ -861,3 +861,45 @@ async fn member_alone_ids_are_etcds() {
         assert_eq!(mem, etcd, "(cluster id, member id) of mem_etcd (left) vs etcd with {args:?}");
     }
 }
+
+/// A member alone keeps the ids of its first start, as etcd keeps the ones in its data: a
+/// restart with another `--initial-cluster-token` and other peer URLs is still the same member
+/// of the same cluster, although those flags on a new directory give other ids.
+#[tokio::test]
+async fn a_member_alone_keeps_its_ids_across_restarts_as_etcd_does() {
+    if peer_binary("etcd").is_none() {
+        return;
+    }
+    async fn status(s: &Server) -> (u64, u64) {
+        let mut raw = s.raw().await.unwrap();
+        let h = raw.maint.status(pb::StatusRequest {}).await.unwrap().into_inner();
+        let h = h.header.unwrap();
+        (h.cluster_id, h.member_id)
+    }
+    for kind in [Kind::MemEtcd, Kind::Etcd] {
+        let p = free_ports(2);
+        let flags = |port: u16, token: &str| {
+            let peer = format!("http://127.0.0.1:{port}");
+            vec![
+                format!("--listen-peer-urls={peer}"),
+                format!("--initial-advertise-peer-urls={peer}"),
+                format!("--initial-cluster=it={peer}"),
+                format!("--initial-cluster-token={token}"),
+            ]
+        };
+        let (first, second) = (flags(p[0], "first"), flags(p[1], "second"));
+        let dir = DataDir::new();
+        let s = dir.start_kind(kind, &first.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        let before = status(&s).await;
+        s.stop(Duration::from_secs(10)).await;
+        let s = dir.start_kind(kind, &second.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        let after = status(&s).await;
+        s.stop(Duration::from_secs(10)).await;
+        assert_eq!(after, before, "{kind:?}: the ids of the first start are kept");
+        let fresh = DataDir::new();
+        let s =
+            fresh.start_kind(kind, &second.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        let other = status(&s).await;
+        assert_ne!(other, before, "{kind:?}: the second flags on a new directory give other ids");
+    }
+}
