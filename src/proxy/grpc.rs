@@ -289,6 +289,16 @@ impl Flags {
             }
             return Ok(None);
         }
+        // etcd's proxy asks for a certificate without a common name: the members would take
+        // its common name as the user of every call it passes on (see `auth::cert`).
+        if let Some(cert) = &self.cert {
+            let der = crate::raft::tls::read_certs(std::path::Path::new(cert), "--cert")?;
+            if let Some(cn) = der.first().and_then(|c| crate::auth::cert::common_name(c))
+                && !cn.is_empty()
+            {
+                return Err(format!("cert has non empty Common Name ({cn}): {cert}"));
+            }
+        }
         crate::server::tls::peer_client(&crate::config::from_flags(&args)?)
     }
 }

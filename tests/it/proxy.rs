@@ -304,3 +304,27 @@ async fn the_grpc_proxy_follows_the_membership_with_auto_sync() {
     auto_sync(Kind::MemEtcd).await;
     auto_sync(Kind::Etcd).await;
 }
+
+/// The certificate the gRPC proxy presents to the members must have no common name (the
+/// members would take it as the user of every call passed on): one with a name stops it at
+/// start, with etcd's message (etcd's e2e `TestGrpcproxyAndCommonName`).
+#[tokio::test]
+async fn the_grpc_proxy_refuses_a_member_certificate_with_a_common_name() {
+    let certs = Certs::new();
+    for kind in [Kind::MemEtcd, Kind::Etcd] {
+        let out = Command::new(binary(kind))
+            .args(["grpc-proxy", "start", &format!("--listen-addr=127.0.0.1:{}", free_port())])
+            .arg(certs.arg("--cert", "client.crt"))
+            .arg(certs.arg("--key", "client.key"))
+            .arg(certs.arg("--cacert", "ca.crt"))
+            .output()
+            .expect("run the proxy");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{kind:?}: {err}");
+        let want = format!(
+            "cert has non empty Common Name (client): {}",
+            certs.path("client.crt").display()
+        );
+        assert!(err.contains(&want), "{kind:?}: {err}");
+    }
+}
