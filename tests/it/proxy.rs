@@ -312,7 +312,10 @@ async fn the_grpc_proxy_follows_the_membership_with_auto_sync() {
 async fn the_grpc_proxy_refuses_a_member_certificate_with_a_common_name() {
     let certs = Certs::new();
     for kind in [Kind::MemEtcd, Kind::Etcd] {
-        let out = Command::new(binary(kind))
+        // (bounded: a proxy that starts would serve until killed)
+        let out = Command::new("timeout")
+            .arg("20")
+            .arg(binary(kind))
             .args(["grpc-proxy", "start", &format!("--listen-addr=127.0.0.1:{}", free_port())])
             .arg(certs.arg("--cert", "client.crt"))
             .arg(certs.arg("--key", "client.key"))
