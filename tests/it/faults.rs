@@ -415,7 +415,20 @@ async fn membership_changes_under_load_lose_nothing() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
     let acked = writes.await.expect("load");
-    c.members[gone].server.take();
+    // As etcd's, the removed member stops by itself once it learns of its removal.
+    let mut removed = c.members[gone].server.take().expect("the removed member was running");
+    let start = Instant::now();
+    let exited = loop {
+        match removed.ended() {
+            Ok(e) => break e,
+            Err(still) => {
+                assert!(start.elapsed() < Duration::from_secs(15), "the removed member runs on");
+                removed = still;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert!(exited.status.success(), "the removed member's exit: {}", exited.output());
     let rev = c.converged().await;
     for i in c.running() {
         all_there(&c, i, "/load/members/", &acked).await;

@@ -204,14 +204,16 @@ func serverArgs(target string, cfg *embed.Config) []string {
 		args = append(args, "--advertise-client-urls", advertise)
 	}
 	args = append(args, "--data-dir", cfg.Dir)
+	// The peer URLs the framework picked (free ports): a member alone listens on its peer URL
+	// from the start, mem_etcd's as etcd's, and the default one (localhost:2380) would be
+	// shared by every server a test starts.
+	args = append(args,
+		"--name", cfg.Name,
+		"--listen-peer-urls", join(cfg.ListenPeerUrls),
+		"--initial-advertise-peer-urls", join(cfg.AdvertisePeerUrls),
+		"--initial-cluster", cfg.InitialCluster,
+	)
 	if target == "etcd" {
-		peer := join(cfg.ListenPeerUrls)
-		args = append(args,
-			"--name", cfg.Name,
-			"--listen-peer-urls", peer,
-			"--initial-advertise-peer-urls", join(cfg.AdvertisePeerUrls),
-			"--initial-cluster", cfg.InitialCluster,
-		)
 		if cfg.UnsafeNoFsync {
 			args = append(args, "--unsafe-no-fsync")
 		}
