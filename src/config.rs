@@ -1475,8 +1475,8 @@ impl Config {
     }
 }
 
-/// Go's `strconv.ParseBool`.
-fn go_bool(v: &str) -> Option<bool> {
+/// Go's `strconv.ParseBool` (the server's feature gates, the proxies' bool flags).
+pub fn go_bool(v: &str) -> Option<bool> {
     match v {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),

@@ -2,13 +2,10 @@
 
 use std::time::Duration;
 
-/// Go's boolean flag values (`strconv.ParseBool`).
+/// A Go boolean flag value (`strconv.ParseBool`), with its error.
 pub fn go_bool(v: &str) -> Result<bool, String> {
-    match v {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        _ => Err(format!("strconv.ParseBool: parsing {v:?}: invalid syntax")),
-    }
+    crate::config::go_bool(v)
+        .ok_or_else(|| format!("strconv.ParseBool: parsing {v:?}: invalid syntax"))
 }
 
 /// A Go duration, or a bare `0`.
