@@ -67,19 +67,6 @@ API_PORT=26443
 
 log() { echo "[k8s_load $(date +%H:%M:%S)] $*" >&2; }
 
-# The load tool, built once per version of its sources.
-if [ -z "${K8S_LOAD_BIN:-}" ]; then
-  src=$(cat benches/k8s_load/go.mod benches/k8s_load/go.sum benches/k8s_load/*.go | sha256sum | cut -c1-16)
-  K8S_LOAD_BIN=$HOME/.cache/mem_etcd/k8s_load/$src/k8s_load
-  if [ ! -x "$K8S_LOAD_BIN" ]; then
-    log "building benches/k8s_load (client-go; a minute or two the first time)"
-    mkdir -p "$(dirname "$K8S_LOAD_BIN")"
-    (cd benches/k8s_load && GOFLAGS="-mod=mod -buildvcs=false" GOTOOLCHAIN=local CGO_ENABLED=0 \
-      go build -trimpath -o "$K8S_LOAD_BIN.tmp" .)
-    mv "$K8S_LOAD_BIN.tmp" "$K8S_LOAD_BIN"
-  fi
-fi
-TOOL=$K8S_LOAD_BIN
 ETCD_BIN=${ETCD_BIN:-$(tests/peers/install_etcd.sh | tail -1)/etcd}
 ETCDCTL=$(dirname "$ETCD_BIN")/etcdctl
 KUBE_APISERVER_BIN=${KUBE_APISERVER_BIN:-$(tests/peers/install_k8s.sh | tail -1)/kube-apiserver}
@@ -100,19 +87,10 @@ read -ra APISERVER_EXTRA <<<"${APISERVER_ARGS:-}"
 read -ra PG_EXTRA <<<"${PG_ARGS:-}"
 # shellcheck source=benches/cluster.sh
 . benches/cluster.sh
+k8s_load_tool
 
 TMP=$(mktemp -d /dev/shm/k8s_load.XXXXXX)
 DS_PIDS=() API_PID='' KINE_PID='' PG_PID='' PG_DIR=''
-# SIGTERM, then SIGKILL if the process is still there after 20 s.
-stop_pids() {
-  local p i
-  kill "$@" 2>/dev/null || true
-  for p in "$@"; do
-    for i in $(seq 200); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    [ "$i" -lt 200 ] || { log "pid $p ignored SIGTERM for 20 s: SIGKILL"; kill -9 "$p" 2>/dev/null || true; }
-    wait "$p" 2>/dev/null || true
-  done
-}
 
 cleanup() {
   stop_all
@@ -199,26 +177,6 @@ start_backend() {
   return "$rc"
 }
 
-# Starts kube-apiserver on ETCD_SERVERS with what tests/it/k8s_e2e.rs gives it (a
-# service-account key, a token in system:masters, AlwaysAllow, self-signed serving
-# certificates), and waits until /readyz is ok. The watch cache and compaction keep their
-# defaults.
-start_apiserver() {
-  local dir=$TMP/apiserver
-  mkdir -p "$dir"
-  "$TOOL" init-apiserver -dir "$dir" -server "https://127.0.0.1:$API_PORT"
-  "$KUBE_APISERVER_BIN" --etcd-servers="$ETCD_SERVERS" --storage-backend=etcd3 \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port=$API_PORT \
-    --cert-dir="$dir/certs" --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file="$dir/sa.key" --service-account-signing-key-file="$dir/sa.key" \
-    --token-auth-file="$dir/tokens.csv" --authorization-mode=AlwaysAllow \
-    --service-cluster-ip-range=10.96.0.0/16 --endpoint-reconciler-type=none \
-    "${APISERVER_EXTRA[@]}" >"$dir/log" 2>&1 &
-  API_PID=$!
-  if ! "$TOOL" wait-ready -kubeconfig "$dir/kubeconfig" -pid "$API_PID" -timeout 120s; then
-    tail -20 "$dir/log" >&2; return 1
-  fi
-}
 
 # kube-apiserver first: its graceful shutdown needs the datastore; then kine, then PostgreSQL
 # (SIGTERM: a smart shutdown, which waits for kine's connections to close).
@@ -252,7 +210,7 @@ run_one() {
     record_failure "$backend" "$profile" "$clients" "$objects" "$backend did not start (logs in $LOG_DIR): $(tail -q -n1 "$TMP"/*.log 2>/dev/null | tail -1)"
     return 1
   fi
-  if ! start_apiserver; then
+  if ! start_apiserver "$TMP/apiserver" "$API_PORT"; then
     record_failure "$backend" "$profile" "$clients" "$objects" "kube-apiserver did not become ready: $(tail -1 "$TMP/apiserver/log")"
     return 1
   fi

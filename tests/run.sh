@@ -10,7 +10,8 @@
 #    first time), unless KUBE_APISERVER_BIN and KUBECTL_BIN already point at them,
 # 3. runs `cargo test --release` (unit tests in src/, the integration suite tests/it, doc tests),
 #    then (on a full run) Kubernetes' own storage suites against mem_etcd (tests/k8s_storage)
-#    and kube-apiserver under benches/k8s_load's two profiles at a small size,
+#    and kube-apiserver under benches/k8s_load's two profiles at a small size, benches/scale.sh
+#    at 2,000 objects,
 # 4. runs the benches once in test mode, so they never rot.
 #
 # Works from any directory, as root on a fresh Debian machine or as a user with sudo.
@@ -155,6 +156,26 @@ else
     record "$load_step" passed
   else
     record "$load_step" FAILED
+  fi
+fi
+
+# --- 3d. the scale benchmark (benches/scale.sh), tiny, so it cannot rot ----------------------
+scale_step="benches/scale.sh (2,000 objects, mem_etcd: every measure)"
+if [ "$#" -ne 0 ]; then
+  record "$scale_step" "left out: arguments select a subset of the cargo tests"
+elif [ ! -x target/release/mem_etcd ]; then
+  record "$scale_step" "FAILED (no target/release/mem_etcd: the cargo build failed)"
+elif [ -z "${KUBE_APISERVER_BIN:-}" ] && [ "$skip_ok" = 1 ]; then
+  log "!!!!!!!! WARNING: no kube-apiserver; MEM_ETCD_SKIP_PEERS=1, so benches/scale.sh was SKIPPED !!!!!!!!"
+  record "$scale_step" "SKIPPED (no kube-apiserver; MEM_ETCD_SKIP_PEERS=1)"
+else
+  log "$scale_step"
+  # Every measure runs to its end (a put, a restart, a catch-up that fails stops the script).
+  if PATH=$PATH:/usr/local/go/bin SIZES=2000 STORES=mem_etcd MEM_BIN="$PWD/target/release/mem_etcd" \
+      RESULTS="$(mktemp)" timeout 600 benches/scale.sh; then
+    record "$scale_step" passed
+  else
+    record "$scale_step" FAILED
   fi
 fi
 

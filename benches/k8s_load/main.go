@@ -79,6 +79,24 @@ func main() {
 		case "table":
 			exitOn(printTable(os.Args[2:]))
 			return
+		case "scale-fill":
+			exitOn(scaleFill(os.Args[2:]))
+			return
+		case "scale-writes":
+			exitOn(scaleWrites(os.Args[2:]))
+			return
+		case "scale-wait":
+			exitOn(scaleWait(os.Args[2:]))
+			return
+		case "scale-compact":
+			exitOn(scaleCompact(os.Args[2:]))
+			return
+		case "scale-list":
+			exitOn(scaleList(os.Args[2:]))
+			return
+		case "scale-table":
+			exitOn(scaleTable(os.Args[2:]))
+			return
 		}
 	}
 	var c config
