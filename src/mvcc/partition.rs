@@ -277,13 +277,30 @@ impl PartitionState {
             .collect()
     }
 
-    /// Compacts at `rev`: trims the histories that changed since the last compaction, removes
-    /// keys whose history is gone, and forgets liveness changes no read can ask about any more
-    /// and the changes of revisions up to `rev` (the event log keeps revision `rev`'s events
-    /// itself: compaction may drop a delete at exactly `rev`).
+    /// Compacts at `rev` in one go (recovery, where nobody waits for the lock): trims the
+    /// histories that changed since the last compaction, removes keys whose history is gone,
+    /// and forgets liveness changes no read can ask about any more and the changes of
+    /// revisions up to `rev` (the event log keeps revision `rev`'s events itself: compaction
+    /// may drop a delete at exactly `rev`).
     pub fn compact(&mut self, rev: i64) {
-        let queue = std::mem::take(&mut self.compact_queue);
-        for slot in queue {
+        let queue = self.take_compact_queue();
+        self.compact_slots(rev, &queue);
+        while !self.finish_compact(rev, usize::MAX) {}
+    }
+
+    /// The first step of a compaction done a chunk at a time, so that writers wait for one
+    /// chunk and not for the whole partition (a million keys take a second): the slots whose
+    /// histories it may shrink. The caller passes all of them to [`Self::compact_slots`], then
+    /// calls [`Self::finish_compact`] until it is done, taking the lock for each call.
+    /// Between calls, writes only add records above `rev`, and a slot they make compactable
+    /// again is queued anew, so every chunk finds what it would have found in one pass.
+    pub fn take_compact_queue(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.compact_queue)
+    }
+
+    /// Compacts the histories of `slots` at `rev` (see [`Self::take_compact_queue`]).
+    pub fn compact_slots(&mut self, rev: i64, slots: &[u32]) {
+        for &slot in slots {
             let h = self.slab.get_mut(slot);
             self.bytes -= h.compact(rev);
             if h.is_empty() {
@@ -300,13 +317,25 @@ impl PartitionState {
                 self.compact_queue.push(slot);
             }
         }
-        while self.liveness.front().is_some_and(|c| { c.main } <= rev) {
+    }
+
+    /// Forgets at most `budget` log entries at or below `rev`; true once none is left, and
+    /// the partition then counts as compacted at `rev`.
+    pub fn finish_compact(&mut self, rev: i64, budget: usize) -> bool {
+        let mut left = budget;
+        while left > 0 && self.liveness.front().is_some_and(|c| { c.main } <= rev) {
             self.liveness.pop_front();
+            left -= 1;
         }
-        while self.changes.front().is_some_and(|c| { c.main } <= rev) {
+        while left > 0 && self.changes.front().is_some_and(|c| { c.main } <= rev) {
             self.changes.pop_front();
+            left -= 1;
+        }
+        if left == 0 {
+            return false;
         }
         self.compacted = self.compacted.max(rev);
+        true
     }
 
     /// The events of revisions `from..=to` written here, as watchers get them (the new version,
@@ -396,6 +425,24 @@ impl PartitionState {
     pub fn for_each_history(&self, mut f: impl FnMut(&KeyHistory)) {
         for e in self.index.iter() {
             f(self.slab.get(e.slot()));
+        }
+    }
+
+    /// The number of slots: [`Self::for_each_slot_history`] walks `0..slots()` a range at a
+    /// time. Slots added later hold only records written later.
+    pub fn slots(&self) -> u32 {
+        self.slab.len as u32
+    }
+
+    /// The histories in slots `range`, in slot order (freed slots have no records), for walks
+    /// of the whole history that take the lock a range at a time.
+    pub fn for_each_slot_history(
+        &self,
+        range: std::ops::Range<u32>,
+        mut f: impl FnMut(&KeyHistory),
+    ) {
+        for slot in range.start..range.end.min(self.slots()) {
+            f(self.slab.get(slot));
         }
     }
 }

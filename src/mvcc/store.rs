@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use bytes::Bytes;
 use hashbrown::HashMap;
-use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::event::{Event, EventKind, RevisionEvents};
 use super::event_log::{CommitObserver, EventLog};
@@ -931,7 +931,7 @@ impl Store {
         // etcd's compaction hashes what it walks, from the previous compaction revision up to
         // this one: the store's HashKV at `rev` before compacting (the value etcd's HashKV
         // then answers at `rev`). One more walk of the store; compactions are rare.
-        let hash = self.hash_kv(rev).map_or(0, |(h, _, _)| h);
+        let hash = self.hash_kv_locked(rev).map_or(0, |(h, _, _)| h);
         if let Some(w) = self.wal() {
             let batch = w.append_meta(|seq| wal::record::Record::Compact { seq, rev });
             w.wait_durable_blocking(batch);
@@ -967,13 +967,27 @@ impl Store {
         );
     }
 
-    /// Frees every version compaction at `rev` no longer keeps.
+    /// Frees every version compaction at `rev` no longer keeps, a chunk of keys per write lock
+    /// (see `PartitionState::take_compact_queue`): a write waits for one chunk at most, not
+    /// for a whole partition. Each lock is released fairly, so a waiting writer goes first.
     fn free_compacted(&self, rev: i64) {
         let parts = self.table.read().all.clone();
         for p in parts {
-            let mut st = p.state.write();
-            st.compact(rev);
-            p.sync_bytes(&st);
+            let queue = p.state.write().take_compact_queue();
+            for chunk in queue.chunks(COMPACTION_CHUNK) {
+                let mut st = p.state.write();
+                st.compact_slots(rev, chunk);
+                p.sync_bytes(&st);
+                RwLockWriteGuard::unlock_fair(st);
+            }
+            loop {
+                let mut st = p.state.write();
+                let done = st.finish_compact(rev, COMPACTION_CHUNK * 16);
+                RwLockWriteGuard::unlock_fair(st);
+                if done {
+                    break;
+                }
+            }
         }
     }
 
@@ -1001,6 +1015,14 @@ impl Store {
     /// `mvccpb.KeyValue`), so the value equals etcd's for the same history, empty or not.
     /// Returns (hash, hash revision, compact revision).
     pub fn hash_kv(&self, rev: i64) -> Result<(u32, i64, i64)> {
+        // No compaction meanwhile: the walk below takes each partition's lock a chunk at a
+        // time, and a compaction between two chunks would change what it hashes.
+        let _compaction = self.compaction.lock();
+        self.hash_kv_locked(rev)
+    }
+
+    /// [`Self::hash_kv`] for a caller that holds the compaction lock.
+    fn hash_kv_locked(&self, rev: i64) -> Result<(u32, i64, i64)> {
         let current = self.commit.clock.committed();
         self.check_read_revision(rev, current)?;
         let rev = if rev > 0 { rev } else { current };
@@ -1019,33 +1041,44 @@ impl Store {
         let compacted = self.compact_rev.load(Ordering::SeqCst);
         let mut any_live = false;
         for p in parts {
-            p.state.read().for_each_history(|h| {
-                let records = h.records();
-                let at_rev = records.iter().rposition(|r| r.rev.main <= rev);
-                let live = at_rev.filter(|&i| !records[i].is_tombstone());
-                any_live |= live.is_some();
-                let kept = super::key_index::first_kept(records, compacted);
-                for (i, r) in records.iter().enumerate().skip(kept) {
-                    if r.rev.main > rev {
-                        break;
-                    }
-                    let (k, v) = crate::backend::schema::key_bucket_entry(
-                        &h.key,
-                        &crate::wal::record::Version::from(r.clone()),
-                    );
-                    let crc = crc32c::crc32c_append(crc32c::crc32c(&k), &v);
-                    let old_not_live = r.rev.main <= compacted && live != Some(i);
-                    pieces.push((r.rev, crc, k.len() + v.len(), old_not_live));
-                }
-            });
+            // A chunk of slots per read lock, so writers to the partition wait for one chunk,
+            // not for the whole walk. Slots added meanwhile hold only revisions above `rev`.
+            let slots = p.state.read().slots();
+            for start in (0..slots).step_by(COMPACTION_CHUNK) {
+                let st = p.state.read();
+                st.for_each_slot_history(
+                    start..start.saturating_add(COMPACTION_CHUNK as u32),
+                    |h| {
+                        let records = h.records();
+                        let at_rev = records.iter().rposition(|r| r.rev.main <= rev);
+                        let live = at_rev.filter(|&i| !records[i].is_tombstone());
+                        any_live |= live.is_some();
+                        let kept = super::key_index::first_kept(records, compacted);
+                        for (i, r) in records.iter().enumerate().skip(kept) {
+                            if r.rev.main > rev {
+                                break;
+                            }
+                            let (k, v) = crate::backend::schema::key_bucket_entry(
+                                &h.key,
+                                &crate::wal::record::Version::from(r.clone()),
+                            );
+                            let crc = crc32c::crc32c_append(crc32c::crc32c(&k), &v);
+                            let old_not_live = r.rev.main <= compacted && live != Some(i);
+                            pieces.push((r.rev, crc, k.len() + v.len(), old_not_live));
+                        }
+                    },
+                );
+                RwLockReadGuard::unlock_fair(st);
+            }
         }
         if any_live {
             pieces.retain(|&(_, _, _, old_not_live)| !old_not_live);
         }
         pieces.sort_unstable_by_key(|&(r, ..)| r);
-        let crc = pieces.iter().fold(crc32c::crc32c(b"key"), |crc, &(_, c, len, _)| {
-            crc32c::crc32c_combine(crc, c, len)
-        });
+        let mut join = super::crc_combine::Combiner::new();
+        let crc = pieces
+            .iter()
+            .fold(crc32c::crc32c(b"key"), |crc, &(_, c, len, _)| join.append(crc, c, len));
         // etcd reports -1 before the first compaction.
         Ok((crc, rev, self.compact_rev.load(Ordering::SeqCst)))
     }
@@ -1055,6 +1088,10 @@ impl Store {
 /// fixed structures (the revision clock's rings, half a MiB) are left out, so that a small
 /// `--quota-backend-bytes` takes the same first writes as etcd's.
 pub const EMPTY_BYTES: usize = 20_480;
+
+/// Keys a compaction (or its hash walk) handles per partition lock: about a millisecond of
+/// work, so a write never waits long behind one.
+const COMPACTION_CHUNK: usize = 1024;
 
 /// Completes an allocated revision, with the events applied so far, when dropped.
 struct Completion<'a> {
