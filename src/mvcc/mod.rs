@@ -8,10 +8,12 @@
 //! - [`validate`]: etcd's request checks;
 //! - [`event`]: a change to a key as watchers see it;
 //! - [`event_log`]: every committed revision's events, for watchers;
+//! - [`crc_combine`]: joining CRCs of versions into HashKV's hash;
 //! - [`persist`]: recovery from the WAL into the store, and snapshots of the store;
 //! - [`backup`]: backups of the store at one revision (Maintenance.Snapshot).
 
 pub mod backup;
+pub mod crc_combine;
 pub mod event;
 pub mod event_log;
 pub mod index;
