@@ -46,8 +46,8 @@ impl Store {
         let started = std::time::Instant::now();
         let mut store = Store::new(config.clone());
         let rec = {
-            let mut ctx = Restore { store: &store };
-            wal::recover::recover(&opts.dir, opts.repair, &mut ctx)?
+            let ctx = Restore { store: &store };
+            wal::recover::recover(&opts.dir, opts.repair, &ctx)?
         };
         store.finish_restore(rec.rev, rec.compacted);
         tracing::info!(
@@ -162,7 +162,7 @@ struct Restore<'a> {
 }
 
 impl Replay for Restore<'_> {
-    fn snapshot_key(&mut self, _prefix: &Bytes, key: Bytes, versions: Vec<Version>) {
+    fn snapshot_key(&self, _prefix: &Bytes, key: Bytes, versions: Vec<Version>) {
         let p = self.store.partition_for_key(&key);
         let mut st = p.state.write();
         for v in versions {
@@ -170,7 +170,7 @@ impl Replay for Restore<'_> {
         }
     }
 
-    fn txn(&mut self, _prefix: &Bytes, rev: i64, ops: Vec<Op>) {
+    fn txn(&self, _prefix: &Bytes, rev: i64, ops: Vec<Op>) {
         for op in ops {
             let (key, rec) = match op {
                 Op::Put { sub, key, value, lease, create_rev, version } => {

@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use std::fs;
 use std::io;
 use std::path::Path;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -22,14 +23,18 @@ use super::snapshot;
 use crate::data_dir::DataDir;
 
 /// Where recovered state goes (the store). Calls come in this order: snapshot keys, then
-/// revisions in order.
-pub trait Replay {
+/// revisions. Partitions are independent, so calls for different partitions come from several
+/// threads at once; one partition's calls come from one thread at a time, in order.
+pub trait Replay: Sync {
     /// A key's retained versions from the snapshot, oldest first.
-    fn snapshot_key(&mut self, prefix: &Bytes, key: Bytes, versions: Vec<Version>);
-    /// One partition's changes in revision `rev` (all partitions of a revision come before
-    /// the next revision).
-    fn txn(&mut self, prefix: &Bytes, rev: i64, ops: Vec<Op>);
+    fn snapshot_key(&self, prefix: &Bytes, key: Bytes, versions: Vec<Version>);
+    /// One partition's changes in revision `rev`, after its changes in every earlier revision.
+    fn txn(&self, prefix: &Bytes, rev: i64, ops: Vec<Op>);
 }
+
+/// Revisions handed to an applier thread at once: few enough that the appliers start while
+/// the log is still being read, many enough that the handing over costs nothing per revision.
+const APPLY_BATCH: usize = 512;
 
 /// What recovery found besides the keys.
 #[derive(Debug, Default)]
@@ -51,21 +56,106 @@ fn io_err(p: &Path) -> impl FnOnce(io::Error) -> RecoverError + '_ {
     move |e| RecoverError::Io(p.to_path_buf(), e)
 }
 
-/// One stream's records in order, a segment at a time.
+/// A stream's records above the snapshot, in order, a segment at a time, from its reader.
 struct Cursor {
     prefix: Bytes,
-    segments: VecDeque<SegmentFile>,
+    /// Every segment of the stream, oldest first (the cut removes the ones after `current`).
+    segments: Vec<SegmentFile>,
+    /// The stream's reader: one segment's records per message, in order.
+    chunks: Receiver<Result<Chunk, RecoverError>>,
     /// Records of the current segment not yet consumed, with their offsets.
-    records: VecDeque<(u64, i64, u32, Vec<Op>)>,
-    /// The segment the records come from.
-    current: Option<SegmentFile>,
+    records: VecDeque<Record4>,
+    /// Index in `segments` of the segment the records come from.
+    current: Option<usize>,
+}
+
+/// A revision's record in a stream: offset in its segment, revision, partitions the revision
+/// wrote to, operations.
+type Record4 = (u64, i64, u32, Vec<Op>);
+
+/// Revisions handed to an applier: (partition prefix, revision, operations).
+type ApplyBatch = Vec<(Bytes, i64, Vec<Op>)>;
+
+/// One segment's records as its stream's reader hands them over.
+struct Chunk {
+    segment: usize,
+    records: Vec<Record4>,
+    bytes: u64,
+}
+
+/// Reads one stream's segments in a thread of its own, ahead of the merge by one segment,
+/// handling each segment's end as `read_segment` does (a repaired stream ends at its cut).
+fn read_stream(
+    segments: Vec<SegmentFile>,
+    base: i64,
+    repair: bool,
+    to: SyncSender<Result<Chunk, RecoverError>>,
+) {
+    let mut rest: VecDeque<_> = segments.into();
+    let mut segment = 0;
+    while let Some(seg) = rest.pop_front() {
+        let mut counted = Recovered::default();
+        let chunk =
+            read_segment(&seg, rest.is_empty(), repair, &mut counted).and_then(|(read, stop)| {
+                if stop {
+                    drop_segments(&mut rest)?;
+                }
+                let records = read
+                    .into_iter()
+                    .filter_map(|(off, r)| match r {
+                        Record::Txn { rev, parts, ops } if rev > base => {
+                            Some((off, rev, parts, ops))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                Ok(Chunk { segment, records, bytes: counted.bytes })
+            });
+        let failed = chunk.is_err();
+        // The merge stops listening once it has cut the log: nothing more to read then.
+        if to.send(chunk).is_err() || failed {
+            return;
+        }
+        segment += 1;
+    }
 }
 
 /// Reads a data directory into `replay`.
+///
+/// Each partition's stream is read in a thread of its own; this thread merges their records
+/// by revision and decides which revisions are complete; applying them is shared out to one
+/// thread per core, each owning a set of partitions (streams). At 1M objects (2.3 GB of log,
+/// 2M revisions) reading and applying on one thread took 4.4 s; so, on 2 cores, 2.5 s.
 pub fn recover(
     dir: &DataDir,
     repair: bool,
-    replay: &mut dyn Replay,
+    replay: &dyn Replay,
+) -> Result<Recovered, RecoverError> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|scope| {
+        let appliers: Vec<_> = (0..threads)
+            .map(|_| {
+                let (tx, rx) = sync_channel::<ApplyBatch>(4);
+                scope.spawn(move || {
+                    for batch in rx {
+                        for (prefix, rev, ops) in batch {
+                            replay.txn(&prefix, rev, ops);
+                        }
+                    }
+                });
+                tx
+            })
+            .collect();
+        recover_with(scope, dir, repair, replay, appliers)
+    })
+}
+
+fn recover_with<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    dir: &DataDir,
+    repair: bool,
+    replay: &dyn Replay,
+    appliers: Vec<SyncSender<ApplyBatch>>,
 ) -> Result<Recovered, RecoverError> {
     let started = Instant::now();
     let mut out = Recovered { rev: 1, compacted: -1, ..Default::default() };
@@ -75,9 +165,8 @@ pub fn recover(
     let snap = snapshot::newest(dir).map_err(io_err(dir.path()))?;
     let mut base = 1;
     if let Some(s) = &snap {
-        let h = snapshot::load(s, &mut |prefix, key, versions| {
-            replay.snapshot_key(prefix, key, versions)
-        })?;
+        let h =
+            snapshot::load(s, &|prefix, key, versions| replay.snapshot_key(prefix, key, versions))?;
         base = h.rev;
         out.rev = h.rev;
         out.compacted = h.compacted;
@@ -126,9 +215,14 @@ pub fn recover(
             let name = e.file_name().to_string_lossy().to_string();
             let Some(prefix) = segment::stream_prefix(&name) else { continue };
             let segs = segment::list_segments(&e.path()).map_err(io_err(&e.path()))?;
+            // Each stream is read in a thread of its own, a segment ahead of the merge.
+            let (to, chunks) = sync_channel(1);
+            let mine = segs.clone();
+            scope.spawn(move || read_stream(mine, base, repair, to));
             cursors.push(Cursor {
                 prefix,
-                segments: segs.into(),
+                segments: segs,
+                chunks,
                 records: VecDeque::new(),
                 current: None,
             });
@@ -141,30 +235,21 @@ pub fn recover(
         .sum();
     let mut last_log = Instant::now();
     let mut expected = base + 1;
+    // Stream i is applied by applier i % appliers; what is waiting to be handed over.
+    let mut pending: Vec<ApplyBatch> = vec![Vec::new(); appliers.len()];
+    let hand_over = |pending: &mut ApplyBatch, to: &SyncSender<ApplyBatch>| {
+        // An applier ends only when this function does: sending cannot fail before that.
+        let _ = to.send(std::mem::take(pending));
+    };
     loop {
-        // Fill every cursor's head, skipping what the snapshot covers.
+        // Fill every cursor's head from its reader (which skipped what the snapshot covers).
         for c in cursors.iter_mut() {
-            loop {
-                while c.records.front().is_some_and(|r| r.1 <= base) {
-                    c.records.pop_front();
-                }
-                if !c.records.is_empty() {
-                    break;
-                }
-                let Some(seg) = c.segments.pop_front() else { break };
-                let last = c.segments.is_empty();
-                let (read, stop) = read_segment(&seg, last, repair, &mut out)?;
-                for (off, r) in read {
-                    if let Record::Txn { rev, parts, ops } = r {
-                        c.records.push_back((off, rev, parts, ops));
-                    }
-                }
-                c.current = Some(seg);
-                if stop {
-                    // Repaired: the rest of this stream is gone.
-                    drop_segments(&mut c.segments)?;
-                    break;
-                }
+            while c.records.is_empty() {
+                let Ok(chunk) = c.chunks.recv() else { break };
+                let chunk = chunk?;
+                out.bytes += chunk.bytes;
+                c.current = Some(chunk.segment);
+                c.records = chunk.records.into();
             }
         }
         let Some(min) = cursors.iter().filter_map(|c| c.records.front().map(|r| r.1)).min() else {
@@ -179,7 +264,11 @@ pub fn recover(
         }
         for i in have {
             let (_, rev, _, ops) = cursors[i].records.pop_front().expect("has a head");
-            replay.txn(&cursors[i].prefix, rev, ops);
+            let a = i % appliers.len();
+            pending[a].push((cursors[i].prefix.clone(), rev, ops));
+            if pending[a].len() >= APPLY_BATCH {
+                hand_over(&mut pending[a], &appliers[a]);
+            }
             out.records += 1;
         }
         out.rev = min;
@@ -197,11 +286,19 @@ pub fn recover(
         }
     }
 
+    for (p, to) in pending.iter_mut().zip(&appliers) {
+        hand_over(p, to);
+    }
+    // The appliers finish what they were handed once this function returns (the caller's
+    // thread scope waits for them).
+    drop(appliers);
+
     // 4. Cut: whatever is left is beyond the recovered revision (an incomplete revision and
     // everything after it): truncate it away.
     let mut dropped = 0;
     for c in cursors.iter_mut() {
-        if let (Some((off, rev, _, _)), Some(seg)) = (c.records.front(), &c.current) {
+        if let (Some((off, rev, _, _)), Some(current)) = (c.records.front(), c.current) {
+            let seg = &c.segments[current];
             dropped += c.records.len() as u64;
             tracing::warn!(
                 path = %seg.path.display(),
@@ -212,7 +309,9 @@ pub fn recover(
             );
             segment::truncate(&seg.path, *off).map_err(io_err(&seg.path))?;
             c.records.clear();
-            drop_segments(&mut c.segments)?;
+            // Its reader may be reading them meanwhile: it only reads, and stops when its
+            // next hand-over finds nobody listening.
+            drop_segments(&mut VecDeque::from(c.segments.split_off(current + 1)))?;
         }
     }
     if dropped > 0 {
@@ -248,7 +347,11 @@ fn meta_seq_of(r: &Record) -> Option<u64> {
 fn drop_segments(rest: &mut VecDeque<SegmentFile>) -> Result<(), RecoverError> {
     for s in rest.drain(..) {
         tracing::warn!(path = %s.path.display(), "wal: removing segment after the cut");
-        fs::remove_file(&s.path).map_err(io_err(&s.path))?;
+        match fs::remove_file(&s.path) {
+            // A repaired stream's reader removed it already.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            r => r.map_err(io_err(&s.path))?,
+        }
     }
     Ok(())
 }
@@ -315,13 +418,13 @@ mod tests {
     /// Collects what recovery replays.
     #[derive(Default)]
     struct Collect {
-        txns: Vec<(Bytes, i64, usize)>,
+        txns: parking_lot::Mutex<Vec<(Bytes, i64, usize)>>,
     }
 
     impl Replay for Collect {
-        fn snapshot_key(&mut self, _: &Bytes, _: Bytes, _: Vec<Version>) {}
-        fn txn(&mut self, prefix: &Bytes, rev: i64, ops: Vec<Op>) {
-            self.txns.push((prefix.clone(), rev, ops.len()));
+        fn snapshot_key(&self, _: &Bytes, _: Bytes, _: Vec<Version>) {}
+        fn txn(&self, prefix: &Bytes, rev: i64, ops: Vec<Op>) {
+            self.txns.lock().push((prefix.clone(), rev, ops.len()));
         }
     }
 
@@ -363,25 +466,27 @@ mod tests {
             ],
         );
         write_stream(dir.path(), cms, &[put(3, 1, "/registry/configmaps/x")]);
-        let mut c = Collect::default();
-        let r = recover(&DataDir::new(dir.path()), false, &mut c).unwrap();
+        let c = Collect::default();
+        let r = recover(&DataDir::new(dir.path()), false, &c).unwrap();
         assert_eq!(r.rev, 3, "the state of revision 3: revision 4 is incomplete");
-        let revs: Vec<i64> = c.txns.iter().map(|t| t.1).collect();
+        // Streams are applied in parallel: the order across them is not the log's.
+        let mut revs: Vec<i64> = c.txns.lock().iter().map(|t| t.1).collect();
+        revs.sort();
         assert_eq!(revs, [2, 3]);
         // The records of revisions 4 and 5 were truncated away: a second recovery agrees and
         // new revisions 4 and 5 can be written without meeting them.
         let left = segment::read_file(&p).unwrap();
         assert_eq!(left.records.len(), 1);
-        let mut c2 = Collect::default();
-        assert_eq!(recover(&DataDir::new(dir.path()), false, &mut c2).unwrap().rev, 3);
+        let c2 = Collect::default();
+        assert_eq!(recover(&DataDir::new(dir.path()), false, &c2).unwrap().rev, 3);
     }
 
     #[test]
     fn a_revision_missing_from_every_stream_is_a_hole() {
         let dir = tempfile::tempdir().unwrap();
         write_stream(dir.path(), b"", &[put(2, 1, "a"), put(4, 1, "c")]);
-        let mut c = Collect::default();
-        assert_eq!(recover(&DataDir::new(dir.path()), false, &mut c).unwrap().rev, 2);
+        let c = Collect::default();
+        assert_eq!(recover(&DataDir::new(dir.path()), false, &c).unwrap().rev, 2);
     }
 
     #[test]
@@ -392,14 +497,14 @@ mod tests {
         let second = segment::read_file(&p).unwrap().records[1].0 as usize;
         data[second + 12] ^= 0x55;
         fs::write(&p, &data).unwrap();
-        let err = recover(&DataDir::new(dir.path()), false, &mut Collect::default()).unwrap_err();
+        let err = recover(&DataDir::new(dir.path()), false, &Collect::default()).unwrap_err();
         let msg = err.to_string();
         assert!(
             msg.contains(&p.display().to_string()) && msg.contains(&format!("offset {second}")),
             "{msg}"
         );
-        let mut c = Collect::default();
-        let r = recover(&DataDir::new(dir.path()), true, &mut c).unwrap();
+        let c = Collect::default();
+        let r = recover(&DataDir::new(dir.path()), true, &c).unwrap();
         assert_eq!(r.rev, 2, "repair keeps what precedes the bad record");
         assert_eq!(fs::metadata(&p).unwrap().len(), second as u64);
     }

@@ -55,38 +55,51 @@ pub struct Header {
     pub leases: Vec<(i64, i64)>,
 }
 
-/// Loads a snapshot directory, handing every key to `key` (prefix, key, versions).
+/// Loads a snapshot directory, handing every key to `key` (prefix, key, versions). The files
+/// (one per partition) are read in parallel, one per core at most, so `key` is called from
+/// several threads at once, each file's keys from one thread in the file's order.
 pub fn load(
     dir: &Path,
-    key: &mut dyn FnMut(&Bytes, Bytes, Vec<Version>),
+    key: &(dyn Fn(&Bytes, Bytes, Vec<Version>) + Sync),
 ) -> Result<Header, RecoverError> {
-    let mut header = Header { rev: -1, ..Default::default() };
     let mut files: Vec<PathBuf> = fs::read_dir(dir)
         .map_err(|e| RecoverError::Io(dir.into(), e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "snap"))
         .collect();
     files.sort();
-    for path in files {
-        let is_leases = path.file_name().is_some_and(|n| n == LEASES_FILE);
-        let mut prefix = Bytes::new();
-        read_snapshot_file(&path, &mut |r| {
-            match r {
-                Record::SnapHeader { rev, compacted, meta_seq, prefix: p } => {
-                    if header.rev >= 0 && header.rev != rev {
-                        return Err(format!("header says revision {rev}, others {}", header.rev));
-                    }
-                    header.rev = rev;
-                    header.compacted = compacted;
-                    header.meta_seq = meta_seq;
-                    prefix = p;
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let loaded = parking_lot::Mutex::new(Vec::with_capacity(files.len()));
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(files.len());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(path) = files.get(i) else { break };
+                    let one = load_file(path, key);
+                    loaded.lock().push(one);
                 }
-                Record::SnapKey { key: k, versions } if !is_leases => key(&prefix, k, versions),
-                Record::SnapLease { id, ttl } if is_leases => header.leases.push((id, ttl)),
-                other => return Err(format!("unexpected record {other:?}")),
-            }
-            Ok(())
-        })?;
+            });
+        }
+    });
+    let mut header = Header { rev: -1, ..Default::default() };
+    for one in loaded.into_inner() {
+        let one = one?;
+        header.leases.extend(one.leases);
+        if one.rev < 0 {
+            continue;
+        }
+        if header.rev >= 0 && header.rev != one.rev {
+            return Err(RecoverError::Corrupt {
+                path: dir.into(),
+                offset: 0,
+                reason: format!("a file says revision {}, others {}", one.rev, header.rev),
+            });
+        }
+        header.rev = one.rev;
+        header.compacted = one.compacted;
+        header.meta_seq = one.meta_seq;
     }
     if header.rev < 0 {
         return Err(RecoverError::Corrupt {
@@ -95,6 +108,32 @@ pub fn load(
             reason: "snapshot without files".into(),
         });
     }
+    Ok(header)
+}
+
+/// One snapshot file: its keys to `key`, its header (and, for the leases file, the leases)
+/// returned.
+fn load_file(
+    path: &Path,
+    key: &(dyn Fn(&Bytes, Bytes, Vec<Version>) + Sync),
+) -> Result<Header, RecoverError> {
+    let mut header = Header { rev: -1, ..Default::default() };
+    let is_leases = path.file_name().is_some_and(|n| n == LEASES_FILE);
+    let mut prefix = Bytes::new();
+    read_snapshot_file(path, &mut |r| {
+        match r {
+            Record::SnapHeader { rev, compacted, meta_seq, prefix: p } => {
+                header.rev = rev;
+                header.compacted = compacted;
+                header.meta_seq = meta_seq;
+                prefix = p;
+            }
+            Record::SnapKey { key: k, versions } if !is_leases => key(&prefix, k, versions),
+            Record::SnapLease { id, ttl } if is_leases => header.leases.push((id, ttl)),
+            other => return Err(format!("unexpected record {other:?}")),
+        }
+        Ok(())
+    })?;
     Ok(header)
 }
 
