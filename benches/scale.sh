@@ -150,14 +150,23 @@ measure_store() {
     if start_apiserver "$TMP/apiserver" "$API_PORT"; then
       local l pods_bytes=$((size / 100 * 4 * 4100))
       begin_writes "$(ep 0)" "$size"
-      l=$("$TOOL" scale-list -kubeconfig "$TMP/apiserver/kubeconfig" -limit 500)
-      end_writes
-      record "$kind" "$size" list-paged "{\"list\":$l,\"writes\":$WRITES_JSON}"
+      if l=$("$TOOL" scale-list -kubeconfig "$TMP/apiserver/kubeconfig" -limit 500); then
+        end_writes
+        record "$kind" "$size" list-paged "{\"list\":$l,\"writes\":$WRITES_JSON}"
+      else
+        end_writes
+        tail -5 "$TMP/apiserver/log" >&2
+        record "$kind" "$size" list-paged "{\"skipped\":\"the list failed\"}"
+      fi
       if [ $((pods_bytes / 1024 * 8)) -lt "$(mem_available_kib)" ]; then
         begin_writes "$(ep 0)" "$size"
-        l=$("$TOOL" scale-list -kubeconfig "$TMP/apiserver/kubeconfig" -limit 0)
-        end_writes
-        record "$kind" "$size" list-unpaged "{\"list\":$l,\"writes\":$WRITES_JSON}"
+        if l=$("$TOOL" scale-list -kubeconfig "$TMP/apiserver/kubeconfig" -limit 0); then
+          end_writes
+          record "$kind" "$size" list-unpaged "{\"list\":$l,\"writes\":$WRITES_JSON}"
+        else
+          end_writes
+          record "$kind" "$size" list-unpaged '{"skipped":"the list failed"}'
+        fi
       else
         record "$kind" "$size" list-unpaged "{\"skipped\":\"kube-apiserver would need about $((pods_bytes * 8 >> 30)) GiB\"}"
       fi
@@ -182,14 +191,18 @@ measure_store() {
       say "$kind: a second member catches up"
       local head initial
       head=$("$TOOL" scale-wait -endpoint "$(ep 0)" | python3 -c 'import json,sys; print(json.load(sys.stdin)["revision"])')
-      "$ETCDCTL" --endpoints "$(url 0)" member add m1 --learner --peer-urls "$(cluster_peer_url "$PORT" 1)" >/dev/null
-      initial="m0=$(cluster_peer_url "$PORT" 0),m1=$(cluster_peer_url "$PORT" 1)"
-      begin_writes "$(ep 0)" "$size"
-      cluster_member "$kind" 1 "$initial" "$TMP" "$PORT" "scale-$$" existing
-      PIDS+=("$MEMBER_PID")
-      c=$("$TOOL" scale-wait -endpoint "$(ep 1)" -serializable -min-revision "$head" -timeout 30m)
-      end_writes
-      record "$kind" "$size" catchup "{\"catchup\":$c,\"rss_kib\":$(rss_kib "$MEMBER_PID"),\"writes\":$WRITES_JSON}"
+      if "$ETCDCTL" --endpoints "$(url 0)" --command-timeout 60s member add m1 --learner \
+          --peer-urls "$(cluster_peer_url "$PORT" 1)" >/dev/null; then
+        initial="m0=$(cluster_peer_url "$PORT" 0),m1=$(cluster_peer_url "$PORT" 1)"
+        begin_writes "$(ep 0)" "$size"
+        cluster_member "$kind" 1 "$initial" "$TMP" "$PORT" "scale-$$" existing
+        PIDS+=("$MEMBER_PID")
+        c=$("$TOOL" scale-wait -endpoint "$(ep 1)" -serializable -min-revision "$head" -timeout 30m)
+        end_writes
+        record "$kind" "$size" catchup "{\"catchup\":$c,\"rss_kib\":$(rss_kib "$MEMBER_PID"),\"writes\":$WRITES_JSON}"
+      else
+        record "$kind" "$size" catchup '{"skipped":"member add failed"}'
+      fi
     else
       record "$kind" "$size" catchup "{\"skipped\":\"a second copy does not fit in free memory\"}"
     fi
