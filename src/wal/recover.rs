@@ -57,12 +57,14 @@ fn io_err(p: &Path) -> impl FnOnce(io::Error) -> RecoverError + '_ {
 }
 
 /// A stream's records above the snapshot, in order, a segment at a time, from its reader.
-struct Cursor {
+struct Cursor<'scope> {
     prefix: Bytes,
     /// Every segment of the stream, oldest first (the cut removes the ones after `current`).
     segments: Vec<SegmentFile>,
     /// The stream's reader: one segment's records per message, in order.
     chunks: Receiver<Result<Chunk, RecoverError>>,
+    /// The reader's thread, joined before the cut touches the stream's files.
+    reader: Option<std::thread::ScopedJoinHandle<'scope, ()>>,
     /// Records of the current segment not yet consumed, with their offsets.
     records: VecDeque<Record4>,
     /// Index in `segments` of the segment the records come from.
@@ -218,11 +220,12 @@ fn recover_with<'scope>(
             // Each stream is read in a thread of its own, a segment ahead of the merge.
             let (to, chunks) = sync_channel(1);
             let mine = segs.clone();
-            scope.spawn(move || read_stream(mine, base, repair, to));
+            let reader = scope.spawn(move || read_stream(mine, base, repair, to));
             cursors.push(Cursor {
                 prefix,
                 segments: segs,
                 chunks,
+                reader: Some(reader),
                 records: VecDeque::new(),
                 current: None,
             });
@@ -307,10 +310,14 @@ fn recover_with<'scope>(
                 "wal: dropping records of revisions after the recovered revision {}",
                 out.rev
             );
+            // The reader first: it may be reading (or truncating a torn tail of) a later
+            // segment. Nobody listening, it stops at its next hand-over.
+            drop(std::mem::replace(&mut c.chunks, sync_channel(0).1));
+            if let Some(reader) = c.reader.take() {
+                let _ = reader.join();
+            }
             segment::truncate(&seg.path, *off).map_err(io_err(&seg.path))?;
             c.records.clear();
-            // Its reader may be reading them meanwhile: it only reads, and stops when its
-            // next hand-over finds nobody listening.
             drop_segments(&mut VecDeque::from(c.segments.split_off(current + 1)))?;
         }
     }
