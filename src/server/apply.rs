@@ -293,7 +293,9 @@ impl StateMachine for Applier {
 
     fn hash_kv(&self, rev: i64) -> crate::error::Result<crate::raft::KvHash> {
         let Some(s) = self.shared.upgrade() else { return Err(Error::Stopped) };
-        let (hash, hash_revision, compact_revision) = s.store.hash_kv(rev)?;
+        // A walk of the whole history, which also waits for a compaction in progress.
+        let (hash, hash_revision, compact_revision) =
+            super::blocking::off_the_runtime(|| s.store.hash_kv(rev))?;
         let revision = s.store.current_revision();
         Ok(crate::raft::KvHash { hash, hash_revision, compact_revision, revision })
     }

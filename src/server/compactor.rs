@@ -98,14 +98,9 @@ async fn by_revision(store: &Store, retention: i64, every: Duration, compact: Co
 /// Compacts at `rev`, waiting until the log has it; a compaction that someone else already did
 /// (at `rev` or later) counts as done.
 pub async fn compact(store: &Store, rev: i64) -> Result<(), Error> {
-    // A compaction waits for a snapshot being streamed: hand this worker's other tasks to
-    // another thread meanwhile (the runtime may have only one or two). A single-threaded
-    // runtime (the paused-time tests) has no other thread to hand them to; it must not have a
-    // buffered WAL either, whose flusher task the compaction would wait for.
-    let multi = tokio::runtime::Handle::current().runtime_flavor()
-        == tokio::runtime::RuntimeFlavor::MultiThread;
-    let compacted =
-        if multi { tokio::task::block_in_place(|| store.compact(rev)) } else { store.compact(rev) };
+    // A compaction waits for a snapshot being streamed. A single-threaded runtime (the
+    // paused-time tests) must not have a buffered WAL, whose flusher task it would wait for.
+    let compacted = super::blocking::off_the_runtime(|| store.compact(rev));
     match compacted {
         Ok(_) => Ok(()),
         Err(Error::Compacted) => Ok(()),

@@ -96,7 +96,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
     ) -> Result<Response<pb::HashResponse>, Status> {
         auth::admin(&self.shared, &req).await?;
         let started = std::time::Instant::now();
-        let hashed = self.shared.store.hash_kv(0);
+        let hashed = super::blocking::off_the_runtime(|| self.shared.store.hash_kv(0));
         self.shared.metrics.hash_seconds.observe_duration(started.elapsed());
         let (hash, rev, _) = hashed?;
         Ok(Response::new(pb::HashResponse { header: self.shared.header(rev), hash }))
@@ -108,7 +108,8 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
     ) -> Result<Response<pb::HashKvResponse>, Status> {
         auth::admin(&self.shared, &req).await?;
         let started = std::time::Instant::now();
-        let hashed = self.shared.store.hash_kv(req.into_inner().revision);
+        let rev = req.into_inner().revision;
+        let hashed = super::blocking::off_the_runtime(|| self.shared.store.hash_kv(rev));
         self.shared.metrics.hash_rev_seconds.observe_duration(started.elapsed());
         let (hash, hash_revision, compact_revision) = hashed?;
         Ok(Response::new(pb::HashKvResponse {

@@ -9,6 +9,7 @@ pub mod alarm;
 pub mod apply;
 pub mod apply_auth;
 pub mod auth;
+pub mod blocking;
 pub mod bootstrap;
 pub mod cluster;
 pub mod codec;
