@@ -96,6 +96,22 @@ end_writes() {
   WRITES_JSON=$(cat "$TMP/writes.json")
 }
 
+# list_pods KIND SIZE MEASURE LIMIT: every Pod through kube-apiserver (pages of LIMIT, 0:
+# unpaged) while renewals run; a failed list is recorded as such, with kube-apiserver's last
+# lines on stderr.
+list_pods() {
+  local l
+  begin_writes "$(ep 0)" "$2"
+  if l=$("$TOOL" scale-list -kubeconfig "$TMP/apiserver/kubeconfig" -limit "$4"); then
+    end_writes
+    record "$1" "$2" "$3" "{\"list\":$l,\"writes\":$WRITES_JSON}"
+  else
+    end_writes
+    tail -5 "$TMP/apiserver/log" >&2
+    record "$1" "$2" "$3" '{"skipped":"the list failed"}'
+  fi
+}
+
 # A member alone of KIND on a fresh data directory (MEM_EXTRA for mem_etcd's mode).
 start_alone() {
   rm -rf "$TMP/$1"[0-9]*
@@ -148,25 +164,10 @@ measure_store() {
     say "$kind: kube-apiserver lists every Pod"
     ETCD_SERVERS=$(url 0)
     if start_apiserver "$TMP/apiserver" "$API_PORT"; then
-      local l pods_bytes=$((size / 100 * 4 * 4100))
-      begin_writes "$(ep 0)" "$size"
-      if l=$("$TOOL" scale-list -kubeconfig "$TMP/apiserver/kubeconfig" -limit 500); then
-        end_writes
-        record "$kind" "$size" list-paged "{\"list\":$l,\"writes\":$WRITES_JSON}"
-      else
-        end_writes
-        tail -5 "$TMP/apiserver/log" >&2
-        record "$kind" "$size" list-paged "{\"skipped\":\"the list failed\"}"
-      fi
+      local pods_bytes=$((size / 100 * 4 * 4100))
+      list_pods "$kind" "$size" list-paged 500
       if [ $((pods_bytes / 1024 * 8)) -lt "$(mem_available_kib)" ]; then
-        begin_writes "$(ep 0)" "$size"
-        if l=$("$TOOL" scale-list -kubeconfig "$TMP/apiserver/kubeconfig" -limit 0); then
-          end_writes
-          record "$kind" "$size" list-unpaged "{\"list\":$l,\"writes\":$WRITES_JSON}"
-        else
-          end_writes
-          record "$kind" "$size" list-unpaged '{"skipped":"the list failed"}'
-        fi
+        list_pods "$kind" "$size" list-unpaged 0
       else
         record "$kind" "$size" list-unpaged "{\"skipped\":\"kube-apiserver would need about $((pods_bytes * 8 >> 30)) GiB\"}"
       fi
