@@ -439,9 +439,14 @@ func scaleCompact(args []string) error {
 // informer does on start: pages of --limit (0: one unpaged list), and prints the time and count.
 func scaleList(args []string) error {
 	fs := flag.NewFlagSet("scale-list", flag.ExitOnError)
-	kubeconfig := fs.String("kubeconfig", "", "kube-apiserver's kubeconfig")
+	kubeconfig := fs.String("kubeconfig", "", "kube-apiserver's kubeconfig (empty: list from the datastore at -endpoints)")
 	limit := fs.Int64("limit", 500, "page size (0: unpaged)")
+	var ep endpointFlags
+	ep.register(fs)
 	fs.Parse(args)
+	if *kubeconfig == "" {
+		return scaleListStore(ep, *limit)
+	}
 	c := &config{kubeconfig: *kubeconfig, qps: 100000, burst: 100000, profile: "scale-list"}
 	cs, err := newClient(c)
 	if err != nil {
@@ -464,6 +469,49 @@ func scaleList(args []string) error {
 		}
 	}
 	return printJSON(map[string]any{"seconds": time.Since(t0).Seconds(), "pods": items, "pages": pages, "limit": *limit})
+}
+
+// scaleListStore lists every Pod straight from the datastore the way kube-apiserver's etcd3
+// storage does with its watch cache off: pages of `limit` keys under the Pods' prefix, the first
+// at the newest revision and every later one at that same revision, from just after the
+// previous page's last key (unpaged: one range of the whole prefix).
+func scaleListStore(ep endpointFlags, limit int64) error {
+	ep.conns = 1
+	cs, err := ep.clients()
+	if err != nil {
+		return err
+	}
+	defer cs[0].Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	const prefix = "/registry/pods/"
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	t0 := time.Now()
+	items, pages, key, rev := int64(0), 0, prefix, int64(0)
+	var bytes int64
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(limit)}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		r, err := cs[0].Get(ctx, key, opts...)
+		if err != nil {
+			return fmt.Errorf("list after %d pods: %w", items, err)
+		}
+		if rev == 0 {
+			rev = r.Header.Revision
+		}
+		items += int64(len(r.Kvs))
+		for _, kv := range r.Kvs {
+			bytes += int64(len(kv.Value))
+		}
+		pages++
+		if !r.More || len(r.Kvs) == 0 {
+			break
+		}
+		key = string(r.Kvs[len(r.Kvs)-1].Key) + "\x00"
+	}
+	return printJSON(map[string]any{"seconds": time.Since(t0).Seconds(), "pods": items, "pages": pages, "limit": limit, "value_bytes": bytes})
 }
 
 // scaleTable prints benches/scale.sh's results as one Markdown table: sizes (and under each,
@@ -579,6 +627,10 @@ func scaleTable(args []string) error {
 		{"RSS after the restart (MiB)", f("restart-rss", "%.0f", 1.0/1024, "rss_kib")},
 		{"compaction of 1M revisions (s)", f("compact", "%.2f", 1, "compact", "seconds")},
 		{"renewals during it: p99 / max", latency("compact")},
+		{"every Pod from the store, pages of 500 (s)", f("list-store-paged", "%.2f", 1, "list", "seconds")},
+		{"renewals during it: p99 / max", latency("list-store-paged")},
+		{"every Pod from the store, one range (s)", f("list-store-unpaged", "%.2f", 1, "list", "seconds")},
+		{"renewals during it: p99 / max", latency("list-store-unpaged")},
 		{"kube-apiserver: every Pod, pages of 500 (s)", f("list-paged", "%.2f", 1, "list", "seconds")},
 		{"renewals during it: p99 / max", latency("list-paged")},
 		{"kube-apiserver: every Pod, unpaged (s)", f("list-unpaged", "%.2f", 1, "list", "seconds")},
