@@ -20,7 +20,7 @@ use parking_lot::RwLock;
 
 use super::event::{Event, EventKind};
 use super::index::{Keys, OrderedIndex};
-use super::key_index::{KeyHistory, KeyRecord, record_cost};
+use super::key_index::{KeyHistory, KeyRecord, copy_version, record_cost};
 use super::request::KeyValue;
 use crate::keyspace::KeyRange;
 use crate::revision::Revision;
@@ -110,7 +110,8 @@ impl PartitionState {
         self.bytes
     }
 
-    /// Writes a new version of `key` at `rev`; returns the previous live version.
+    /// Writes a new version of `key` at `rev`; returns the previous live version. `key` and
+    /// `value` are the version's own (see [`copy_version`]): the history keeps `key`.
     pub fn put(
         &mut self,
         key: &Bytes,
@@ -129,6 +130,9 @@ impl PartitionState {
             None => (rev.main, 1),
         };
         self.push_record(slot, KeyRecord { rev, create_rev, version, lease, value }, fresh);
+        if !fresh {
+            self.slab.get_mut(slot).key = key.clone();
+        }
         prev
     }
 
@@ -143,15 +147,29 @@ impl PartitionState {
 
     /// Appends a version exactly as given (recovery: from a snapshot or the WAL). Versions of
     /// a key must come oldest first. The key and value are copied out of the log record or
-    /// snapshot they were read from: a view would keep the whole record alive (all of a key's
-    /// versions, for a snapshot) as long as the key or that one version lives.
+    /// snapshot they were read from ([`copy_version`]): a view would keep the whole record
+    /// alive (all of a key's versions, for a snapshot) as long as the key or that one version
+    /// lives.
     pub fn restore(&mut self, key: &Bytes, rec: KeyRecord) {
-        let (slot, fresh) = match self.slot_of(key) {
-            Some(s) => (s, false),
-            None => (self.new_slot(&Bytes::copy_from_slice(key), !rec.is_tombstone()), true),
-        };
-        let rec = KeyRecord { value: Bytes::copy_from_slice(&rec.value), ..rec };
-        self.push_record(slot, rec, fresh);
+        let slot = self.slot_of(key);
+        if rec.is_tombstone()
+            && let Some(slot) = slot
+        {
+            // The key stays with the live version before the delete.
+            return self.push_record(slot, rec, false);
+        }
+        let (key, value) = copy_version(key, &rec.value);
+        let rec = KeyRecord { value, ..rec };
+        match slot {
+            Some(slot) => {
+                self.slab.get_mut(slot).key = key;
+                self.push_record(slot, rec, false);
+            }
+            None => {
+                let slot = self.new_slot(&key, !rec.is_tombstone());
+                self.push_record(slot, rec, true);
+            }
+        }
     }
 
     /// Puts the liveness and change logs back in revision order after a snapshot was loaded

@@ -34,6 +34,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::event::{Event, EventKind, RevisionEvents};
 use super::event_log::{CommitObserver, EventLog};
+use super::key_index::copy_version;
 use super::partition::{Partition, PartitionState};
 use super::request::*;
 use super::validate;
@@ -1336,20 +1337,20 @@ impl TxnCtx<'_> {
                     let st = &mut self.guards[i];
                     // The request's key and value are views into the gRPC decode buffer (8 KiB
                     // or more). A version lives until compaction, so keeping the view would pin
-                    // that whole buffer per version: copy into allocations of the exact size.
-                    let key = Bytes::copy_from_slice(&p.key);
-                    let (value, lease) = if p.ignore_value || p.ignore_lease {
-                        let prev = st.get(&key, i64::MAX).expect("checked in plan");
-                        (
-                            if p.ignore_value {
-                                prev.value
-                            } else {
-                                Bytes::copy_from_slice(&p.value)
-                            },
-                            if p.ignore_lease { prev.lease } else { p.lease },
-                        )
+                    // that whole buffer per version: copy both into one allocation of the exact
+                    // size. An ignored value stays the previous version's, with its key.
+                    let (key, value, lease) = if p.ignore_value || p.ignore_lease {
+                        let prev = st.get(&p.key, i64::MAX).expect("checked in plan");
+                        let lease = if p.ignore_lease { prev.lease } else { p.lease };
+                        if p.ignore_value {
+                            (prev.key, prev.value, lease)
+                        } else {
+                            let (key, value) = copy_version(&p.key, &p.value);
+                            (key, value, lease)
+                        }
                     } else {
-                        (Bytes::copy_from_slice(&p.value), p.lease)
+                        let (key, value) = copy_version(&p.key, &p.value);
+                        (key, value, p.lease)
                     };
                     let prev = st.put(&key, Revision::new(rev, *sub), value.clone(), lease);
                     *sub += 1;

@@ -687,3 +687,75 @@ fn held_revisions_are_published_together_at_the_release() {
     let revs: Vec<i64> = seen.0.lock().unwrap().iter().map(|(r, _)| *r).collect();
     assert_eq!(revs, [2, 3, 4, 5, 6], "every revision once, in order");
 }
+
+/// Whether `key`'s history views its newest live version's allocation (or, when that value is
+/// empty, has its own): then no older version's allocation outlives the version.
+fn key_views_the_newest_version(s: &Store, key: &str) -> bool {
+    let p = s.partition_for_key(key.as_bytes());
+    let st = p.state.read();
+    let h = st.history(key.as_bytes()).expect("the key has a history");
+    let Some(newest) = h.records().iter().rev().find(|r| !r.is_tombstone()) else { return true };
+    if newest.value.is_empty() {
+        return h.records().iter().all(|r| r.value.is_empty() || !adjacent(&h.key, &r.value));
+    }
+    adjacent(&h.key, &newest.value)
+}
+
+fn adjacent(key: &Bytes, value: &Bytes) -> bool {
+    key.as_ptr().wrapping_add(key.len()) == value.as_ptr()
+}
+
+#[test]
+fn a_key_never_pins_a_superseded_versions_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, _) = Store::open(StoreConfig::default(), wal_options(dir.path(), u64::MAX)).unwrap();
+    let k = "/registry/leases/kube-node-lease/n1";
+    let ignored = |s: &Store, lease: i64| {
+        let req = PutRequest { key: b(k), ignore_value: true, lease, ..Default::default() };
+        let a = s.put(req, 0).unwrap();
+        s.wait_visible_blocking(a.visible_at);
+    };
+    let steps: [&dyn Fn(&Store); 7] = [
+        &|s| {
+            put(s, k, "first");
+        },
+        &|s| {
+            put(s, k, "second");
+        },
+        &|s| ignored(s, 0),
+        &|s| {
+            put(s, k, "");
+        },
+        &|s| {
+            put(s, k, "after the empty one");
+        },
+        &|s| {
+            del(s, k, "");
+        },
+        &|s| {
+            put(s, k, "after the delete");
+        },
+    ];
+    for (i, step) in steps.iter().enumerate() {
+        step(&s);
+        assert!(key_views_the_newest_version(&s, k), "after step {i}");
+        let head = s.current_revision();
+        let p = s.partition_for_key(k.as_bytes());
+        let latest = p.state.read().get(k.as_bytes(), i64::MAX);
+        // Compacting at the head leaves the newest version alone, viewed by the key.
+        if i == 3 || i == 6 {
+            s.compact(head).unwrap();
+            let st = p.state.read();
+            assert_eq!(st.history(k.as_bytes()).unwrap().records().len(), 1);
+            assert_eq!(st.get(k.as_bytes(), i64::MAX), latest);
+        }
+    }
+    assert!(key_views_the_newest_version(&s, k));
+    // Versions restored from the log follow the same rule.
+    put(&s, k, "logged, not compacted");
+    drop(s);
+    let (s, _) = Store::open(StoreConfig::default(), wal_options(dir.path(), u64::MAX)).unwrap();
+    assert!(key_views_the_newest_version(&s, k));
+    let got = range(&s, k, "", 0, 0);
+    assert_eq!(got.kvs[0].value, b("logged, not compacted"));
+}
