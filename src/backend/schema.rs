@@ -102,12 +102,60 @@ impl bbolt::Entry for KeyEntry {
     }
 }
 
-/// One version of `key` as etcd's `key` bucket holds it: (bucket key, value). etcd's HashKV
-/// hashes these bytes, so mem_etcd's does too (`mvcc::Store::hash_kv`).
-pub fn key_bucket_entry(key: &Bytes, v: &Version) -> (Vec<u8>, Vec<u8>) {
-    use bbolt::Entry;
-    let e = KeyEntry::new(key, v);
-    (e.key().to_vec(), e.kv.encode_to_vec())
+/// One version of a key, borrowed: what [`key_bucket_crc`] hashes (a tombstone has
+/// `version == 0`).
+#[derive(Debug)]
+pub struct VersionView<'a> {
+    pub main: i64,
+    pub sub: i64,
+    pub create_rev: i64,
+    pub version: i64,
+    pub lease: i64,
+    pub value: &'a [u8],
+}
+
+/// The CRC-32C and length of `v` as etcd's `key` bucket holds it (bucket key, then the
+/// `mvccpb.KeyValue`; etcd's HashKV hashes these bytes, and so does `mvcc::Store::hash_kv`),
+/// without building them: HashKV walks every version of the store, and copying each value
+/// out to hash it was most of that walk. The value is hashed where it lies; `scratch` holds
+/// the few bytes around it and is reused from call to call.
+pub fn key_bucket_crc(key: &[u8], v: &VersionView<'_>, scratch: &mut Vec<u8>) -> (u32, usize) {
+    use prost::encoding::{WireType, encode_key, encode_varint, int64};
+    let tombstone = v.version == 0;
+    scratch.clear();
+    scratch.extend_from_slice(&(v.main as u64).to_be_bytes());
+    scratch.push(b'_');
+    scratch.extend_from_slice(&(v.sub as u64).to_be_bytes());
+    if tombstone {
+        scratch.push(b't');
+    }
+    // `mvccpb.KeyValue` as prost encodes it: fields in tag order, zero values left out.
+    if !key.is_empty() {
+        encode_key(1, WireType::LengthDelimited, scratch);
+        encode_varint(key.len() as u64, scratch);
+        scratch.extend_from_slice(key);
+    }
+    if tombstone {
+        return (crc32c::crc32c(scratch), scratch.len());
+    }
+    for (tag, n) in [(2, v.create_rev), (3, v.main), (4, v.version)] {
+        if n != 0 {
+            int64::encode(tag, &n, scratch);
+        }
+    }
+    if !v.value.is_empty() {
+        encode_key(5, WireType::LengthDelimited, scratch);
+        encode_varint(v.value.len() as u64, scratch);
+    }
+    let mut crc = crc32c::crc32c_append(crc32c::crc32c(scratch), v.value);
+    let mut len = scratch.len() + v.value.len();
+    if v.lease != 0 {
+        scratch.clear();
+        int64::encode(6, &v.lease, scratch);
+        crc = crc32c::crc32c_append(crc, scratch);
+        len += scratch.len();
+    }
+    (crc, len)
 }
 
 /// (main, sub, tombstone) of a `key` bucket key.
@@ -521,6 +569,32 @@ mod tests {
 
     fn v(main: i64, sub: i64, create: i64, version: i64, value: &'static [u8]) -> Version {
         Version { main, sub, create_rev: create, version, lease: 0, value: Bytes::from(value) }
+    }
+
+    #[test]
+    fn a_versions_crc_is_the_crc_of_its_key_bucket_entry() {
+        use bbolt::Entry;
+        let keys: [&[u8]; 3] = [b"k", b"/registry/pods/default/p", &[7u8; 300]];
+        let values: [&'static [u8]; 3] = [b"", b"v", &[1u8; 5000]];
+        let mut scratch = Vec::new();
+        for key in keys {
+            for value in values {
+                for (main, sub, create, version, lease) in [
+                    (9, 0, 3, 2, 0),
+                    (1 << 40, 7, 1, 1, 0x7a2b_9c11_0000_0001),
+                    (12, 1, 0, 0, 0),
+                    (5, 0, 5, 1, -3),
+                ] {
+                    let mut x = v(main, sub, create, version, value);
+                    x.lease = lease;
+                    let e = KeyEntry::new(&Bytes::copy_from_slice(key), &x);
+                    let bytes = [e.key(), &e.kv.encode_to_vec()].concat();
+                    let view = VersionView { main, sub, create_rev: create, version, lease, value };
+                    let got = key_bucket_crc(key, &view, &mut scratch);
+                    assert_eq!(got, (crc32c::crc32c(&bytes), bytes.len()), "{x:?}");
+                }
+            }
+        }
     }
 
     #[test]

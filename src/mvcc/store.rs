@@ -38,6 +38,7 @@ use super::key_index::copy_version;
 use super::partition::{Partition, PartitionState};
 use super::request::*;
 use super::validate;
+use crate::backend::schema::{VersionView, key_bucket_crc};
 use crate::error::{Error, Result};
 use crate::keyspace::{KeyRange, Keyspace};
 use crate::revision::{Revision, RevisionClock};
@@ -1041,6 +1042,7 @@ impl Store {
         // "keep" set at `rev`, and its rule that an empty set skips nothing).
         let compacted = self.compact_rev.load(Ordering::SeqCst);
         let mut any_live = false;
+        let mut scratch = Vec::new();
         for p in parts {
             // A chunk of slots per read lock, so writers to the partition wait for one chunk,
             // not for the whole walk. Slots added meanwhile hold only revisions above `rev`.
@@ -1059,13 +1061,17 @@ impl Store {
                             if r.rev.main > rev {
                                 break;
                             }
-                            let (k, v) = crate::backend::schema::key_bucket_entry(
-                                &h.key,
-                                &crate::wal::record::Version::from(r.clone()),
-                            );
-                            let crc = crc32c::crc32c_append(crc32c::crc32c(&k), &v);
+                            let v = VersionView {
+                                main: r.rev.main,
+                                sub: r.rev.sub,
+                                create_rev: r.create_rev,
+                                version: r.version,
+                                lease: r.lease,
+                                value: &r.value,
+                            };
+                            let (crc, len) = key_bucket_crc(&h.key, &v, &mut scratch);
                             let old_not_live = r.rev.main <= compacted && live != Some(i);
-                            pieces.push((r.rev, crc, k.len() + v.len(), old_not_live));
+                            pieces.push((r.rev, crc, len, old_not_live));
                         }
                     },
                 );
