@@ -362,12 +362,15 @@ impl LeaseIndex for Lessor {
     }
 
     fn attach(&self, id: i64, key: &Bytes) {
+        // A copy, as `reserve` keeps: a key's `Bytes` views its version's allocation, value
+        // and all, which a view kept here would keep after the version is gone.
+        let key = Bytes::copy_from_slice(key);
         let mut g = self.inner.lock();
         match g.leases.get_mut(&id) {
             Some(l) => {
-                l.keys.insert(key.clone());
+                l.keys.insert(key);
             }
-            None => g.orphans.push((id, key.clone())),
+            None => g.orphans.push((id, key)),
         }
     }
 

@@ -54,13 +54,19 @@ impl Entry {
 struct Chunk {
     entries: Vec<Entry>,
     live: u32,
-    /// The key of `entries[0]`: the search for a key's chunk compares with it directly.
+    /// The key of `entries[0]`: the search for a key's chunk compares with it directly. A copy
+    /// of its own: a key's `Bytes` views its newest version's allocation
+    /// (`key_index::copy_version`), which a view kept here would keep after the version.
     first: Bytes,
 }
 
 impl Chunk {
-    fn new(first: Bytes) -> Self {
-        Self { entries: Vec::with_capacity(MAX_CHUNK + 1), live: 0, first }
+    fn new(first: &[u8]) -> Self {
+        Self {
+            entries: Vec::with_capacity(MAX_CHUNK + 1),
+            live: 0,
+            first: Bytes::copy_from_slice(first),
+        }
     }
 }
 
@@ -93,28 +99,42 @@ impl OrderedIndex {
         self.prefix_live(self.chunks.len())
     }
 
+    /// Whether `key` sorts after every indexed key, so that it is certainly not indexed.
+    pub fn after_last(&self, keys: &impl Keys, key: &[u8]) -> bool {
+        let last = self.chunks.last().and_then(|c| c.entries.last());
+        last.is_none_or(|e| keys.key(e.slot())[..] < *key)
+    }
+
     /// Adds `key`, which is not yet in the index, at `slot`.
     pub fn insert(&mut self, keys: &impl Keys, key: &Bytes, slot: u32, live: bool) {
         self.len += 1;
         let entry = Entry::new(slot, live);
         if self.chunks.is_empty() {
-            let mut c = Chunk::new(key.clone());
+            let mut c = Chunk::new(key);
             c.entries.push(entry);
             c.live = live as u32;
             self.chunks.push(c);
             self.rebuild_fenwick();
             return;
         }
-        let ci = self.chunk_for(key);
+        // Keys that come in order (a snapshot's, sequential names) go at the end: one
+        // comparison instead of two binary searches.
+        let (ci, pos) = if self.after_last(keys, key) {
+            let ci = self.chunks.len() - 1;
+            (ci, self.chunks[ci].entries.len())
+        } else {
+            let ci = self.chunk_for(key);
+            let entries = &self.chunks[ci].entries;
+            (ci, entries.partition_point(|e| keys.key(e.slot())[..] < key[..]))
+        };
         let last = ci + 1 == self.chunks.len();
         let chunk = &mut self.chunks[ci];
-        let pos = chunk.entries.partition_point(|e| keys.key(e.slot())[..] < key[..]);
         debug_assert!(
             chunk.entries.get(pos).is_none_or(|e| keys.key(e.slot()) != key),
             "duplicate"
         );
         if pos == 0 {
-            chunk.first = key.clone();
+            chunk.first = Bytes::copy_from_slice(key);
         }
         let appended = pos == chunk.entries.len();
         chunk.entries.insert(pos, entry);
@@ -123,7 +143,7 @@ impl OrderedIndex {
             // Keys appended in order (node names, sequential ids) leave full chunks behind;
             // anywhere else the chunk splits in halves.
             let at = if last && appended { MAX_CHUNK } else { chunk.entries.len() / 2 };
-            let mut tail = Chunk::new(keys.key(chunk.entries[at].slot()).clone());
+            let mut tail = Chunk::new(keys.key(chunk.entries[at].slot()));
             tail.entries.extend(chunk.entries.drain(at..));
             tail.live = tail.entries.iter().filter(|e| e.live()).count() as u32;
             chunk.live -= tail.live;
@@ -168,7 +188,7 @@ impl OrderedIndex {
             return;
         }
         if pos == 0 {
-            chunk.first = keys.key(chunk.entries[0].slot()).clone();
+            chunk.first = Bytes::copy_from_slice(keys.key(chunk.entries[0].slot()));
         }
         if e.live() {
             chunk.live -= 1;

@@ -62,8 +62,11 @@ struct Change {
 #[derive(Debug, Default)]
 pub struct PartitionState {
     /// Slots by key hash: the point-lookup path (gets and single-key writes). The keys are
-    /// compared in the slab.
-    map: HashTable<u32>,
+    /// compared in the slab. Each entry keeps 32 bits of its key's hash beside the slot, so
+    /// that growing the table rehashes from the table alone: rehashing from the keys visits
+    /// every key's history and bytes (two cache misses a key), which at a few million keys
+    /// held the partition's write lock for most of a second.
+    map: HashTable<(u32, u32)>,
     hasher: DefaultHashBuilder,
     /// The histories, addressed by slot so the map and the index share them.
     slab: Slab,
@@ -88,13 +91,16 @@ pub struct PartitionState {
 }
 
 impl PartitionState {
-    fn hash(&self, key: &[u8]) -> u64 {
-        self.hasher.hash_one(key)
+    /// The 32 bits of `key`'s hash the map keeps.
+    fn hash32(&self, key: &[u8]) -> u32 {
+        let h = self.hasher.hash_one(key);
+        (h ^ (h >> 32)) as u32
     }
 
     fn slot_of(&self, key: &[u8]) -> Option<u32> {
-        let slab = &self.slab;
-        self.map.find(self.hash(key), |&s| slab.get(s).key[..] == *key).copied()
+        let (slab, h) = (&self.slab, self.hash32(key));
+        let found = self.map.find(table_hash(h), |&(s, sh)| sh == h && slab.get(s).key[..] == *key);
+        found.map(|&(s, _)| s)
     }
 
     pub fn history(&self, key: &[u8]) -> Option<&KeyHistory> {
@@ -151,7 +157,9 @@ impl PartitionState {
     /// alive (all of a key's versions, for a snapshot) as long as the key or that one version
     /// lives.
     pub fn restore(&mut self, key: &Bytes, rec: KeyRecord) {
-        let slot = self.slot_of(key);
+        // A snapshot's keys come in order, each once: a key after the last one indexed is
+        // new, with no lookup.
+        let slot = if self.index.after_last(&self.slab, key) { None } else { self.slot_of(key) };
         if rec.is_tombstone()
             && let Some(slot) = slot
         {
@@ -214,9 +222,8 @@ impl PartitionState {
             None => self.slab.push(h),
         };
         self.bytes += key_cost(key);
-        let hash = self.hash(key);
-        let (slab, hasher) = (&self.slab, &self.hasher);
-        self.map.insert_unique(hash, slot, |&s| hasher.hash_one(&slab.get(s).key[..]));
+        let h = self.hash32(key);
+        self.map.insert_unique(table_hash(h), (slot, h), |&(_, h)| table_hash(h));
         self.index.insert(&self.slab, key, slot, live);
         slot
     }
@@ -326,7 +333,8 @@ impl PartitionState {
                 self.bytes -= key_cost(&key);
                 // Out of the index and the map while the slab still holds the key they compare.
                 self.index.remove(&self.slab, &key);
-                if let Ok(e) = self.map.find_entry(self.hasher.hash_one(&key[..]), |&s| s == slot) {
+                let h = table_hash(self.hash32(&key));
+                if let Ok(e) = self.map.find_entry(h, |&(s, _)| s == slot) {
                     e.remove();
                 }
                 *self.slab.get_mut(slot) = KeyHistory::vacant();
@@ -463,6 +471,12 @@ impl PartitionState {
             f(self.slab.get(slot));
         }
     }
+}
+
+/// The map's hash of a key whose kept hash bits are `h`: spread over 64 bits, since the table
+/// picks a bucket by the low bits and tells keys apart by the top ones.
+fn table_hash(h: u32) -> u64 {
+    u64::from(h).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 /// Memory a key costs besides its records: its bytes, its hash map and index entries and its

@@ -14,6 +14,7 @@ use bytes::Bytes;
 
 use super::event_log::EventLog;
 use super::key_index::KeyRecord;
+use super::partition::Partition;
 use super::store::{Commit, Store, StoreConfig};
 use crate::revision::Revision;
 use crate::wal::record::{Op, Version};
@@ -70,9 +71,9 @@ impl Store {
     pub(super) fn finish_restore(&mut self, rev: i64, compacted: i64) {
         let started = std::time::Instant::now();
         let parts = self.table.read().all.clone();
+        on_each_core(&parts, |p| p.state.write().sort_liveness());
         let log = EventLog::new(compacted.max(2).min(rev + 1));
         for p in &parts {
-            p.state.write().sort_liveness();
             log.track(p.clone());
         }
         log.published_through(rev);
@@ -81,13 +82,13 @@ impl Store {
         }
         self.commit = Arc::new(Commit::new(rev, log));
         self.compact_rev.store(compacted, Ordering::SeqCst);
-        for p in &parts {
+        on_each_core(&parts, |p| {
             let mut st = p.state.write();
             if compacted > 0 {
                 st.compact(compacted);
             }
             p.sync_bytes(&st);
-        }
+        });
         // The replayed log holds the versions the compaction dropped; dropping them again
         // here finishes the compaction on the restored store, as etcd finishes at start a
         // compaction its log scheduled (etcd logs this only for one a crash interrupted).
@@ -154,6 +155,22 @@ impl Store {
         w.leases(&leases)?;
         w.commit(wal)
     }
+}
+
+/// Runs `f` on every partition, a partition at a time on each core: a big store's partitions
+/// take seconds each to put in order or compact after a restore.
+fn on_each_core(parts: &[Arc<Partition>], f: impl Fn(&Partition) + Sync) {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|scope| {
+        for _ in 0..cores.min(parts.len()) {
+            scope.spawn(|| {
+                while let Some(p) = parts.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    f(p);
+                }
+            });
+        }
+    });
 }
 
 /// Recovery's view of the store being rebuilt.

@@ -56,7 +56,8 @@ pub struct Header {
 }
 
 /// Loads a snapshot directory, handing every key to `key` (prefix, key, versions). The files
-/// (one per partition) are read in parallel, one per core at most, so `key` is called from
+/// (one per partition) are read in parallel, one per core at most, largest first (the largest
+/// file bounds the load: started last, it would run on alone), so `key` is called from
 /// several threads at once, each file's keys from one thread in the file's order.
 pub fn load(
     dir: &Path,
@@ -67,7 +68,8 @@ pub fn load(
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "snap"))
         .collect();
-    files.sort();
+    let size = |p: &PathBuf| fs::metadata(p).map_or(0, |m| m.len());
+    files.sort_by_cached_key(|p| std::cmp::Reverse(size(p)));
     let next = std::sync::atomic::AtomicUsize::new(0);
     let loaded = parking_lot::Mutex::new(Vec::with_capacity(files.len()));
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(files.len());
