@@ -69,11 +69,7 @@ struct KeyEntry {
 impl KeyEntry {
     fn new(key: &Bytes, v: &Version) -> Self {
         let tombstone = v.version == 0;
-        let mut rev = [0u8; REV_LEN + 1];
-        rev[..8].copy_from_slice(&(v.main as u64).to_be_bytes());
-        rev[8] = b'_';
-        rev[9..REV_LEN].copy_from_slice(&(v.sub as u64).to_be_bytes());
-        rev[REV_LEN] = b't';
+        let rev = bucket_key(v.main, v.sub);
         let kv = if tombstone {
             KeyValue { key: key.clone(), ..Default::default() }
         } else {
@@ -88,6 +84,17 @@ impl KeyEntry {
         };
         KeyEntry { rev, tombstone, kv }
     }
+}
+
+/// A version's key in etcd's `key` bucket: its revision, big-endian main `_` sub, then a `t`
+/// that only a tombstone's key includes.
+fn bucket_key(main: i64, sub: i64) -> [u8; REV_LEN + 1] {
+    let mut rev = [0u8; REV_LEN + 1];
+    rev[..8].copy_from_slice(&(main as u64).to_be_bytes());
+    rev[8] = b'_';
+    rev[9..REV_LEN].copy_from_slice(&(sub as u64).to_be_bytes());
+    rev[REV_LEN] = b't';
+    rev
 }
 
 impl bbolt::Entry for KeyEntry {
@@ -123,12 +130,7 @@ pub fn key_bucket_crc(key: &[u8], v: &VersionView<'_>, scratch: &mut Vec<u8>) ->
     use prost::encoding::{WireType, encode_key, encode_varint, int64};
     let tombstone = v.version == 0;
     scratch.clear();
-    scratch.extend_from_slice(&(v.main as u64).to_be_bytes());
-    scratch.push(b'_');
-    scratch.extend_from_slice(&(v.sub as u64).to_be_bytes());
-    if tombstone {
-        scratch.push(b't');
-    }
+    scratch.extend_from_slice(&bucket_key(v.main, v.sub)[..REV_LEN + usize::from(tombstone)]);
     // `mvccpb.KeyValue` as prost encodes it: fields in tag order, zero values left out.
     if !key.is_empty() {
         encode_key(1, WireType::LengthDelimited, scratch);

@@ -14,12 +14,11 @@ use bytes::Bytes;
 
 use super::event_log::EventLog;
 use super::key_index::KeyRecord;
-use super::partition::Partition;
 use super::store::{Commit, Store, StoreConfig};
 use crate::revision::Revision;
 use crate::wal::record::{Op, Version};
 use crate::wal::recover::{Recovered, Replay};
-use crate::wal::snapshot::SnapshotWriter;
+use crate::wal::snapshot::{SnapshotWriter, on_each_core};
 use crate::wal::{self, Mode, Wal};
 
 /// Why a store could not be opened.
@@ -71,6 +70,7 @@ impl Store {
     pub(super) fn finish_restore(&mut self, rev: i64, compacted: i64) {
         let started = std::time::Instant::now();
         let parts = self.table.read().all.clone();
+        // A big store's partitions take seconds each to put in order, and to compact below.
         on_each_core(&parts, |p| p.state.write().sort_liveness());
         let log = EventLog::new(compacted.max(2).min(rev + 1));
         for p in &parts {
@@ -155,22 +155,6 @@ impl Store {
         w.leases(&leases)?;
         w.commit(wal)
     }
-}
-
-/// Runs `f` on every partition, a partition at a time on each core: a big store's partitions
-/// take seconds each to put in order or compact after a restore.
-fn on_each_core(parts: &[Arc<Partition>], f: impl Fn(&Partition) + Sync) {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    std::thread::scope(|scope| {
-        for _ in 0..cores.min(parts.len()) {
-            scope.spawn(|| {
-                while let Some(p) = parts.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    f(p);
-                }
-            });
-        }
-    });
 }
 
 /// Recovery's view of the store being rebuilt.

@@ -70,23 +70,9 @@ pub fn load(
         .collect();
     let size = |p: &PathBuf| fs::metadata(p).map_or(0, |m| m.len());
     files.sort_by_cached_key(|p| std::cmp::Reverse(size(p)));
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let loaded = parking_lot::Mutex::new(Vec::with_capacity(files.len()));
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(files.len());
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(path) = files.get(i) else { break };
-                    let one = load_file(path, key);
-                    loaded.lock().push(one);
-                }
-            });
-        }
-    });
+    let loaded = on_each_core(&files, |path| load_file(path, key));
     let mut header = Header { rev: -1, ..Default::default() };
-    for one in loaded.into_inner() {
+    for one in loaded {
         let one = one?;
         header.leases.extend(one.leases);
         if one.rev < 0 {
@@ -111,6 +97,28 @@ pub fn load(
         });
     }
     Ok(header)
+}
+
+/// Runs `f` on every item, an item at a time on each core, in the items' order: recovery's
+/// work that splits by partition (a snapshot's files, a restored store's partitions). The
+/// results come in the order the items finished.
+pub fn on_each_core<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done = parking_lot::Mutex::new(Vec::with_capacity(items.len()));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|scope| {
+        for _ in 0..cores.min(items.len()) {
+            scope.spawn(|| {
+                while let Some(item) =
+                    items.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                {
+                    let r = f(item);
+                    done.lock().push(r);
+                }
+            });
+        }
+    });
+    done.into_inner()
 }
 
 /// One snapshot file: its keys to `key`, its header (and, for the leases file, the leases)
