@@ -235,6 +235,75 @@ pub struct Config {
     #[arg(long, env = "ETCD_INITIAL_CLUSTER_TOKEN", default_value = "etcd-cluster")]
     pub initial_cluster_token: String,
 
+    /// v3 discovery: the gRPC endpoints of a running etcd cluster where the founding members
+    /// find each other (`server::discovery`), instead of --initial-cluster.
+    #[arg(long, env = "ETCD_DISCOVERY_ENDPOINTS", value_delimiter = ',')]
+    pub discovery_endpoints: Vec<String>,
+
+    /// v3 discovery: the token of the cluster being founded (its keys are under
+    /// `/_etcd/registry/<token>/`); it also takes --initial-cluster-token's place in the ids.
+    #[arg(long, env = "ETCD_DISCOVERY_TOKEN", default_value = "")]
+    pub discovery_token: String,
+
+    /// v3 discovery: how long a connection to the discovery service may take.
+    #[arg(long, env = "ETCD_DISCOVERY_DIAL_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    pub discovery_dial_timeout: Duration,
+
+    /// v3 discovery: how long one request to the discovery service may take.
+    #[arg(long, env = "ETCD_DISCOVERY_REQUEST_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub discovery_request_timeout: Duration,
+
+    /// v3 discovery: keepalive pings on the connections to the discovery service.
+    #[arg(long, env = "ETCD_DISCOVERY_KEEPALIVE_TIME", default_value = "2s", value_parser = parse_duration)]
+    pub discovery_keepalive_time: Duration,
+
+    /// v3 discovery: how long a keepalive ping may go unanswered.
+    #[arg(long, env = "ETCD_DISCOVERY_KEEPALIVE_TIMEOUT", default_value = "6s", value_parser = parse_duration)]
+    pub discovery_keepalive_timeout: Duration,
+
+    /// v3 discovery: plain-text connections unless certificates are given (etcd's default).
+    #[arg(
+        long,
+        env = "ETCD_DISCOVERY_INSECURE_TRANSPORT",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        default_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub discovery_insecure_transport: bool,
+
+    /// v3 discovery: take any certificate from the discovery service (testing only).
+    #[arg(
+        long,
+        env = "ETCD_DISCOVERY_INSECURE_SKIP_TLS_VERIFY",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        default_value = "false",
+        action = clap::ArgAction::Set
+    )]
+    pub discovery_insecure_skip_tls_verify: bool,
+
+    /// v3 discovery: the client certificate presented to the discovery service (PEM).
+    #[arg(long, env = "ETCD_DISCOVERY_CERT")]
+    pub discovery_cert: Option<PathBuf>,
+
+    /// v3 discovery: the key of --discovery-cert.
+    #[arg(long, env = "ETCD_DISCOVERY_KEY")]
+    pub discovery_key: Option<PathBuf>,
+
+    /// v3 discovery: the CA bundle the discovery service's certificate is checked against.
+    #[arg(long, env = "ETCD_DISCOVERY_CACERT")]
+    pub discovery_cacert: Option<PathBuf>,
+
+    /// v3 discovery: the user to authenticate to the discovery service as, with
+    /// --discovery-password (as etcd's client, which calls without a user unless given both).
+    #[arg(long, env = "ETCD_DISCOVERY_USER")]
+    pub discovery_user: Option<String>,
+
+    /// v3 discovery: the password of --discovery-user.
+    #[arg(long, env = "ETCD_DISCOVERY_PASSWORD")]
+    pub discovery_password: Option<String>,
+
     /// This member's certificate for https:// peer URLs (PEM), presented to and used to call
     /// the other members.
     #[arg(long, env = "ETCD_PEER_CERT_FILE")]
@@ -934,25 +1003,12 @@ const NO_EFFECT: &[(&str, Takes)] = {
         ("grpc-keepalive-timeout", Value),
         ("socket-reuse-port", Bool),
         ("socket-reuse-address", Bool),
-        // Discovery: mem_etcd's members are listed with --initial-cluster.
+        // v2 and DNS SRV discovery (v3 discovery is `server::discovery`).
         ("discovery", Value),
         ("discovery-fallback", Value),
         ("discovery-proxy", Value),
         ("discovery-srv", Value),
         ("discovery-srv-name", Value),
-        ("discovery-endpoints", Value),
-        ("discovery-token", Value),
-        ("discovery-dial-timeout", Value),
-        ("discovery-request-timeout", Value),
-        ("discovery-keepalive-time", Value),
-        ("discovery-keepalive-timeout", Value),
-        ("discovery-insecure-transport", Bool),
-        ("discovery-insecure-skip-tls-verify", Bool),
-        ("discovery-cert", Value),
-        ("discovery-key", Value),
-        ("discovery-cacert", Value),
-        ("discovery-user", Value),
-        ("discovery-password", Value),
         // etcd's gRPC gateway dials its own gRPC port with these; mem_etcd's calls in process.
         ("client-cert-file", Value),
         ("client-key-file", Value),
@@ -1470,6 +1526,18 @@ impl Config {
         match self.log_format.as_str() {
             "json" | "console" | "" => {}
             f => return Err(format!("unknown log format: {f}, supported values json, console")),
+        }
+        if !self.discovery_endpoints.is_empty() && self.initial_cluster.is_some() {
+            return Err("multiple discovery or bootstrap flags are set. Choose one of \
+                        \"initial-cluster\", \"discovery\", \"discovery-endpoints\" or \
+                        \"discovery-srv\""
+                .into());
+        }
+        if self.discovery_token.is_empty() != self.discovery_endpoints.is_empty() {
+            return Err("both --discovery-token and --discovery-endpoints must be set".into());
+        }
+        if self.discovery_endpoints.iter().any(|e| e.trim().is_empty()) {
+            return Err("--discovery-endpoints must not contain empty endpoints".into());
         }
         Ok(())
     }

@@ -12,6 +12,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if rest.is_empty() {
         return Err(bad());
     }
+    // Go's `time.ParseDuration` takes a bare zero (and only zero) without a unit.
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
     while !rest.is_empty() {
         let n = rest.find(|c: char| !c.is_ascii_digit() && c != '.').ok_or_else(bad)?;
         let value: f64 = rest[..n].parse().map_err(|_| bad())?;
@@ -81,6 +85,8 @@ mod tests {
         assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
         assert!(parse_duration("5").is_err());
         assert!(parse_duration("").is_err());
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        assert!(parse_duration("00").is_err());
         assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
         assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));

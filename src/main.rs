@@ -347,6 +347,10 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
     {
         fail(format!("{}: {e}", wal.dir.display()));
     }
+    // v3 discovery settles --initial-cluster before anything reads it.
+    if server::discovery::wanted(&config) {
+        server::discovery::bootstrap(&mut config).await.unwrap_or_else(|e| fail(e));
+    }
     let mut cluster = config.cluster().unwrap_or_else(|e| fail(e));
     if let Some(node) = &mut cluster {
         node.tls = mem_etcd::server::tls::peer_client(&config).unwrap_or_else(|e| fail(e));

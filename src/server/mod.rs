@@ -16,6 +16,7 @@ pub mod codec;
 pub mod compactor;
 pub mod concurrency;
 pub mod convert;
+pub mod discovery;
 pub mod election;
 pub mod etcd_data_dir;
 pub mod force_new_cluster;

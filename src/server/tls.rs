@@ -305,6 +305,53 @@ fn provider(
     Ok((Arc::new(provider), versions))
 }
 
+/// How v3 discovery (`server::discovery`) dials its service, from the `--discovery-*` flags as
+/// etcd's client reads them: TLS when a certificate, key or CA is given, when
+/// `--discovery-insecure-transport=false`, or when verification is skipped; `None` otherwise.
+/// The service's certificate is checked against `--discovery-cacert`, or not at all with
+/// `--discovery-insecure-skip-tls-verify` (the handshake's signatures still are).
+pub fn discovery_client(config: &Config) -> Result<Option<crate::raft::tls::PeerTls>, String> {
+    let wanted = config.discovery_cert.is_some()
+        || config.discovery_key.is_some()
+        || config.discovery_cacert.is_some()
+        || !config.discovery_insecure_transport
+        || config.discovery_insecure_skip_tls_verify;
+    if !wanted {
+        return Ok(None);
+    }
+    let (provider, versions) = provider(config)?;
+    let mut roots = RootCertStore::empty();
+    if let Some(ca) = &config.discovery_cacert {
+        for c in read_certs(ca, "--discovery-cacert")? {
+            roots.add(c).map_err(|e| format!("--discovery-cacert {}: {e}", ca.display()))?;
+        }
+    }
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions)
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots);
+    let mut tls = match (&config.discovery_cert, &config.discovery_key) {
+        (Some(cert), Some(key)) => {
+            let certs = read_certs(cert, "--discovery-cert")?;
+            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+                format!("--discovery-key {}: no usable private key: {e}", key.display())
+            })?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| format!("--discovery-cert/--discovery-key: {e}"))?
+        }
+        (None, None) => builder.with_no_client_auth(),
+        _ => return Err("--discovery-cert and --discovery-key go together".into()),
+    };
+    if config.discovery_insecure_skip_tls_verify {
+        let algorithms = provider.signature_verification_algorithms;
+        let any = PeerServerVerifier { inner: None, allowed: AllowList::default(), algorithms };
+        tls.dangerous().set_certificate_verifier(Arc::new(any));
+    }
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Some(crate::raft::tls::PeerTls::new(tls)))
+}
+
 /// A server config from one side's flags.
 fn build(side: Side<'_>, config: &Config) -> Result<Option<Arc<ServerConfig>>, String> {
     let kind = side.kind;

@@ -10,6 +10,7 @@ mod cluster_harness;
 mod consistency;
 mod deploy;
 mod differential;
+mod discovery;
 mod durability;
 mod etcdctl;
 mod faults;

@@ -745,6 +745,16 @@ impl DataDir {
         Server::start_bin(kind, &bin, extra, true, Some(self)).await
     }
 
+    /// [`DataDir::start_kind`] with exactly `args` (none of the harness's defaults, not even
+    /// `--data-dir`: pass [`DataDir::path`]).
+    pub async fn start_kind_without_defaults(&self, kind: Kind, args: &[&str]) -> Server {
+        let bin = match kind {
+            Kind::MemEtcd => mem_etcd_bin(),
+            Kind::Etcd => peer_binary("etcd").expect("the caller checked the etcd peer"),
+        };
+        Server::start_bin(kind, &bin, args, false, Some(self)).await
+    }
+
     /// Starts mem_etcd on this data dir expecting it to refuse: waits for the process to exit
     /// and returns how it exited and what it wrote. Panics if it logs that it is ready to serve
     /// or is still running after 20 s.
@@ -762,6 +772,22 @@ impl DataDir {
     ) -> Exited {
         let data = self.data.to_str().expect("utf-8 temp path");
         let args = Server::command_line(kind, extra, true, data);
+        self.expect_refusal(kind, args, within).await
+    }
+
+    /// [`DataDir::start_kind_expecting_failure`] with exactly `args` (none of the harness's
+    /// defaults, not even `--data-dir`).
+    pub async fn start_kind_expecting_failure_without_defaults(
+        &self,
+        kind: Kind,
+        args: &[&str],
+        within: Duration,
+    ) -> Exited {
+        let args = args.iter().map(|a| a.to_string()).collect();
+        self.expect_refusal(kind, args, within).await
+    }
+
+    async fn expect_refusal(&self, kind: Kind, args: Vec<String>, within: Duration) -> Exited {
         let bin = match kind {
             Kind::MemEtcd => mem_etcd_bin(),
             Kind::Etcd => peer_binary("etcd").expect("the caller checked the etcd peer"),
