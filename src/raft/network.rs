@@ -105,6 +105,10 @@ pub struct PeerCounters {
     pub round_trip: Histogram,
     /// When this member last admitted a call from the peer (ms since [`epoch_ms`]; 0: never).
     pub heard_ms: AtomicU64,
+    /// Probes admitted from the peer ([`super::probing`]). The peer sends its next probe
+    /// only once it has the answer to the last, so two probes arriving after a moment prove
+    /// that the link carried traffic both ways after it (`RaftNode::reached_by_quorum`).
+    pub probes: AtomicU64,
     /// Since when the peer has answered every probe (`None` while unreachable): etcd's
     /// `ActiveSince`, which its membership checks use. Written by the prober alone
     /// ([`super::probing`]); locked for that write and for the membership checks' reads.
@@ -149,6 +153,7 @@ impl PeerStats {
                     received_bytes: AtomicU64::new(0),
                     round_trip: Histogram::seconds(),
                     heard_ms: AtomicU64::new(0),
+                    probes: AtomicU64::new(0),
                     active_since: Mutex::new(None),
                 })
             })

@@ -1113,6 +1113,32 @@ impl RaftNode {
         *self.peers.stats.of(id).active_since.lock()
     }
 
+    /// Whether a quorum of voters reaches this member: waits until enough voters (this member
+    /// counting for itself) have each sent it two probes since it was called, until
+    /// `deadline`. Every member probes every other once per heartbeat, and sends its next
+    /// probe only once the last was answered ([`super::probing`]), so the second proves that
+    /// the link carried a probe, its answer and another probe after this began (one probe
+    /// alone could have been on its way before). A member whose incoming peer traffic is cut
+    /// still reaches the others with its own calls, and may still confirm a read index for a
+    /// while (see `network`); etcd's member in that state cannot, as its messages travel on
+    /// connections its peers dial. The health checks ask this first.
+    pub async fn reached_by_quorum(&self, deadline: Instant) -> bool {
+        let (voters, _) = self.membership();
+        let probes = |id: u64| self.peers.stats.of(id).probes.load(Ordering::Relaxed);
+        let before: BTreeMap<u64, u64> = voters.iter().map(|&id| (id, probes(id))).collect();
+        loop {
+            let reached =
+                before.iter().filter(|&(&id, &n)| id == self.id || probes(id) >= n + 2).count();
+            if reached > before.len() / 2 {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Members the leader heard from within `within` (empty on a follower).
     pub fn recently_heard(&self, within: Duration) -> BTreeSet<u64> {
         use openraft::Instant as _;

@@ -252,6 +252,9 @@ impl pb::raft_server::Raft for PeerService {
         if node.is_member_removed(caller) {
             return Err(super::network::member_removed());
         }
+        if caller != 0 {
+            node.peer_stats().of(caller).probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let (voters, nodes) = node.membership();
         let initialized = !nodes.is_empty() && !node.voting_blocked();
         let mut urls = req.into_inner().peer_urls;

@@ -159,6 +159,16 @@ impl tower_service::Service<Request<Body>> for Http {
                 };
             }
         }
+        if matches!(self.serves, Serves::Metrics) || self.serves.http() {
+            let path = req.uri().path();
+            if matches!(path, "/health" | "/livez" | "/readyz") {
+                let (shared, path) = (self.shared.clone(), path.to_string());
+                let query = req.uri().query().unwrap_or("").to_string();
+                return HttpFuture::Boxed(Box::pin(async move {
+                    checked(&shared, &path, &query).await
+                }));
+            }
+        }
         if !self.serves.http() {
             let answer = match self.serves {
                 Serves::Metrics => answer(&self.shared, &req, false),
@@ -173,7 +183,7 @@ impl tower_service::Service<Request<Body>> for Http {
             let limit = self.gateway_body_limit();
             let mut inner = self.clone();
             inner.serves = Serves::Client;
-            return HttpFuture::Gateway(Box::pin(super::gateway::serve(inner, req, limit)));
+            return HttpFuture::Boxed(Box::pin(super::gateway::serve(inner, req, limit)));
         }
         HttpFuture::Ready(Some(answer(&self.shared, &req, true)))
     }
@@ -194,7 +204,8 @@ pub enum HttpFuture {
         started: Option<std::time::Instant>,
     },
     Ready(Option<Response<Body>>),
-    Gateway(super::gateway::GatewayFuture),
+    /// An answer that waits: the JSON gateway's calls, the health checks' reads.
+    Boxed(super::gateway::GatewayFuture),
 }
 
 impl std::fmt::Debug for HttpFuture {
@@ -204,7 +215,7 @@ impl std::fmt::Debug for HttpFuture {
                 f.debug_struct("Grpc").field("method", method).finish()
             }
             HttpFuture::Ready(_) => f.write_str("Ready"),
-            HttpFuture::Gateway(_) => f.write_str("Gateway"),
+            HttpFuture::Boxed(_) => f.write_str("Boxed"),
         }
     }
 }
@@ -215,7 +226,7 @@ impl Future for HttpFuture {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
             HttpFuture::Ready(r) => Poll::Ready(Ok(r.take().expect("polled after completion"))),
-            HttpFuture::Gateway(f) => f.as_mut().poll(cx).map(Ok),
+            HttpFuture::Boxed(f) => f.as_mut().poll(cx).map(Ok),
             HttpFuture::Grpc { fut, shared, method, started } => {
                 let res = std::task::ready!(Pin::new(fut).poll(cx));
                 let Ok(mut res) = res;
@@ -461,20 +472,7 @@ fn version(shared: &Member) -> Response<Body> {
 /// The answer to an HTTP request that is not a gRPC call.
 fn answer(shared: &Member, req: &Request<Body>, grpc: bool) -> Response<Body> {
     let path = req.uri().path();
-    let query = req.uri().query().unwrap_or("");
-    let verbose = query.split('&').any(|p| p == "verbose" || p.starts_with("verbose="));
     match path {
-        "/health" => {
-            let r = health(shared, query);
-            let counter = if r.status() == StatusCode::OK {
-                &shared.metrics.health_success
-            } else {
-                &shared.metrics.health_failures
-            };
-            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            r
-        }
-        "/livez" | "/readyz" => probe(shared, path, verbose),
         p if p.starts_with("/livez/") || p.starts_with("/readyz/") => {
             let (probe_path, check) = p[1..].split_once('/').expect("checked");
             let known = checks(&format!("/{probe_path}")).contains(&check);
@@ -543,23 +541,71 @@ fn checks(path: &str) -> &'static [&'static str] {
     }
 }
 
-/// Why a `/livez` or `/readyz` check fails now, if it does: a cluster member without a leader
-/// cannot serve linearizable reads, and a learner is not ready (as in etcd). A member alone
-/// passes every check while it serves.
-fn failing(shared: &Member, check: &str) -> Option<&'static str> {
+/// `/health`, `/livez` and `/readyz`, whose linearizable reads wait for a quorum.
+async fn checked(shared: &Member, path: &str, query: &str) -> Response<Body> {
+    if path != "/health" {
+        let verbose = query.split('&').any(|p| p == "verbose" || p.starts_with("verbose="));
+        return probe(shared, path, verbose).await;
+    }
+    let r = health(shared, query).await;
+    let counter = if r.status() == StatusCode::OK {
+        &shared.metrics.health_success
+    } else {
+        &shared.metrics.health_failures
+    };
+    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    r
+}
+
+/// The linearizable read etcd's health checks make: a read index a quorum confirmed, applied
+/// here, within etcd's request timeout. A cluster member must also be reached by a quorum of
+/// its peers ([`crate::raft::RaftNode::reached_by_quorum`], which waits up to a heartbeat for
+/// their next probes): a member whose incoming peer traffic is cut can still confirm reads
+/// with its own calls for a while, where etcd's cannot (its messages travel on connections its
+/// peers dial), and etcd's checks report such a member unhealthy. A member alone reads its own
+/// state.
+/// The member losing its leader meanwhile ends the read at once (`NoLeader`).
+async fn linearizable_read(shared: &Member) -> Result<(), crate::error::Error> {
+    use crate::error::Error;
+    let Some(raft) = shared.raft() else { return Ok(()) };
+    let deadline = tokio::time::Instant::now() + raft.request_timeout();
+    let read = async {
+        if !raft.reached_by_quorum(deadline).await {
+            return Err(Error::Timeout);
+        }
+        tokio::time::timeout_at(deadline, raft.linearizable()).await.unwrap_or(Err(Error::Timeout))
+    };
+    let mut role = raft.role();
+    tokio::select! {
+        r = read => r,
+        _ = role.wait_for(|r| r.leader.is_none()) => Err(Error::NoLeader),
+    }
+}
+
+/// Why a `/livez` or `/readyz` check fails, if it does: the CORRUPT alarm, a cluster member
+/// without a leader or whose linearizable read fails, and a learner (not ready, as in etcd).
+async fn failing(shared: &Member, check: &str) -> Option<String> {
+    if check == "data_corruption" {
+        return shared.alarms.check_corrupt().err().map(|_| "alarm activated: CORRUPT".into());
+    }
     let raft = shared.raft()?;
     let role = *raft.role().borrow();
     match check {
-        "linearizable_read" if role.leader.is_none() => Some("etcdserver: no leader"),
-        "non_learner" if role.is_learner => Some("etcdserver: rpc not supported for learner"),
+        "linearizable_read" if role.leader.is_none() => Some("etcdserver: no leader".into()),
+        "linearizable_read" => linearizable_read(shared).await.err().map(|e| e.to_string()),
+        "non_learner" if role.is_learner => {
+            Some("etcdserver: rpc not supported for learner".into())
+        }
         _ => None,
     }
 }
 
 /// `/livez` and `/readyz`, in the format of etcd's (Kubernetes') health checks.
-fn probe(shared: &Member, path: &str, verbose: bool) -> Response<Body> {
-    let results: Vec<(&str, Option<&str>)> =
-        checks(path).iter().map(|c| (*c, failing(shared, c))).collect();
+async fn probe(shared: &Member, path: &str, verbose: bool) -> Response<Body> {
+    let mut results: Vec<(&str, Option<String>)> = Vec::new();
+    for c in checks(path) {
+        results.push((c, failing(shared, c).await));
+    }
     let failed = results.iter().any(|r| r.1.is_some());
     if !verbose && !failed {
         return text(StatusCode::OK, "ok\n");
@@ -582,24 +628,30 @@ fn probe(shared: &Member, path: &str, verbose: bool) -> Response<Body> {
 
 /// `/health`: etcd's JSON. Unhealthy (503) while an alarm is raised (`ALARM NOSPACE`) unless
 /// `?exclude=NOSPACE` says to ignore it, as in etcd, and while the WAL cannot write, since
-/// writes fail then. A cluster member without a leader is unhealthy (`RAFT NO LEADER`), except
-/// for `?serializable=true`, which asks only whether this member serves its own reads, as
-/// etcd's does (kubeadm's liveness probe asks it: a member cut off from the others is not
-/// restarted for it).
-fn health(shared: &Member, query: &str) -> Response<Body> {
+/// writes fail then. A cluster member without a leader is unhealthy (`RAFT NO LEADER`), and so
+/// is one whose linearizable read fails (`RANGE ERROR:...`), except for `?serializable=true`,
+/// which asks only whether this member serves its own reads, as etcd's does (kubeadm's
+/// liveness probe asks it: a member cut off from the others is not restarted for it).
+async fn health(shared: &Member, query: &str) -> Response<Body> {
     let params = || query.split('&');
     let excluded: Vec<&str> = params().filter_map(|p| p.strip_prefix("exclude=")).collect();
     let serializable = params().any(|p| p == "serializable=true");
     let alarm = shared.alarms.first_not_excluded(&excluded).map(|a| format!("ALARM {a}"));
-    let reason = alarm
-        .or_else(|| match shared.raft() {
-            Some(r) if !serializable && r.leader().is_none() => Some("RAFT NO LEADER".to_string()),
-            _ => None,
-        })
-        .or_else(|| match shared.store.wal() {
-            Some(w) if !w.writable() => Some("WAL UNAVAILABLE".to_string()),
-            _ => None,
-        });
+    let mut reason = alarm.or_else(|| match shared.raft() {
+        Some(r) if !serializable && r.leader().is_none() => Some("RAFT NO LEADER".to_string()),
+        _ => None,
+    });
+    if reason.is_none() && !serializable {
+        reason = match linearizable_read(shared).await {
+            Ok(()) => None,
+            Err(crate::error::Error::NoLeader) => Some("RAFT NO LEADER".to_string()),
+            Err(e) => Some(format!("RANGE ERROR:{e}")),
+        };
+    }
+    let reason = reason.or_else(|| match shared.store.wal() {
+        Some(w) if !w.writable() => Some("WAL UNAVAILABLE".to_string()),
+        _ => None,
+    });
     let (status, body) = match reason {
         None => (StatusCode::OK, "{\"health\":\"true\",\"reason\":\"\"}".to_string()),
         // (etcd writes an unhealthy answer through http.Error, which ends it with a newline.)

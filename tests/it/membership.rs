@@ -399,8 +399,13 @@ async fn health_fails_without_a_quorum_as_etcds_does() {
 /// `GET path` on `addr`: the status code, or `no answer` after 5 s (etcd's health read may
 /// hang that long).
 async fn status_of_get(addr: std::net::SocketAddr, path: &str) -> String {
+    status_of_get_within(addr, path, Duration::from_secs(5)).await
+}
+
+/// [`status_of_get`] with `no answer` after `within`.
+async fn status_of_get_within(addr: std::net::SocketAddr, path: &str, within: Duration) -> String {
     let get = crate::operations::http_get(addr, path);
-    match tokio::time::timeout(Duration::from_secs(5), get).await {
+    match tokio::time::timeout(within, get).await {
         Ok(a) => a.status.to_string(),
         Err(_) => "no answer".into(),
     }
@@ -427,6 +432,17 @@ async fn incoming_blocked(kind: Kind, leader: bool) -> Option<Vec<String>> {
     c.peer_proxy.as_ref().unwrap().1.blackhole();
     let addr: std::net::SocketAddr =
         format!("127.0.0.1:{}", c.members[0].client_port).parse().unwrap();
+    // At once, as etcd's e2e test asks (with its 2 s client timeout): the cut member's
+    // linearizable checks do not pass, although its own calls still reach the others.
+    let within = Duration::from_secs(2);
+    let paths = ["/health?serializable=false", "/readyz"];
+    let firsts =
+        futures::future::join_all(paths.map(|p| status_of_get_within(addr, p, within))).await;
+    for (path, first) in paths.iter().zip(firsts) {
+        let first =
+            if first == "503" || first == "no answer" { "503 or no answer" } else { &first };
+        log.push(format!("{path} at once: {first}"));
+    }
     let start = Instant::now();
     let mut health = "200".to_string();
     while start.elapsed() < Duration::from_secs(20) && health == "200" {
@@ -453,7 +469,8 @@ async fn incoming_blocked(kind: Kind, leader: bool) -> Option<Vec<String>> {
 
 /// etcd's e2e `network partitioned` health case: a member whose peer port is blackholed (its
 /// peers' traffic to it, and its answers, dropped; its own calls to them not) is cut off: its
-/// `/health` fails (503, or no answer) while `?serializable=true` stays 200, and the others go
+/// `/health` and `/readyz` fail at once (503, or no answer within the e2e test's 2 s) while
+/// `?serializable=true` stays 200, and the others go
 /// on, whether it was a follower or the leader (mem_etcd's leader stops sending to peers it no
 /// longer hears from, so the others elect a leader they can reach).
 #[tokio::test]
@@ -464,6 +481,8 @@ async fn a_member_whose_incoming_peer_traffic_is_blocked_is_cut_off_as_etcds_is(
         assert_eq!(
             mem[1..],
             [
+                "/health?serializable=false at once: 503 or no answer",
+                "/readyz at once: 503 or no answer",
                 "the blocked member's /health: 503 or no answer",
                 "its /health?serializable=true: 200",
                 "a put through the others: ok"
