@@ -782,6 +782,42 @@ impl Config {
         }
     }
 
+    /// etcd's default-host rewrite (`UpdateDefaultClusterFromName`): an advertised URL left at
+    /// its default (`http://localhost:2380` for peers, `http://localhost:2379` for clients)
+    /// while the first listen URL of its kind is on `0.0.0.0` becomes `http://<default host>:`
+    /// the listen URL's port, so that the others can reach it, and the member id is derived
+    /// from it, as etcd's is. `default_host` finds the host ([`crate::netutil::default_host`]),
+    /// asked only when a URL qualifies. Returns the host if it was used.
+    pub fn use_default_host(
+        &mut self,
+        default_host: impl FnOnce() -> Option<std::net::Ipv4Addr>,
+    ) -> Option<String> {
+        /// The port of `url` if its host is `0.0.0.0`.
+        fn any_address_port(url: Option<&String>) -> Option<String> {
+            let rest = url?.split_once("://")?.1;
+            let authority = rest.split('/').next()?;
+            let (host, port) = authority.rsplit_once(':')?;
+            (host == "0.0.0.0").then(|| port.to_string())
+        }
+        let peer = (self.initial_advertise_peer_urls == ["http://localhost:2380"])
+            .then(|| any_address_port(self.listen_peer_urls.first()))
+            .flatten();
+        let client = (self.advertise_client_urls == ["http://localhost:2379"])
+            .then(|| any_address_port(self.listen_client_urls.first()))
+            .flatten();
+        if peer.is_none() && client.is_none() {
+            return None;
+        }
+        let host = default_host()?.to_string();
+        if let Some(port) = peer {
+            self.initial_advertise_peer_urls = vec![format!("http://{host}:{port}")];
+        }
+        if let Some(port) = client {
+            self.advertise_client_urls = vec![format!("http://{host}:{port}")];
+        }
+        Some(host)
+    }
+
     /// The Raft node these flags ask for, or `None` for a member alone (no Raft: the default).
     /// A member runs Raft when `--initial-cluster` names other members, when it joins a
     /// running cluster (`--initial-cluster-state existing`), or when its data directory
@@ -1612,6 +1648,49 @@ mod tests {
         // etcd 3.6 with its default flags: member 8e9e05c52164694d, cluster cdf818194e3a8c32.
         let (cluster, member) = c.ids();
         assert_eq!((cluster, member), (0xcdf818194e3a8c32, 0x8e9e05c52164694d));
+    }
+
+    #[test]
+    fn default_advertised_urls_on_any_address_take_the_default_host_as_etcds_do() {
+        let host = || Some(std::net::Ipv4Addr::new(192, 0, 2, 7));
+        let mut c = from_flags(&["--listen-peer-urls=http://0.0.0.0:12380".into()]).unwrap();
+        assert_eq!(c.use_default_host(host).as_deref(), Some("192.0.2.7"));
+        assert_eq!(c.initial_advertise_peer_urls, ["http://192.0.2.7:12380"]);
+        // The id then follows the rewritten URL, as etcd's (sha1 of it and the token).
+        let id = crate::raft::membership::member_id(
+            &["http://192.0.2.7:12380".to_string()],
+            "etcd-cluster",
+            None,
+        );
+        assert_eq!(c.ids().1, id);
+        // Clients too, when their advertised URL is etcd's default.
+        let mut c = from_flags(&[
+            "--listen-client-urls=http://0.0.0.0:12379".into(),
+            "--advertise-client-urls=http://localhost:2379".into(),
+        ])
+        .unwrap();
+        assert_eq!(c.use_default_host(host).as_deref(), Some("192.0.2.7"));
+        assert_eq!(c.advertise_client_urls, ["http://192.0.2.7:12379"]);
+        assert_eq!(c.initial_advertise_peer_urls, ["http://localhost:2380"]);
+        // An advertised URL given, or a listen URL on a named host: left alone, and the
+        // default host is not even looked for.
+        for flags in [
+            [
+                "--listen-peer-urls=http://0.0.0.0:12380",
+                "--initial-advertise-peer-urls=http://a:2380",
+            ],
+            ["--listen-peer-urls=http://127.0.0.1:12380", "--name=x"],
+        ] {
+            let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+            let mut c = from_flags(&flags).unwrap();
+            let before = c.initial_advertise_peer_urls.clone();
+            assert_eq!(c.use_default_host(|| panic!("not asked")), None);
+            assert_eq!(c.initial_advertise_peer_urls, before);
+        }
+        // No default route: nothing changes.
+        let mut c = from_flags(&["--listen-peer-urls=http://0.0.0.0:12380".into()]).unwrap();
+        assert_eq!(c.use_default_host(|| None), None);
+        assert_eq!(c.initial_advertise_peer_urls, ["http://localhost:2380"]);
     }
 
     #[test]

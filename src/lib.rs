@@ -135,6 +135,7 @@ pub mod keyspace;
 pub mod lease;
 pub mod metrics;
 pub mod mvcc;
+pub mod netutil;
 pub mod proxy;
 pub mod raft;
 pub mod revision;

@@ -99,6 +99,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tracing::warn!(keys = ?loaded.unknown_keys, "configuration file keys that are no flag: ignored");
     }
     log_no_effect(&config, &loaded.no_effect);
+    let mut config = config;
+    if let Some(host) = config.use_default_host(mem_etcd::netutil::default_host) {
+        tracing::info!(host = %host, "detected default host for advertise");
+    }
     for warning in &loaded.deprecated {
         tracing::warn!("{warning}");
     }

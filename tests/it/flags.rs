@@ -256,7 +256,7 @@ async fn start_with_env(env: &[(&str, &str)], args: &[&str]) -> EnvServer {
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let mut cmd = Command::new(mem_etcd_bin());
     cmd.current_dir(dir.path())
-        .arg(format!("--data-dir={}", dir.path().join("data").display()))
+        .arg(format!("--data-dir={}", dir.path().display()))
         .arg(format!("--listen-client-urls=http://{addr}"))
         // Not etcd's default peer URL (localhost:2380), which tests side by side would share.
         .arg("--listen-peer-urls=http://127.0.0.1:0")
@@ -681,4 +681,94 @@ async fn deprecated_flags_get_etcds_warning() {
     ] {
         assert!(!s.grep_log(warning).is_empty(), "{warning}\n{}", s.log_tail());
     }
+}
+
+/// A network namespace of the test's own, deleted when dropped: a veth pair inside it (both
+/// ends), `10.200.0.2/24` on one, and a default route via `10.200.0.1` (no such host: nothing
+/// is sent anywhere). It gives a server a default host without touching the machine's network.
+struct Netns(String);
+
+impl Netns {
+    fn new() -> Netns {
+        let name = format!("mem-etcd-it-{}", std::process::id());
+        let ns = Netns(name.clone());
+        for args in [
+            vec!["netns", "add", &name],
+            vec!["-n", &name, "link", "add", "v0", "type", "veth", "peer", "name", "v1"],
+            vec!["-n", &name, "addr", "add", "10.200.0.2/24", "dev", "v0"],
+            vec!["-n", &name, "link", "set", "v0", "up"],
+            vec!["-n", &name, "link", "set", "v1", "up"],
+            vec!["-n", &name, "link", "set", "lo", "up"],
+            vec!["-n", &name, "route", "add", "default", "via", "10.200.0.1", "dev", "v0"],
+        ] {
+            let out = Command::new("ip").args(&args).output().expect("run ip (iproute2)");
+            assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        ns
+    }
+
+    fn command(&self, bin: &Path) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.0]).arg(bin);
+        c
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// (member id, cluster id, peer URLs) of a member alone started in `ns` with a peer listener
+/// on 0.0.0.0 and the default advertised peer URL.
+async fn alone_on_any_address(ns: &Netns, bin: &Path, etcdctl: &Path) -> (u64, u64, Vec<String>) {
+    let dir = DataDir::new();
+    let mut server = ns
+        .command(bin)
+        .args(["--name=dh", "--listen-peer-urls=http://0.0.0.0:2380"])
+        .args(["--listen-client-urls=http://127.0.0.1:2379"])
+        .args(["--advertise-client-urls=http://127.0.0.1:2379"])
+        .arg(format!("--data-dir={}", dir.path().display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the server in the namespace");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let listed = loop {
+        let out = ns
+            .command(etcdctl)
+            .args(["--endpoints=127.0.0.1:2379", "member", "list", "-w", "json"])
+            .output()
+            .expect("etcdctl");
+        if out.status.success() {
+            break out.stdout;
+        }
+        assert!(Instant::now() < deadline, "{}", String::from_utf8_lossy(&out.stderr));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let _ = server.kill();
+    let _ = server.wait();
+    let v: serde_json::Value = serde_json::from_slice(&listed).expect("json");
+    let urls = v["members"][0]["peerURLs"].as_array().expect("peerURLs");
+    (
+        v["header"]["member_id"].as_u64().expect("member_id"),
+        v["header"]["cluster_id"].as_u64().expect("cluster_id"),
+        urls.iter().map(|u| u.as_str().unwrap().to_string()).collect(),
+    )
+}
+
+/// etcd's default-host rewrite: a member alone listening for peers on 0.0.0.0 with the default
+/// advertised peer URL advertises the machine's default host instead of `localhost`, and its
+/// ids follow, as etcd's. Run in a network namespace of the test's own (with a default route
+/// to nowhere), so that the listeners on 0.0.0.0 face nothing but that namespace.
+#[tokio::test]
+async fn a_default_advertised_url_on_any_address_takes_the_default_host_as_etcds_does() {
+    let Some(etcd) = peer_binary("etcd") else { return };
+    let etcdctl = peer_binary("etcdctl").expect("etcdctl peer");
+    let ns = Netns::new();
+    let theirs = alone_on_any_address(&ns, &etcd, &etcdctl).await;
+    let ours = alone_on_any_address(&ns, &mem_etcd_bin(), &etcdctl).await;
+    assert_eq!(theirs.2, ["http://10.200.0.2:2380"], "etcd's");
+    assert_eq!(ours, theirs, "mem_etcd's ids and peer URLs against etcd's");
 }

@@ -295,7 +295,7 @@ fn is_ready_line(line: &str) -> bool {
     line.contains("ready to serve client requests") || line.contains("serving client traffic")
 }
 
-fn mem_etcd_bin() -> PathBuf {
+pub fn mem_etcd_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_mem_etcd"))
 }
 
