@@ -356,6 +356,14 @@ pub async fn serve(
         if http_listeners.is_empty() { http::Serves::Client } else { http::Serves::GrpcOnly };
     for l in listeners {
         info!(address = %l.describe(), "ready to serve client requests");
+        // etcd's own lines for each kind of listener, which its e2e framework waits for.
+        let address = l.describe();
+        if !matches!(l, Listener::Tls(..) | Listener::UnixTls(..)) {
+            info!(traffic = "grpc+http", address = %address, "serving client traffic insecurely; this is strongly discouraged!");
+        }
+        if !matches!(l, Listener::Tcp(..) | Listener::Unix(..)) {
+            info!(traffic = "grpc+http", address = %address, "serving client traffic securely");
+        }
         let (r, stack) = router(&shared, serves);
         serve_on!(r, l, "client", Some(stack));
     }
