@@ -841,20 +841,25 @@ impl Config {
         Ok(o)
     }
 
-    fn node_options(&self, grow: bool) -> Result<Option<crate::raft::NodeOptions>, String> {
-        use crate::raft::membership::{self, normalize_url};
-        let wal = self.wal_options();
-        let dir = wal.dir.raft();
-        let existing_state = wal.mode != crate::wal::Mode::None && dir.has_member();
-        let advertised: Vec<String> = self
-            .initial_advertise_peer_urls
+    /// `--initial-advertise-peer-urls`, normalized as etcd's URL parser leaves them, or which
+    /// one is not a peer URL.
+    pub fn advertised_peer_urls(&self) -> Result<Vec<String>, String> {
+        self.initial_advertise_peer_urls
             .iter()
             .map(|u| {
-                normalize_url(u).ok_or_else(|| {
+                crate::raft::membership::normalize_url(u).ok_or_else(|| {
                     format!("--initial-advertise-peer-urls: {u:?} is not an http(s) or unix URL")
                 })
             })
-            .collect::<Result<_, _>>()?;
+            .collect()
+    }
+
+    fn node_options(&self, grow: bool) -> Result<Option<crate::raft::NodeOptions>, String> {
+        use crate::raft::membership;
+        let wal = self.wal_options();
+        let dir = wal.dir.raft();
+        let existing_state = wal.mode != crate::wal::Mode::None && dir.has_member();
+        let advertised = self.advertised_peer_urls()?;
         let initial = match &self.initial_cluster {
             Some(c) => membership::parse_initial_cluster(c)?,
             None => vec![membership::InitialMember {

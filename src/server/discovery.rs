@@ -79,15 +79,7 @@ pub async fn bootstrap(config: &mut Config) -> Result<(), String> {
     }
     tracing::info!("Bootstrapping cluster using v3 discovery.");
     let token = config.discovery_token.clone();
-    let advertised: Vec<String> = config
-        .initial_advertise_peer_urls
-        .iter()
-        .map(|u| {
-            crate::raft::membership::normalize_url(u).ok_or_else(|| {
-                format!("--initial-advertise-peer-urls: {u:?} is not an http(s) or unix URL")
-            })
-        })
-        .collect::<Result<_, _>>()?;
+    let advertised = config.advertised_peer_urls()?;
     let member_id = crate::raft::membership::member_id(&advertised, &token, None);
     // etcd's `URLsMap.String()` of this member alone: `name=url` pairs, sorted.
     let mut pairs: Vec<String> =
@@ -95,12 +87,11 @@ pub async fn bootstrap(config: &mut Config) -> Result<(), String> {
     pairs.sort();
     let mut d = Discovery::new(config, member_id)?;
     let joined = d.join(&pairs.join(",")).await;
-    let cluster = joined.map_err(|e| {
+    let (cluster, founders) = joined.map_err(|e| {
         tracing::error!("cluster" = "", "error" = %e, "discovery failed to join cluster");
         format!("failed to join discovery cluster ({e})")
     })?;
     tracing::info!("cluster" = %cluster, "discovery joined cluster successfully");
-    let founders = crate::raft::membership::parse_initial_cluster(&cluster)?;
     let mut urls: Vec<&String> = founders.iter().flat_map(|m| &m.peer_urls).collect();
     urls.sort();
     if urls.windows(2).any(|w| w[0] == w[1]) {
@@ -186,18 +177,22 @@ impl Discovery {
         })
     }
 
-    /// etcd's `joinCluster`: check, register, check again, wait for the rest.
-    async fn join(&mut self, registration: &str) -> Result<String, Failure> {
+    /// etcd's `joinCluster`: check, register, check again, wait for the rest. The founders as
+    /// an `--initial-cluster` and parsed.
+    async fn join(
+        &mut self,
+        registration: &str,
+    ) -> Result<(String, Vec<crate::raft::membership::InitialMember>), Failure> {
         self.check().await?;
         self.register(registration).await;
         let (mut members, size, revision) = self.check().await?;
         self.wait(&mut members, size, revision).await;
         let founders: Vec<&str> = members.iter().take(size).map(|m| m.urls.as_str()).collect();
         let cluster = founders.join(",");
-        if crate::raft::membership::parse_initial_cluster(&cluster).is_err() {
-            return Err(Failure::InvalidUrl);
+        match crate::raft::membership::parse_initial_cluster(&cluster) {
+            Ok(founders) => Ok((cluster, founders)),
+            Err(_) => Err(Failure::InvalidUrl),
         }
-        Ok(cluster)
     }
 
     /// The cluster's size, the members registered so far (by create revision) and the

@@ -99,15 +99,9 @@ pub fn peer_client(config: &Config) -> Result<Option<crate::raft::tls::PeerTls>,
         _ => return Err("--peer-cert-file and --peer-key-file go together".into()),
     };
     let (provider, versions) = provider(config)?;
-    let mut roots = RootCertStore::empty();
-    if let Some(ca) = &config.peer_trusted_ca_file {
-        for c in read_certs(ca, "--peer-trusted-ca-file")? {
-            roots.add(c).map_err(|e| format!("--peer-trusted-ca-file {}: {e}", ca.display()))?;
-        }
-    }
+    let roots = ca_roots(config.peer_trusted_ca_file.as_deref(), "--peer-trusted-ca-file")?;
     let certs = read_certs(cert, "--peer-cert-file")?;
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| format!("--peer-key-file {}: no usable private key: {e}", key.display()))?;
+    let key = private_key(key, "--peer-key-file")?;
     let allowed = AllowList {
         cns: config.peer_cert_allowed_cn.clone(),
         hostnames: config.peer_cert_allowed_hostname.clone(),
@@ -320,12 +314,7 @@ pub fn discovery_client(config: &Config) -> Result<Option<crate::raft::tls::Peer
         return Ok(None);
     }
     let (provider, versions) = provider(config)?;
-    let mut roots = RootCertStore::empty();
-    if let Some(ca) = &config.discovery_cacert {
-        for c in read_certs(ca, "--discovery-cacert")? {
-            roots.add(c).map_err(|e| format!("--discovery-cacert {}: {e}", ca.display()))?;
-        }
-    }
+    let roots = ca_roots(config.discovery_cacert.as_deref(), "--discovery-cacert")?;
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions)
         .map_err(|e| e.to_string())?
@@ -333,9 +322,7 @@ pub fn discovery_client(config: &Config) -> Result<Option<crate::raft::tls::Peer
     let mut tls = match (&config.discovery_cert, &config.discovery_key) {
         (Some(cert), Some(key)) => {
             let certs = read_certs(cert, "--discovery-cert")?;
-            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
-                format!("--discovery-key {}: no usable private key: {e}", key.display())
-            })?;
+            let key = private_key(key, "--discovery-key")?;
             builder
                 .with_client_auth_cert(certs, key)
                 .map_err(|e| format!("--discovery-cert/--discovery-key: {e}"))?
@@ -350,6 +337,23 @@ pub fn discovery_client(config: &Config) -> Result<Option<crate::raft::tls::Peer
     }
     tls.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Some(crate::raft::tls::PeerTls::new(tls)))
+}
+
+/// The certificates of the CA file `ca` (given with `flag`) as a root store; empty without one.
+fn ca_roots(ca: Option<&Path>, flag: &str) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    if let Some(ca) = ca {
+        for c in read_certs(ca, flag)? {
+            roots.add(c).map_err(|e| format!("{flag} {}: {e}", ca.display()))?;
+        }
+    }
+    Ok(roots)
+}
+
+/// The private key in the PEM file `path` (given with `flag`).
+fn private_key(path: &Path, flag: &str) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_file(path)
+        .map_err(|e| format!("{flag} {}: no usable private key: {e}", path.display()))
 }
 
 /// A server config from one side's flags.
@@ -374,8 +378,7 @@ fn build(side: Side<'_>, config: &Config) -> Result<Option<Arc<ServerConfig>>, S
         ));
     }
     let certs = read_certs(cert, &format!("--{kind}cert-file"))?;
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| format!("--{kind}key-file {}: no usable private key: {e}", key.display()))?;
+    let key = private_key(key, &format!("--{kind}key-file"))?;
     let (provider, versions) = provider(config)?;
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions)

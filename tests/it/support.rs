@@ -713,6 +713,14 @@ impl Default for DataDir {
     }
 }
 
+/// The binary of `kind`; the etcd peer must be present (callers check first).
+fn checked_bin(kind: Kind) -> PathBuf {
+    match kind {
+        Kind::MemEtcd => mem_etcd_bin(),
+        Kind::Etcd => peer_binary("etcd").expect("the caller checked the etcd peer"),
+    }
+}
+
 impl DataDir {
     pub fn new() -> DataDir {
         let root = temp_dir("mem_etcd-durability-");
@@ -738,20 +746,14 @@ impl DataDir {
 
     /// [`DataDir::start`] of either kind (a peer must be present: callers check first).
     pub async fn start_kind(&self, kind: Kind, extra: &[&str]) -> Server {
-        let bin = match kind {
-            Kind::MemEtcd => mem_etcd_bin(),
-            Kind::Etcd => peer_binary("etcd").expect("the caller checked the etcd peer"),
-        };
+        let bin = checked_bin(kind);
         Server::start_bin(kind, &bin, extra, true, Some(self)).await
     }
 
     /// [`DataDir::start_kind`] with exactly `args` (none of the harness's defaults, not even
     /// `--data-dir`: pass [`DataDir::path`]).
     pub async fn start_kind_without_defaults(&self, kind: Kind, args: &[&str]) -> Server {
-        let bin = match kind {
-            Kind::MemEtcd => mem_etcd_bin(),
-            Kind::Etcd => peer_binary("etcd").expect("the caller checked the etcd peer"),
-        };
+        let bin = checked_bin(kind);
         Server::start_bin(kind, &bin, args, false, Some(self)).await
     }
 
@@ -788,10 +790,7 @@ impl DataDir {
     }
 
     async fn expect_refusal(&self, kind: Kind, args: Vec<String>, within: Duration) -> Exited {
-        let bin = match kind {
-            Kind::MemEtcd => mem_etcd_bin(),
-            Kind::Etcd => peer_binary("etcd").expect("the caller checked the etcd peer"),
-        };
+        let bin = checked_bin(kind);
         let Spawned { mut child, log, mut ready, readers } = spawn(&bin, &args, self.root.path());
         let start = Instant::now();
         let status = loop {
