@@ -15,10 +15,12 @@
 //! openraft reads entries back to send them to followers and to apply them; a member that
 //! keeps up only asks for the newest. The log is purged only once a snapshot covers it (see
 //! `state_machine`: up to 256 MiB of log), so holding every entry until then would hold the
-//! data about twice (the store holds it too). So with a disk only the newest `keep_in_memory`
-//! entries are held (etcd's `--snapshot-count` default); for older ones the log keeps where
-//! their record is (a few tens of bytes each) and reads them back from their segment when asked
-//! (a lagging follower, an apply far behind), without holding the log's lock over the read.
+//! data about twice (the store holds it too). So with a disk an entry is held only until every
+//! member has it and this one has applied it ([`LogStore::release`]), and never more than the
+//! newest `keep_in_memory` (`--snapshot-count`, for a member that stays behind); for the others
+//! the log keeps where their record is (a few tens of bytes each) and reads them back from their
+//! segment when asked (a lagging follower, an apply far behind, a new leader's probe), without
+//! holding the log's lock over the read.
 //! Segments are deleted only once all their entries are purged, so such a read finds its file
 //! unless a purge overtook it: then it returns what follows the purged part, as a read that
 //! started after the purge would. With `--wal-mode none` there is nothing to read back from,
@@ -288,6 +290,17 @@ impl Mem {
             self.entries.pop_front();
         }
         Ok(())
+    }
+
+    /// Stops holding the entries up to `upto` (their records stay where `locs` says), with a
+    /// disk: nobody asks for them again unless a member falls behind.
+    fn release(&mut self, upto: u64) {
+        if self.keep.is_none() {
+            return;
+        }
+        while self.entries.front().is_some_and(|e| e.log_id.index <= upto) {
+            self.entries.pop_front();
+        }
     }
 
     /// Appends an entry without holding it (replaying the segments, before any is held).
@@ -587,6 +600,16 @@ impl LogStore {
     pub fn is_pristine(&self) -> bool {
         let m = self.mem.lock();
         m.vote.is_none() && m.last_log_id().is_none()
+    }
+
+    /// Stops holding entries up to index `upto` in memory, which every member has and this
+    /// one has applied (see `RaftNode`'s metrics watch): the store holds their data, so holding
+    /// them too would keep the data twice until the next snapshot. A member that falls behind
+    /// later gets them read back from the segments. Without a disk every entry stays held.
+    pub fn release(&self, upto: u64) {
+        if self.disk.is_some() {
+            self.mem.lock().release(upto);
+        }
     }
 
     /// Reads back the spilled entries `start ..` at `locs` (see [`read_back`]).
@@ -1103,6 +1126,46 @@ mod tests {
                 assert!(list(&o.dir).unwrap().len() >= 4, "several segments");
                 assert_eq!(s.held(), 3, "{mode:?}");
             }
+            check_ranges(&mut s, &want).await;
+            s.close();
+        }
+    }
+
+    #[tokio::test]
+    async fn released_entries_are_read_back_and_appends_after_them_are_held() {
+        for mode in [Mode::Buffered, Mode::Fsync, Mode::None] {
+            let dir = tempfile::tempdir().unwrap();
+            let o = small(dir.path(), mode, 100);
+            let mut s = LogStore::open(&o).unwrap();
+            let mut want = entries(1, 0..40);
+            append_batches(&mut s, &want).await;
+            assert_eq!(s.held(), 40);
+            s.release(29);
+            let held = if mode == Mode::None { 40 } else { 10 };
+            assert_eq!(s.held(), held, "{mode:?}: entries 30.. held");
+            check_ranges(&mut s, &want).await;
+            // A release behind what is already released changes nothing.
+            s.release(3);
+            assert_eq!(s.held(), held);
+            let more = entries(1, 40..45);
+            append_batches(&mut s, &more).await;
+            want.extend(more);
+            assert_eq!(s.held(), held + 5);
+            // Past the last entry: none held; a truncation and appends after it still work.
+            s.release(100);
+            assert_eq!(s.held(), if mode == Mode::None { 45 } else { 0 });
+            s.truncate_after(Some(log_id(1, 41))).await.unwrap();
+            want.truncate(42);
+            let more = entries(2, 42..44);
+            append(&mut s, more.clone()).await;
+            want.extend(more);
+            check_ranges(&mut s, &want).await;
+            s.close();
+            if mode == Mode::None {
+                continue;
+            }
+            // A restart reads the released entries back like any other.
+            let mut s = LogStore::open(&o).unwrap();
             check_ranges(&mut s, &want).await;
             s.close();
         }

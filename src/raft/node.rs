@@ -574,9 +574,16 @@ impl RaftNode {
         // The members of the membership last seen applied, to find who left it.
         let mut applied_nodes: Option<BTreeSet<u64>> = None;
         let mut tick = tokio::time::interval(self.opts.heartbeat.max(Duration::from_millis(50)));
+        // The log's entries up to here are no longer held in memory (see `held_upto`).
+        let mut released = 0;
         loop {
             let role = {
                 let m = rx.borrow_and_update();
+                let upto = held_upto(&m);
+                if upto > released {
+                    self.log.release(upto);
+                    released = upto;
+                }
                 let is_leader = m.state == ServerState::Leader;
                 let cut_off = if is_leader {
                     m.last_quorum_acked.as_ref().is_none_or(|t| t.elapsed() > lease)
@@ -1352,6 +1359,17 @@ fn not_delivered(s: &tonic::Status) -> bool {
     s.code() == tonic::Code::Unavailable
         && Error::from_message(s.message()).is_none()
         && (s.message().contains("connect") || s.message().contains("Connection refused"))
+}
+
+/// Up to which index the log need not hold its entries in memory: this member applied them
+/// and, on a leader, every member it replicates to has them. Only a member that falls behind
+/// later asks for them again, and gets them read back from the log's files.
+fn held_upto(m: &openraft::RaftMetrics<TypeConfig>) -> u64 {
+    let applied = m.last_applied.map_or(0, |l| l.index);
+    match &m.replication {
+        Some(r) => r.values().map(|l| l.map_or(0, |l| l.index)).fold(applied, u64::min),
+        None => applied,
+    }
 }
 
 /// How far member `id` has replicated the log of the leader whose metrics these are (0 if
