@@ -1000,6 +1000,20 @@ impl RaftNode {
         answer.ok_or_else(|| tonic::Status::internal("a forward without answer"))
     }
 
+    /// Serves a request a follower forwarded. Its read index joins this leader's own shared
+    /// round (see [`super::read_index`]): one quorum confirmation then serves this member's
+    /// reads and every follower's waiting at that moment, where each follower's call used to
+    /// cost one of its own. The round starts after the call arrived, as a round of its own
+    /// would; the round itself confirms through [`RaftNode::serve_forwarded`].
+    pub async fn serve_peer_forward(&self, request: Forwarded) -> Result<Answer> {
+        match request {
+            Forwarded::ReadIndex(_) if self.is_leader() => {
+                Ok(Answer::ReadIndex(pb::ReadIndexResponse { index: self.read_index().await? }))
+            }
+            other => self.serve_forwarded(other).await,
+        }
+    }
+
     /// Serves a forwarded request on this member, which must lead (`NotLeader`: it does not,
     /// and did nothing): the request of a follower, or of this member's own client.
     pub async fn serve_forwarded(&self, request: Forwarded) -> Result<Answer> {

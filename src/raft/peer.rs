@@ -227,7 +227,7 @@ impl pb::raft_server::Raft for PeerService {
                 *r = bytes::Bytes::copy_from_slice(r);
             }
         }
-        let fut = node.serve_forwarded(request);
+        let fut = node.serve_peer_forward(request);
         let r = if has_deadline {
             fut.await
         } else {

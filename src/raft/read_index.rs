@@ -1,6 +1,8 @@
 //! The shared read index (etcd's `linearizableReadLoop`): one quorum confirmation serves every
 //! linearizable read waiting when it starts, on the leader and on followers (one forwarded
-//! call per round instead of one per read).
+//! call per round instead of one per read). On the leader, a follower's forwarded call is one
+//! more read of the leader's round (`RaftNode::serve_peer_forward`), so the followers' rounds
+//! cost no quorum confirmations of their own.
 //!
 //! A read joins the round that starts next, never one already in flight: a round's read index
 //! is confirmed after every read it serves arrived, so it covers every write acknowledged
