@@ -7,6 +7,8 @@
 //! than a tree of nodes: scans are sequential in memory, and splitting a chunk only shifts a small
 //! vector of chunk headers.
 
+use std::cmp::Ordering;
+
 use bytes::Bytes;
 
 use crate::keyspace::KeyRange;
@@ -53,20 +55,89 @@ impl Entry {
 #[derive(Debug)]
 struct Chunk {
     entries: Vec<Entry>,
+    /// `heads[i]`: eight bytes of entry i's key from `skip` on ([`head`]). A search compares
+    /// these, side by side in memory, and reaches a key only when two heads are equal: each
+    /// step of a search through the keys themselves is two cache misses (the slab's history,
+    /// then the key's bytes), and creating a key took nine of them.
+    heads: Vec<u64>,
     live: u32,
     /// The key of `entries[0]`: the search for a key's chunk compares with it directly. A copy
     /// of its own: a key's `Bytes` views its newest version's allocation
     /// (`key_index::copy_version`), which a view kept here would keep after the version.
     first: Bytes,
+    /// How many leading bytes every key of the chunk shares with `first` (at most; 0 is always
+    /// true): Kubernetes keys of one resource and namespace share long prefixes, so the heads
+    /// start after it. Set when a chunk splits (from its first and last keys), lowered when a
+    /// key that shares less arrives.
+    skip: usize,
+}
+
+/// Eight bytes of `key` from `skip` on, zero-padded, as a big-endian number. Of two keys that
+/// share their first `skip` bytes, the one with the smaller head sorts first; equal heads say
+/// nothing (zero padding or a longer key).
+fn head(key: &[u8], skip: usize) -> u64 {
+    let mut b = [0u8; 8];
+    let rest = key.get(skip..).unwrap_or_default();
+    let n = rest.len().min(8);
+    b[..n].copy_from_slice(&rest[..n]);
+    u64::from_be_bytes(b)
+}
+
+fn shared_prefix(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 impl Chunk {
     fn new(first: &[u8]) -> Self {
         Self {
             entries: Vec::with_capacity(MAX_CHUNK + 1),
+            heads: Vec::with_capacity(MAX_CHUNK + 1),
             live: 0,
             first: Bytes::copy_from_slice(first),
+            skip: 0,
         }
+    }
+
+    /// Takes `skip` and rewrites every head for it.
+    fn set_skip(&mut self, keys: &impl Keys, skip: usize) {
+        self.skip = skip;
+        self.heads.clear();
+        self.heads.extend(self.entries.iter().map(|e| head(keys.key(e.slot()), skip)));
+    }
+
+    /// After a split: the chunk's keys share at least what its first and last share.
+    fn widen_skip(&mut self, keys: &impl Keys) {
+        let last = self.entries.last().map(|e| keys.key(e.slot()));
+        let shared = last.map_or(0, |l| shared_prefix(&self.first, l));
+        if shared > self.skip {
+            self.set_skip(keys, shared);
+        }
+    }
+
+    /// The position of the first entry whose key is above `key` (`inclusive`) or at or above
+    /// it.
+    fn position(&self, keys: &impl Keys, key: &[u8], inclusive: bool) -> usize {
+        let prefix = &self.first[..self.skip];
+        if key.get(..self.skip) != Some(prefix) {
+            // Every key here starts with `prefix`; `key` does not.
+            return if key < prefix { 0 } else { self.entries.len() };
+        }
+        let h = head(key, self.skip);
+        let (mut lo, mut hi) = (0, self.entries.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let ord = match self.heads[mid].cmp(&h) {
+                Ordering::Equal => keys.key(self.entries[mid].slot())[..].cmp(key),
+                o => o,
+            };
+            let before = if inclusive { ord != Ordering::Greater } else { ord == Ordering::Less };
+            if before {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
     }
 }
 
@@ -112,6 +183,7 @@ impl OrderedIndex {
         if self.chunks.is_empty() {
             let mut c = Chunk::new(key);
             c.entries.push(entry);
+            c.heads.push(head(key, 0));
             c.live = live as u32;
             self.chunks.push(c);
             self.rebuild_fenwick();
@@ -124,8 +196,7 @@ impl OrderedIndex {
             (ci, self.chunks[ci].entries.len())
         } else {
             let ci = self.chunk_for(key);
-            let entries = &self.chunks[ci].entries;
-            (ci, entries.partition_point(|e| keys.key(e.slot())[..] < key[..]))
+            (ci, self.chunks[ci].position(keys, key, false))
         };
         let last = ci + 1 == self.chunks.len();
         let chunk = &mut self.chunks[ci];
@@ -133,11 +204,16 @@ impl OrderedIndex {
             chunk.entries.get(pos).is_none_or(|e| keys.key(e.slot()) != key),
             "duplicate"
         );
+        if key.get(..chunk.skip) != Some(&chunk.first[..chunk.skip]) {
+            // It shares less with the others than they do with each other.
+            chunk.set_skip(keys, shared_prefix(key, &chunk.first));
+        }
         if pos == 0 {
             chunk.first = Bytes::copy_from_slice(key);
         }
         let appended = pos == chunk.entries.len();
         chunk.entries.insert(pos, entry);
+        chunk.heads.insert(pos, head(key, chunk.skip));
         chunk.live += live as u32;
         if chunk.entries.len() > MAX_CHUNK {
             // Keys appended in order (node names, sequential ids) leave full chunks behind;
@@ -145,6 +221,10 @@ impl OrderedIndex {
             let at = if last && appended { MAX_CHUNK } else { chunk.entries.len() / 2 };
             let mut tail = Chunk::new(keys.key(chunk.entries[at].slot()));
             tail.entries.extend(chunk.entries.drain(at..));
+            tail.heads.extend(chunk.heads.drain(at..));
+            tail.skip = chunk.skip;
+            tail.widen_skip(keys);
+            chunk.widen_skip(keys);
             tail.live = tail.entries.iter().filter(|e| e.live()).count() as u32;
             chunk.live -= tail.live;
             self.chunks.insert(ci + 1, tail);
@@ -182,6 +262,7 @@ impl OrderedIndex {
         self.len -= 1;
         let chunk = &mut self.chunks[ci];
         let e = chunk.entries.remove(pos);
+        chunk.heads.remove(pos);
         if chunk.entries.is_empty() {
             self.chunks.remove(ci);
             self.rebuild_fenwick();
@@ -274,9 +355,10 @@ impl OrderedIndex {
             return None;
         }
         let ci = self.chunk_for(key);
-        let pos =
-            self.chunks[ci].entries.binary_search_by(|e| keys.key(e.slot())[..].cmp(key)).ok()?;
-        Some((ci, pos))
+        let chunk = &self.chunks[ci];
+        let pos = chunk.position(keys, key, false);
+        let e = chunk.entries.get(pos)?;
+        (keys.key(e.slot())[..] == *key).then_some((ci, pos))
     }
 
     /// Position (chunk, index) of the first entry at or above `key`, normalised so that the index
@@ -286,7 +368,7 @@ impl OrderedIndex {
             return (0, 0);
         }
         let ci = self.chunk_for(key);
-        let pos = self.chunks[ci].entries.partition_point(|e| &keys.key(e.slot())[..] < key);
+        let pos = self.chunks[ci].position(keys, key, false);
         self.normalise(ci, pos)
     }
 
@@ -296,7 +378,7 @@ impl OrderedIndex {
             return (0, 0);
         }
         let ci = self.chunk_for(key);
-        let pos = self.chunks[ci].entries.partition_point(|e| &keys.key(e.slot())[..] <= key);
+        let pos = self.chunks[ci].position(keys, key, true);
         self.normalise(ci, pos)
     }
 
@@ -430,6 +512,118 @@ mod tests {
         for c in &idx.chunks {
             assert_eq!(c.first, slab.key(c.entries[0].slot()), "cached first keys");
             assert_eq!(c.entries.capacity(), MAX_CHUNK + 1, "chunks never reallocate");
+            assert_eq!(c.heads.capacity(), MAX_CHUNK + 1, "nor do their heads");
+        }
+        check_heads(&idx, &slab);
+    }
+
+    /// Every chunk's heads are its keys' heads, and its keys share `skip` bytes with `first`.
+    fn check_heads(idx: &OrderedIndex, slab: &Slab) {
+        for c in &idx.chunks {
+            assert_eq!(c.heads.len(), c.entries.len());
+            for (e, h) in c.entries.iter().zip(&c.heads) {
+                let k = slab.key(e.slot());
+                assert_eq!(k[..c.skip], c.first[..c.skip], "shares the chunk's prefix");
+                assert_eq!(*h, head(k, c.skip));
+            }
+        }
+    }
+
+    /// Keys that heads cannot tell apart (one a prefix of another, zero bytes where the padding
+    /// is, long shared prefixes that differ only past eight bytes) and keys that share less
+    /// than their chunk's prefix: every search agrees with a BTreeMap's.
+    #[test]
+    fn searches_through_heads_match_a_btreemap_for_keys_heads_cannot_tell_apart() {
+        let mut x: u64 = 99;
+        let mut next = move || {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (x >> 33) as usize
+        };
+        let parts: [&[u8]; 8] =
+            [b"/registry/pods/", b"default/", b"kube-system/", b"\0", b"\0\0", b"a", b"ab", b""];
+        let mut made = Vec::new();
+        for _ in 0..6000 {
+            let mut k = Vec::new();
+            for _ in 0..1 + next() % 4 {
+                k.extend_from_slice(parts[next() % parts.len()]);
+            }
+            if next() % 2 == 0 {
+                k.extend_from_slice(format!("{:x}", next() % 300).as_bytes());
+            }
+            if !k.is_empty() {
+                made.push(Bytes::from(k));
+            }
+        }
+        made.sort();
+        made.dedup();
+        // Slot i holds made[order[i]]: inserted in a shuffled order.
+        let mut order: Vec<usize> = (0..made.len()).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, next() % (i + 1));
+        }
+        let slab = Slab(order.iter().map(|&i| made[i].clone()).collect());
+        let mut idx = OrderedIndex::new();
+        let mut model = BTreeMap::new();
+        for (slot, k) in slab.0.iter().enumerate() {
+            idx.insert(&slab, k, slot as u32, true);
+            model.insert(k.clone(), slot as u32);
+            if slot % 5 == 0 {
+                let victim = slab.0[next() % (slot + 1)].clone();
+                if model.remove(&victim).is_some() {
+                    idx.remove(&slab, &victim);
+                }
+            }
+        }
+        check_heads(&idx, &slab);
+        assert!(idx.chunks.len() > 4, "splits happened");
+        assert!(idx.chunks.iter().any(|c| c.skip > 8), "some chunk skips a long prefix");
+        let listed: Vec<_> = idx.iter().map(|e| slab.key(e.slot()).clone()).collect();
+        assert_eq!(listed, model.keys().cloned().collect::<Vec<_>>());
+        for probe in made.iter().chain([&Bytes::from_static(b"/registry/pods/default/\0\x01")]) {
+            let found = idx.find(&slab, probe).map(|(c, p)| idx.chunks[c].entries[p].slot());
+            assert_eq!(found, model.get(probe).copied(), "find {probe:?}");
+            let from: Vec<_> =
+                idx.iter_from(&slab, probe).take(3).map(|e| slab.key(e.slot()).clone()).collect();
+            let want: Vec<_> =
+                model.range(probe.clone()..).take(3).map(|(k, _)| k.clone()).collect();
+            assert_eq!(from, want, "iter_from {probe:?}");
+            let single = idx.count_live(&slab, &KeyRange::single(probe.clone()));
+            assert_eq!(single, model.contains_key(probe) as u64, "count {probe:?}");
+        }
+    }
+
+    /// A key that shares less with a chunk's keys than they share with each other, at either
+    /// end of the chunk: the chunk's heads are rewritten for the shorter prefix.
+    #[test]
+    fn a_key_sharing_less_than_its_chunk_rewrites_the_heads() {
+        let mut keys: Vec<Bytes> =
+            (0..600).rev().map(|i| Bytes::from(format!("x/common/prefix/{i:03}"))).collect();
+        keys.extend(
+            [&b"x/c"[..], b"x/z", b"x/common/prefix/", b"x/common/prefix/599\0"]
+                .map(Bytes::from_static),
+        );
+        let slab = Slab(keys.clone());
+        let mut idx = OrderedIndex::new();
+        for (slot, k) in keys.iter().enumerate().take(600) {
+            idx.insert(&slab, k, slot as u32, true);
+        }
+        let skips: Vec<usize> = idx.chunks.iter().map(|c| c.skip).collect();
+        assert!(skips.iter().all(|&s| s >= b"x/common/prefix/".len()), "{skips:?}");
+        for (slot, k) in keys.iter().enumerate().skip(600) {
+            idx.insert(&slab, k, slot as u32, true);
+            check_heads(&idx, &slab);
+        }
+        assert_eq!(idx.chunks[0].skip, 3, "x/c shares 3 bytes with the first chunk's keys");
+        assert_eq!(idx.chunks.last().unwrap().skip, 2, "x/z shares 2 with the last chunk's");
+        let mut sorted = keys.clone();
+        sorted.sort();
+        let listed: Vec<_> = idx.iter().map(|e| slab.key(e.slot()).clone()).collect();
+        assert_eq!(listed, sorted);
+        for (slot, k) in keys.iter().enumerate() {
+            assert_eq!(
+                idx.find(&slab, k).map(|(c, p)| idx.chunks[c].entries[p].slot()),
+                Some(slot as u32)
+            );
         }
     }
 
