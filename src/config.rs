@@ -328,9 +328,10 @@ pub struct Config {
     )]
     pub peer_client_cert_auth: bool,
 
-    /// A cluster member keeps this many of the newest Raft log entries in memory (etcd keeps
-    /// its Raft log in memory from its last snapshot, taken every this many entries); older
-    /// ones are read back from the log files when a lagging member needs them.
+    /// A cluster member keeps at most this many of the newest Raft log entries in memory (etcd
+    /// keeps its Raft log in memory from its last snapshot, taken every this many entries), and
+    /// none that every member has and it applied; the others are read back from the log files
+    /// when a lagging member needs them.
     #[arg(long, env = "ETCD_SNAPSHOT_COUNT", default_value_t = crate::raft::log_store::DEFAULT_KEEP_IN_MEMORY)]
     pub snapshot_count: u64,
 
