@@ -55,11 +55,13 @@ impl Entry {
 #[derive(Debug)]
 struct Chunk {
     entries: Vec<Entry>,
-    /// `heads[i]`: eight bytes of entry i's key from `skip` on ([`head`]). A search compares
+    /// `heads[i]`: four bytes of entry i's key from `skip` on ([`head`]). A search compares
     /// these, side by side in memory, and reaches a key only when two heads are equal: each
     /// step of a search through the keys themselves is two cache misses (the slab's history,
     /// then the key's bytes), and creating a key took nine of them.
-    heads: Vec<u64>,
+    /// Four bytes, not eight: 4 bytes more per key of a store of millions, and the chunk's
+    /// prefix is skipped, so four already tell neighbours apart.
+    heads: Vec<u32>,
     live: u32,
     /// The key of `entries[0]`: the search for a key's chunk compares with it directly. A copy
     /// of its own: a key's `Bytes` views its newest version's allocation
@@ -72,15 +74,15 @@ struct Chunk {
     skip: usize,
 }
 
-/// Eight bytes of `key` from `skip` on, zero-padded, as a big-endian number. Of two keys that
+/// Four bytes of `key` from `skip` on, zero-padded, as a big-endian number. Of two keys that
 /// share their first `skip` bytes, the one with the smaller head sorts first; equal heads say
 /// nothing (zero padding or a longer key).
-fn head(key: &[u8], skip: usize) -> u64 {
-    let mut b = [0u8; 8];
+fn head(key: &[u8], skip: usize) -> u32 {
+    let mut b = [0u8; 4];
     let rest = key.get(skip..).unwrap_or_default();
-    let n = rest.len().min(8);
+    let n = rest.len().min(4);
     b[..n].copy_from_slice(&rest[..n]);
-    u64::from_be_bytes(b)
+    u32::from_be_bytes(b)
 }
 
 fn shared_prefix(a: &[u8], b: &[u8]) -> usize {
@@ -530,7 +532,7 @@ mod tests {
     }
 
     /// Keys that heads cannot tell apart (one a prefix of another, zero bytes where the padding
-    /// is, long shared prefixes that differ only past eight bytes) and keys that share less
+    /// is, long shared prefixes that differ only past four bytes) and keys that share less
     /// than their chunk's prefix: every search agrees with a BTreeMap's.
     #[test]
     fn searches_through_heads_match_a_btreemap_for_keys_heads_cannot_tell_apart() {
