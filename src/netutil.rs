@@ -21,7 +21,8 @@ pub fn default_host() -> Option<Ipv4Addr> {
 }
 
 /// The gateway of the default route (destination and mask 0) in `/proc/net/route`'s format,
-/// whose addresses are hexadecimal in the machine's byte order (little-endian here).
+/// whose addresses are the network-order bytes printed as one hexadecimal number in the
+/// machine's byte order.
 fn default_gateway(routes: &str) -> Option<Ipv4Addr> {
     routes.lines().skip(1).find_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -30,7 +31,7 @@ fn default_gateway(routes: &str) -> Option<Ipv4Addr> {
             return None;
         }
         let g = u32::from_str_radix(gateway, 16).ok()?;
-        (g != 0).then(|| Ipv4Addr::from(g.to_le_bytes()))
+        (g != 0).then(|| Ipv4Addr::from(g.to_ne_bytes()))
     })
 }
 

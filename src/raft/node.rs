@@ -577,13 +577,8 @@ impl RaftNode {
         // The log's entries up to here are no longer held in memory (see `held_upto`).
         let mut released = 0;
         loop {
-            let role = {
+            let (role, upto) = {
                 let m = rx.borrow_and_update();
-                let upto = held_upto(&m);
-                if upto > released {
-                    self.log.release(upto);
-                    released = upto;
-                }
                 let is_leader = m.state == ServerState::Leader;
                 let cut_off = if is_leader {
                     m.last_quorum_acked.as_ref().is_none_or(|t| t.elapsed() > lease)
@@ -591,14 +586,21 @@ impl RaftNode {
                 } else {
                     self.since_leader_heard().is_none_or(|d| d > lease)
                 };
-                Role {
+                let role = Role {
                     leader: if cut_off { None } else { m.current_leader },
                     term: m.current_term,
                     is_leader: is_leader && !cut_off,
                     is_learner: m.state == ServerState::Learner
                         && m.membership_config.membership().get_node(&m.id).is_some(),
-                }
+                };
+                (role, held_upto(&m))
             };
+            // After the metrics borrow ends: openraft waits for it to publish, and the log's
+            // lock may be busy with an append.
+            if upto > released {
+                self.log.release(upto);
+                released = upto;
+            }
             self.term.store(role.term, Ordering::Relaxed);
             self.note_removed_members(&mut applied_nodes);
             self.check_removed(role.leader.is_some(), &mut was_member, &mut leaderless_since);

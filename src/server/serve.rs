@@ -355,9 +355,9 @@ pub async fn serve(
     let serves =
         if http_listeners.is_empty() { http::Serves::Client } else { http::Serves::GrpcOnly };
     for l in listeners {
-        info!(address = %l.describe(), "ready to serve client requests");
-        // etcd's own lines for each kind of listener, which its e2e framework waits for.
         let address = l.describe();
+        info!(address = %address, "ready to serve client requests");
+        // etcd's own lines for each kind of listener, which its e2e framework waits for.
         if !matches!(l, Listener::Tls(..) | Listener::UnixTls(..)) {
             info!(traffic = "grpc+http", address = %address, "serving client traffic insecurely; this is strongly discouraged!");
         }
