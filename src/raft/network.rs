@@ -310,6 +310,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             target,
             stats: self.peers.stats.of(target),
             one_way_after: self.one_way_after,
+            pipe: None,
         }
     }
 }
@@ -322,6 +323,8 @@ pub struct Connection {
     target: u64,
     stats: Arc<PeerCounters>,
     one_way_after: Duration,
+    /// The `Append` stream this connection's sessions share, once opened.
+    pipe: Option<Pipe>,
 }
 
 fn unreachable(e: impl std::fmt::Display) -> RPCError<TypeConfig> {
@@ -369,31 +372,223 @@ impl Connection {
 /// (79 against 93 µs). Four were as good as sixteen; the window bounds what is sent ahead.
 const APPEND_WINDOW: usize = 4;
 
-/// The answers of an `Append` stream, as openraft takes them.
+/// The answers of an `Append` session, as openraft takes them.
 type AppendAnswers<'s> =
     BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>;
 
-/// What the sending and the receiving side of one `Append` stream share.
-#[derive(Default)]
-struct Unanswered {
-    /// The requests sent and not answered yet, oldest first: when each went (for the
-    /// round-trip metric and the deadline) and its place in the window. Locked by the sender
-    /// to add and by the receiver to take, once per message each.
-    sent: Mutex<std::collections::VecDeque<(Instant, tokio::sync::OwnedSemaphorePermit)>>,
-    /// Why the sending side ended the stream, when it did: written once by the sender, read
-    /// by the receiver when the stream ends.
-    stopped: Mutex<Option<RPCError<TypeConfig>>>,
+/// The requests of one session, as openraft makes them.
+type AppendRequests = BoxStream<'static, AppendEntriesRequest<TypeConfig>>;
+
+/// A long-lived `Append` stream to the peer, which carries every session openraft opens on
+/// this connection, one after another (etcd's peers keep their message streams open too).
+/// openraft opens a session for each heartbeat, and each round of linearizable reads is a
+/// heartbeat: a gRPC stream for each cost the leader and the follower the stream's headers,
+/// its handler and openraft's follower-side task, per round.
+///
+/// The call's body pulls each session's requests itself ([`PipeBody`]), as the body of a
+/// stream per session did, so a request goes from openraft to the connection in one hop.
+#[derive(Debug)]
+struct Pipe {
+    /// Hands each session's requests to the body.
+    sessions: tokio::sync::mpsc::UnboundedSender<AppendRequests>,
+    /// The peer's answers, one per request, in order.
+    answers: tonic::Streaming<pb::AppendResponse>,
+    /// What the body and the sessions share.
+    shared: Arc<PipeShared>,
+}
+
+/// What a pipe's body and its sessions share.
+#[derive(Debug, Default)]
+struct PipeShared {
+    /// Locked by the body once per request and by the session once per answer; never across
+    /// an await.
+    state: Mutex<PipeState>,
+    /// Wakes the session when its requests ended, so it ends once they are answered.
+    input_done: tokio::sync::Notify,
+}
+
+#[derive(Debug, Default)]
+struct PipeState {
+    /// When each request not answered yet went, oldest first: for the round-trip metric, the
+    /// deadline and the window.
+    sent: std::collections::VecDeque<Instant>,
+    /// Whether the current session's requests ended (a session ends when they are answered).
+    input_done: bool,
+    /// Why the body stopped the session's requests, when it did (the link works one way).
+    stopped: Option<RPCError<TypeConfig>>,
+    /// The body, while the window is full.
+    body: Option<std::task::Waker>,
+}
+
+/// The body of a pipe's gRPC call: the requests of each session in turn.
+struct PipeBody {
+    sessions: tokio::sync::mpsc::UnboundedReceiver<AppendRequests>,
+    /// The session whose requests go now.
+    current: Option<AppendRequests>,
+    shared: Arc<PipeShared>,
+    stats: Arc<PeerCounters>,
+    target: u64,
+    one_way: Duration,
+}
+
+impl PipeBody {
+    /// The current session's requests ended (or were stopped): the session is told.
+    fn end_session(&mut self, stopped: Option<RPCError<TypeConfig>>) {
+        self.current = None;
+        let mut g = self.shared.state.lock();
+        g.input_done = true;
+        g.stopped = stopped;
+        drop(g);
+        self.shared.input_done.notify_one();
+    }
+}
+
+impl futures_util::Stream for PipeBody {
+    type Item = pb::AppendRequest;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<pb::AppendRequest>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        loop {
+            let Some(current) = this.current.as_mut() else {
+                match this.sessions.poll_recv(cx) {
+                    Poll::Ready(Some(requests)) => {
+                        this.current = Some(requests);
+                        continue;
+                    }
+                    // The connection dropped the pipe: the call ends.
+                    Poll::Ready(None) => return Poll::Ready(None),
+                    Poll::Pending => return Poll::Pending,
+                }
+            };
+            {
+                let mut g = this.shared.state.lock();
+                if g.sent.len() >= APPEND_WINDOW {
+                    g.body = Some(cx.waker().clone());
+                    return Poll::Pending;
+                }
+            }
+            match current.poll_next_unpin(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => this.end_session(None),
+                Poll::Ready(Some(rpc)) => {
+                    if let Err(e) = both_ways(&this.stats, this.target, this.one_way) {
+                        this.end_session(Some(e));
+                        continue;
+                    }
+                    let msg = codec::append_request(&rpc);
+                    this.stats.sent_bytes.fetch_add(msg.encoded_len() as u64, Ordering::Relaxed);
+                    this.shared.state.lock().sent.push_back(Instant::now());
+                    return Poll::Ready(Some(msg));
+                }
+            }
+        }
+    }
+}
+
+/// One session on the pipe, as openraft reads its answers.
+struct Session<'s> {
+    /// The connection's pipe; `None` once the session left it unusable (a refusal, which ends
+    /// the peer's side, any failure, or answers still owed when the session was dropped).
+    pipe: &'s mut Option<Pipe>,
+    stats: Arc<PeerCounters>,
+    target: u64,
+    /// openraft's heartbeat interval: an answer later than this makes the peer unreachable,
+    /// as for one call.
+    ttl: Duration,
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        // openraft gave up on the session before it ended: its requests may still be going,
+        // and answers to them coming. The next session opens a new stream.
+        if let Some(pipe) = self.pipe.as_ref() {
+            let g = pipe.shared.state.lock();
+            if !g.input_done || !g.sent.is_empty() {
+                drop(g);
+                *self.pipe = None;
+            }
+        }
+    }
+}
+
+/// What a session waited for.
+enum Step {
+    Answer(Result<Option<pb::AppendResponse>, tonic::Status>),
+    InputDone,
+    Late,
+}
+
+impl Session<'_> {
+    /// The next answer (`None`: the session is over); the `bool` says whether the session
+    /// goes on after it.
+    async fn next(
+        &mut self,
+    ) -> Option<(Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>, bool)> {
+        loop {
+            let pipe = self.pipe.as_mut()?;
+            let late_at = {
+                let mut g = pipe.shared.state.lock();
+                if g.input_done && g.sent.is_empty() {
+                    return g.stopped.take().map(|e| (Err(e), false));
+                }
+                g.sent.front().map(|at| *at + self.ttl)
+            };
+            let step = tokio::select! {
+                biased;
+                answer = pipe.answers.message() => Step::Answer(answer),
+                _ = pipe.shared.input_done.notified() => Step::InputDone,
+                _ = tokio::time::sleep_until(late_at.unwrap_or_else(Instant::now).into()),
+                    if late_at.is_some() => Step::Late,
+            };
+            let failed = match step {
+                Step::InputDone => continue,
+                Step::Answer(Ok(Some(msg))) => {
+                    let (at, body) = {
+                        let mut g = pipe.shared.state.lock();
+                        (g.sent.pop_front(), g.body.take())
+                    };
+                    if let Some(at) = at {
+                        self.stats.round_trip.observe_duration(at.elapsed());
+                    }
+                    if let Some(body) = body {
+                        body.wake();
+                    }
+                    let r = codec::from_append_result(msg)
+                        .map_err(|e| RPCError::Network(NetworkError::from_string(e.to_string())));
+                    // openraft stops at the first refusal, and the peer ends its side.
+                    let go_on = matches!(r, Ok(Ok(_)));
+                    if !go_on {
+                        *self.pipe = None;
+                    }
+                    return Some((r, go_on));
+                }
+                Step::Answer(Ok(None)) => {
+                    unreachable(format!("member {:x} ended the append stream", self.target))
+                }
+                Step::Answer(Err(status)) => rpc_error(status),
+                Step::Late => unreachable(format!(
+                    "member {:x}: no append answer in {:?}",
+                    self.target, self.ttl
+                )),
+            };
+            *self.pipe = None;
+            return Some((Err(failed), false));
+        }
+    }
 }
 
 impl Connection {
-    /// Opens an `Append` stream to the peer and sends it `input`. An answer that takes longer
-    /// than `ttl` (openraft's heartbeat interval, as for one call) ends the stream as
-    /// unreachable, so a stalled peer is noticed as it was with one call per request.
+    /// Sends `input` to the peer on the connection's `Append` stream, opened first if there
+    /// is none.
     async fn open_append_stream<S>(
         &mut self,
         input: S,
         ttl: Duration,
-    ) -> Result<AppendAnswers<'static>, RPCError<TypeConfig>>
+    ) -> Result<AppendAnswers<'_>, RPCError<TypeConfig>>
     where
         S: futures_util::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
     {
@@ -404,71 +599,47 @@ impl Connection {
         let Some(first) = input.next().await else {
             return Ok(Box::pin(futures_util::stream::empty()));
         };
-        let mut client = self.client()?;
-        let shared = Arc::new(Unanswered::default());
-        let window = Arc::new(tokio::sync::Semaphore::new(APPEND_WINDOW));
-        let (stats, target, one_way) = (self.stats.clone(), self.target, self.one_way_after);
-        let requests = futures_util::stream::unfold(
-            (Some(first), input, shared.clone(), window, stats),
-            move |(mut first, mut input, shared, window, stats)| async move {
-                let place = window.clone().acquire_owned().await.ok()?;
-                let rpc = match first.take() {
-                    Some(rpc) => rpc,
-                    None => input.next().await?,
-                };
-                if let Err(e) = both_ways(&stats, target, one_way) {
-                    *shared.stopped.lock() = Some(e);
-                    return None;
-                }
-                let msg = codec::append_request(&rpc);
-                stats.sent_bytes.fetch_add(msg.encoded_len() as u64, Ordering::Relaxed);
-                shared.sent.lock().push_back((Instant::now(), place));
-                Some((msg, (first, input, shared, window, stats)))
-            },
-        );
-        let answers = match tokio::time::timeout(ttl, client.append(requests)).await {
-            Ok(r) => r.map_err(rpc_error)?.into_inner(),
-            Err(_) => return Err(unreachable(format!("member {target:x}: no answer in {ttl:?}"))),
-        };
-        let stats = self.stats.clone();
-        let answers = futures_util::stream::unfold(Some((answers, shared, stats)), move |state| {
-            async move {
-                let (mut answers, shared, stats) = state?;
-                loop {
-                    let next = match tokio::time::timeout(ttl, answers.message()).await {
-                        Ok(next) => next,
-                        Err(_) => {
-                            let late = shared
-                                .sent
-                                .lock()
-                                .front()
-                                .is_some_and(|(at, _)| at.elapsed() >= ttl);
-                            if late {
-                                let e = unreachable(format!(
-                                    "member {target:x}: no append answer in {ttl:?}"
-                                ));
-                                return Some((Err(e), None));
-                            }
-                            continue;
-                        }
-                    };
-                    return match next {
-                        Ok(Some(msg)) => {
-                            if let Some((at, _place)) = shared.sent.lock().pop_front() {
-                                stats.round_trip.observe_duration(at.elapsed());
-                            }
-                            let r = codec::from_append_result(msg).map_err(|e| {
-                                RPCError::Network(NetworkError::from_string(e.to_string()))
-                            });
-                            // openraft stops at the first refusal; so does the stream.
-                            let go_on = matches!(r, Ok(Ok(_)));
-                            Some((r, go_on.then_some((answers, shared, stats))))
-                        }
-                        Ok(None) => shared.stopped.lock().take().map(|e| (Err(e), None)),
-                        Err(status) => Some((Err(rpc_error(status)), None)),
-                    };
-                }
+        both_ways(&self.stats, self.target, self.one_way_after)?;
+        let requests: AppendRequests =
+            Box::pin(futures_util::stream::once(async { first }).chain(input));
+        let handed = match &self.pipe {
+            Some(pipe) => {
+                *pipe.shared.state.lock() = PipeState::default();
+                pipe.sessions.send(requests).map_err(|e| e.0)
             }
+            None => Err(requests),
+        };
+        if let Err(requests) = handed {
+            let mut client = self.client()?;
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let _ = tx.send(requests);
+            let shared = Arc::new(PipeShared::default());
+            let body = PipeBody {
+                sessions: rx,
+                current: None,
+                shared: shared.clone(),
+                stats: self.stats.clone(),
+                target: self.target,
+                one_way: self.one_way_after,
+            };
+            self.pipe = None;
+            let answers = match tokio::time::timeout(ttl, client.append(body)).await {
+                Ok(r) => r.map_err(rpc_error)?.into_inner(),
+                Err(_) => {
+                    return Err(unreachable(format!(
+                        "member {:x}: no answer in {ttl:?}",
+                        self.target
+                    )));
+                }
+            };
+            self.pipe = Some(Pipe { sessions: tx, answers, shared });
+        }
+        let session =
+            Session { pipe: &mut self.pipe, stats: self.stats.clone(), target: self.target, ttl };
+        let answers = futures_util::stream::unfold(Some(session), |session| async move {
+            let mut session = session?;
+            let (answer, go_on) = session.next().await?;
+            Some((answer, go_on.then_some(session)))
         });
         Ok(Box::pin(answers))
     }
