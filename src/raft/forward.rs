@@ -1,13 +1,22 @@
-//! Requests only the leader can serve, which the member a client called forwards to it over the
-//! peer service's one `Forward` call: proposals and read indexes, which Raft serves, and lease
-//! renewals, TimeToLive and membership changes, which the server serves for it
-//! ([`LeaderRequests`]). The road itself, one deadline and one retry policy for all of them, is
-//! `RaftNode::forward`.
+//! Requests only the leader can serve, which the member a client called forwards to it on the
+//! peer service's `Forwarding` stream ([`LeaderStream`]): proposals and read indexes, which
+//! Raft serves, and lease renewals, TimeToLive and membership changes, which the server serves
+//! for it ([`LeaderRequests`]). The road itself, one deadline and one retry policy for all of
+//! them, is `RaftNode::at_leader`.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+
+use super::network::RaftClient;
 use crate::error::Error;
+use crate::proto::memetcdpb as pb;
 
 /// A forwarded request.
 pub use crate::proto::memetcdpb::forward_request::Request as Forwarded;
@@ -35,5 +44,177 @@ pub(super) fn errors(request: &Forwarded) -> (Error, Error) {
         // etcd's lease calls wait for a leader until their deadline, then answer "no leader"
         // (`waitLeader`); membership changes answer so too (etcd's would time out).
         _ => (Error::NoLeader, Error::Timeout),
+    }
+}
+
+/// A call that never left this member (the stream to the leader had ended): safe to send
+/// again.
+pub(super) const NOT_SENT: &str = "the forward stream to the leader had ended: not sent";
+
+/// The stream a member keeps to the leader for the requests it forwards (`Forwarding`): one
+/// call per request cost an HTTP/2 stream, its headers and a handler on both sides, and a
+/// follower makes one for every round of its linearizable reads and every batch of its
+/// proposals. Calls on it are answered as the leader serves them, matched by id.
+#[derive(Debug)]
+pub(super) struct LeaderStream {
+    /// The calls, the body of the gRPC call.
+    calls: tokio::sync::mpsc::UnboundedSender<pb::ForwardCall>,
+    /// What the calls and the reader of the answers share.
+    shared: Arc<Shared>,
+    /// The id of the next call.
+    next_id: AtomicU64,
+}
+
+/// A call's answer, or the status a call of its own would have failed with.
+type Reply = std::result::Result<Answer, tonic::Status>;
+
+#[derive(Debug, Default)]
+struct Shared {
+    /// The calls sent and not answered, by id, and whether the stream ended: locked by a call
+    /// to register and by the reader to answer, once each per call, so a call either is
+    /// answered or finds the stream ended.
+    pending: Mutex<(HashMap<u64, oneshot::Sender<Reply>>, bool)>,
+}
+
+impl Shared {
+    /// The stream ended: every call still waiting gets `why`.
+    fn end(&self, why: tonic::Status) {
+        let waiting = {
+            let mut g = self.pending.lock();
+            g.1 = true;
+            std::mem::take(&mut g.0)
+        };
+        for (_, w) in waiting {
+            let _ = w.send(Err(why.clone()));
+        }
+    }
+}
+
+impl LeaderStream {
+    /// Opens the stream on `client`; the answers are read by a task of their own, which ends
+    /// with the stream.
+    pub(super) fn open(mut client: RaftClient) -> Self {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let shared = Arc::new(Shared::default());
+        let reader = shared.clone();
+        tokio::spawn(async move {
+            let calls = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+            let why = match client.forwarding(calls).await {
+                // As a call of its own: a leader that cannot be reached was sent nothing.
+                Err(status) => status,
+                Ok(answers) => {
+                    let mut answers = answers.into_inner();
+                    loop {
+                        match answers.message().await {
+                            Ok(Some(reply)) => {
+                                let waiter = reader.pending.lock().0.remove(&reply.id);
+                                if let Some(w) = waiter {
+                                    let _ = w.send(reply_of(reply));
+                                }
+                            }
+                            // Calls in flight may have reached the leader: never "not sent".
+                            Ok(None) => {
+                                break tonic::Status::unavailable(
+                                    "the leader ended the forward stream",
+                                );
+                            }
+                            Err(s) => {
+                                break tonic::Status::unavailable(format!(
+                                    "the forward stream to the leader failed ({:?})",
+                                    s.code()
+                                ));
+                            }
+                        }
+                    }
+                }
+            };
+            reader.end(why);
+        });
+        Self { calls: tx, shared, next_id: AtomicU64::new(1) }
+    }
+
+    /// Whether the stream ended (a new one is needed).
+    pub(super) fn ended(&self) -> bool {
+        self.shared.pending.lock().1
+    }
+
+    /// Sends `request` and waits at most `left` for its answer.
+    pub(super) async fn call(&self, request: Forwarded, left: Duration) -> Reply {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut g = self.shared.pending.lock();
+            if g.1 {
+                return Err(tonic::Status::unavailable(NOT_SENT));
+            }
+            g.0.insert(id, tx);
+        }
+        let call = pb::ForwardCall {
+            id,
+            request: Some(pb::ForwardRequest { request: Some(request) }),
+            timeout_ms: left.as_millis() as u64,
+        };
+        if self.calls.send(call).is_err() {
+            self.shared.pending.lock().0.remove(&id);
+            return Err(tonic::Status::unavailable(NOT_SENT));
+        }
+        match tokio::time::timeout(left, rx).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) => Err(tonic::Status::unavailable("the leader ended the forward stream")),
+            Err(_) => {
+                self.shared.pending.lock().0.remove(&id);
+                Err(tonic::Status::deadline_exceeded("the leader did not answer in time"))
+            }
+        }
+    }
+}
+
+/// A reply as the caller takes it.
+fn reply_of(reply: pb::ForwardReply) -> Reply {
+    match reply.response {
+        Some(r) => r.response.ok_or_else(|| tonic::Status::internal("a forward without answer")),
+        None => Err(tonic::Status::new(tonic::Code::from(reply.code), reply.message)),
+    }
+}
+
+/// The reply to call `id`, from how it was served.
+pub(super) fn reply(
+    id: u64,
+    served: std::result::Result<Answer, tonic::Status>,
+) -> pb::ForwardReply {
+    match served {
+        Ok(a) => pb::ForwardReply {
+            id,
+            response: Some(pb::ForwardResponse { response: Some(a) }),
+            code: 0,
+            message: String::new(),
+        },
+        Err(s) => pb::ForwardReply {
+            id,
+            response: None,
+            code: s.code() as i32,
+            message: s.message().to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A call on the stream fails as a call of its own did: same code, same message, so the
+    /// caller's retry policy (`not_delivered`, `Error::from_message`) reads it the same.
+    #[test]
+    fn a_reply_carries_the_answer_or_the_status_of_a_call_of_its_own() {
+        let failed = tonic::Status::unavailable(Error::NotLeader.message());
+        let back = reply_of(reply(7, Err(failed))).unwrap_err();
+        assert_eq!(back.code(), tonic::Code::Unavailable);
+        assert_eq!(Error::from_message(back.message()), Some(Error::NotLeader));
+        let late = reply_of(reply(8, Err(tonic::Status::deadline_exceeded("late")))).unwrap_err();
+        assert_eq!((late.code(), late.message()), (tonic::Code::DeadlineExceeded, "late"));
+        let answer = Answer::ReadIndex(pb::ReadIndexResponse { index: 42 });
+        let r = reply(9, Ok(answer.clone()));
+        assert_eq!(r.id, 9);
+        assert_eq!(reply_of(r).unwrap(), answer);
     }
 }

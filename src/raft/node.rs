@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 
-use super::forward::{Answer, Forwarded, LeaderRequests};
+use super::forward::{Answer, Forwarded, LeaderRequests, LeaderStream};
 use super::log_store::{LogOptions, LogStore};
 use super::membership::InitialMember;
 use super::network::{Network, Peers, RaftClient};
@@ -146,12 +146,19 @@ pub struct RaftNode {
     /// The server's side of the forwarded requests it serves when this member leads (see
     /// [`LeaderRequests`]): set once, as the server starts the node, before it serves peers.
     leader_requests: OnceLock<Arc<dyn LeaderRequests>>,
+    /// The stream to the leader this member forwards on (see [`LeaderStream`]), with the
+    /// leader's id and peer URLs: replaced when either changes or the stream ends. Locked to
+    /// find it, never across a call.
+    leader_stream: parking_lot::Mutex<Option<ToLeader>>,
     /// The linearizable reads waiting for the next shared read index round.
     reads: Arc<super::read_index::SharedReadIndex>,
     /// The proposals waiting for the next batch to the leader.
     proposals: Arc<super::batch::ProposalBatcher>,
     opts: NodeOptions,
 }
+
+/// The stream to the leader, with the leader's id and peer URLs it was opened for.
+type ToLeader = (u64, Vec<String>, Arc<LeaderStream>);
 
 /// How long a proposal may take before it is answered "request timed out" (etcd: 5 s plus two
 /// election timeouts).
@@ -295,6 +302,7 @@ impl RaftNode {
             removed: watch::channel(None).0,
             removed_members: Default::default(),
             leader_requests: OnceLock::new(),
+            leader_stream: parking_lot::Mutex::new(None),
             reads: Arc::default(),
             proposals: Arc::default(),
             opts,
@@ -573,11 +581,16 @@ impl RaftNode {
         let mut leaderless_since: Option<Instant> = None;
         // The members of the membership last seen applied, to find who left it.
         let mut applied_nodes: Option<BTreeSet<u64>> = None;
+        // The membership as last seen (its log id, and whether it was applied), so the sets
+        // below are built when it changes, not on every change of openraft's metrics (the
+        // leader's change with every acknowledgement).
+        let mut seen_config = None;
+        let mut membership = MembershipSeen::default();
         let mut tick = tokio::time::interval(self.opts.heartbeat.max(Duration::from_millis(50)));
         // The log's entries up to here are no longer held in memory (see `held_upto`).
         let mut released = 0;
         loop {
-            let (role, upto) = {
+            let (role, upto, config_changed) = {
                 let m = rx.borrow_and_update();
                 let is_leader = m.state == ServerState::Leader;
                 let cut_off = if is_leader {
@@ -593,7 +606,20 @@ impl RaftNode {
                     is_learner: m.state == ServerState::Learner
                         && m.membership_config.membership().get_node(&m.id).is_some(),
                 };
-                (role, held_upto(&m))
+                let config = &m.membership_config;
+                let applied =
+                    config.log_id().as_ref().is_some_and(|l| Some(l) <= m.last_applied.as_ref());
+                let key = (*config.log_id(), applied);
+                let config_changed = seen_config.as_ref() != Some(&key);
+                if config_changed {
+                    membership = MembershipSeen {
+                        nodes: config.membership().nodes().map(|(id, _)| *id).collect(),
+                        named: config.membership().get_node(&m.id).is_some(),
+                        applied,
+                    };
+                    seen_config = Some(key);
+                }
+                (role, held_upto(&m), config_changed)
             };
             // After the metrics borrow ends: openraft waits for it to publish, and the log's
             // lock may be busy with an append.
@@ -602,8 +628,15 @@ impl RaftNode {
                 released = upto;
             }
             self.term.store(role.term, Ordering::Relaxed);
-            self.note_removed_members(&mut applied_nodes);
-            self.check_removed(role.leader.is_some(), &mut was_member, &mut leaderless_since);
+            if config_changed {
+                self.note_removed_members(&membership, &mut applied_nodes);
+            }
+            self.check_removed(
+                role.leader.is_some(),
+                &membership,
+                &mut was_member,
+                &mut leaderless_since,
+            );
             if role.leader != last_leader {
                 if role.leader.is_some() {
                     self.leader_changes.fetch_add(1, Ordering::Relaxed);
@@ -632,22 +665,18 @@ impl RaftNode {
     /// Records the members that left the applied membership since `last` was seen (etcd's
     /// removed members: only an applied removal counts, as one that is not committed yet may
     /// be undone by the next leader).
-    fn note_removed_members(&self, last: &mut Option<BTreeSet<u64>>) {
-        let m = self.metrics();
-        let config = &m.membership_config;
-        let applied = config.log_id().as_ref().is_some_and(|l| Some(l) <= m.last_applied.as_ref());
-        if !applied {
+    fn note_removed_members(&self, now: &MembershipSeen, last: &mut Option<BTreeSet<u64>>) {
+        if !now.applied {
             return;
         }
-        let nodes: BTreeSet<u64> = config.membership().nodes().map(|(id, _)| *id).collect();
         if let Some(before) = last.as_ref() {
             let gone: Vec<u64> =
-                before.difference(&nodes).copied().filter(|id| *id != self.id).collect();
+                before.difference(&now.nodes).copied().filter(|id| *id != self.id).collect();
             if !gone.is_empty() {
                 self.removed_members.lock().extend(gone);
             }
         }
-        *last = Some(nodes);
+        *last = Some(now.nodes.clone());
     }
 
     /// Whether member `id` was seen leaving this cluster (see [`Self::note_removed_members`]).
@@ -661,19 +690,16 @@ impl RaftNode {
     fn check_removed(
         &self,
         has_leader: bool,
+        membership: &MembershipSeen,
         was_member: &mut bool,
         leaderless_since: &mut Option<Instant>,
     ) {
         if self.removed.borrow().is_some() {
             return;
         }
-        let m = self.metrics();
-        let config = &m.membership_config;
-        let named = config.membership().get_node(&self.id).is_some();
-        let applied = config.log_id().as_ref().is_some_and(|l| Some(l) <= m.last_applied.as_ref());
-        if named {
+        if membership.named {
             *was_member = true;
-        } else if *was_member && applied {
+        } else if *was_member && membership.applied {
             tracing::warn!(
                 member = format!("{:x}", self.id),
                 "raft: this member was removed from the cluster"
@@ -692,7 +718,9 @@ impl RaftNode {
             return;
         }
         *leaderless_since = Some(Instant::now());
-        let peers: Vec<(u64, Vec<String>)> = config
+        let m = self.metrics();
+        let peers: Vec<(u64, Vec<String>)> = m
+            .membership_config
             .membership()
             .nodes()
             .filter(|(id, _)| **id != self.id)
@@ -967,12 +995,10 @@ impl RaftNode {
                     Ok(r) => return r,
                 }
             }
-            let Some(c) =
-                self.peer_urls_of(leader).and_then(|u| self.peers.raft_client(leader, &u))
-            else {
+            let Some(stream) = self.leader_stream(leader) else {
                 return Err(Error::NoLeader);
             };
-            match self.ask_leader(c, request.clone(), left).await {
+            match stream.call(request.clone(), left).await {
                 Ok(v) => return Ok(v),
                 Err(s)
                     if Error::from_message(s.message()) == Some(Error::NotLeader)
@@ -989,17 +1015,20 @@ impl RaftNode {
         }
     }
 
-    /// One call to the leader's `Forward`, with `left` to answer.
-    async fn ask_leader(
-        &self,
-        mut c: RaftClient,
-        request: Forwarded,
-        left: Duration,
-    ) -> std::result::Result<Answer, tonic::Status> {
-        let mut req = tonic::Request::new(pb::ForwardRequest { request: Some(request) });
-        req.set_timeout(left);
-        let answer = c.forward(req).await?.into_inner().response;
-        answer.ok_or_else(|| tonic::Status::internal("a forward without answer"))
+    /// The stream to `leader`, opened if this member has none to it that still works.
+    fn leader_stream(&self, leader: u64) -> Option<Arc<LeaderStream>> {
+        let urls = self.peer_urls_of(leader)?;
+        let mut g = self.leader_stream.lock();
+        if let Some((id, u, s)) = g.as_ref()
+            && *id == leader
+            && *u == urls
+            && !s.ended()
+        {
+            return Some(s.clone());
+        }
+        let stream = Arc::new(LeaderStream::open(self.peers.raft_client(leader, &urls)?));
+        *g = Some((leader, urls, stream.clone()));
+        Some(stream)
     }
 
     /// Serves a request a follower forwarded. Its read index joins this leader's own shared
@@ -1374,7 +1403,20 @@ impl RaftNode {
 fn not_delivered(s: &tonic::Status) -> bool {
     s.code() == tonic::Code::Unavailable
         && Error::from_message(s.message()).is_none()
-        && (s.message().contains("connect") || s.message().contains("Connection refused"))
+        && (s.message().contains("connect")
+            || s.message().contains("Connection refused")
+            || s.message() == super::forward::NOT_SENT)
+}
+
+/// What the node's metrics watch takes from the membership openraft reports.
+#[derive(Debug, Default)]
+struct MembershipSeen {
+    /// Its members.
+    nodes: BTreeSet<u64>,
+    /// Whether it names this member.
+    named: bool,
+    /// Whether this member applied it.
+    applied: bool,
 }
 
 /// Up to which index the log need not hold its entries in memory: this member applied them

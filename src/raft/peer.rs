@@ -65,9 +65,41 @@ fn status(e: Error) -> Status {
     Status::unavailable(e.message())
 }
 
+/// One forwarded call, checked as a call of its own would be: the caller's calls may have
+/// been cut (an injected fault) or the caller removed since the stream opened.
+async fn serve_forward_call(
+    node: &RaftNode,
+    from: u64,
+    request: Option<pb::ForwardRequest>,
+    timeout_ms: u64,
+) -> Result<super::forward::Answer, Status> {
+    node.check_fault(from)?;
+    if node.is_member_removed(from) {
+        return Err(super::network::member_removed());
+    }
+    let Some(mut request) = request.and_then(|r| r.request) else {
+        return Err(Status::invalid_argument("a forwarded call without a request"));
+    };
+    if let Forwarded::Propose(p) = &mut request {
+        // A view into the received HTTP/2 buffer would pin that whole buffer for as long
+        // as the entry stays in the log: the log keeps its own copy, of the exact size.
+        for r in &mut p.requests {
+            *r = bytes::Bytes::copy_from_slice(r);
+        }
+    }
+    // The caller's deadline, and never more than this member's request timeout.
+    let left = std::time::Duration::from_millis(timeout_ms).min(node.request_timeout());
+    tokio::time::timeout(left, node.serve_peer_forward(request))
+        .await
+        .unwrap_or(Err(Error::Timeout))
+        .map_err(status)
+}
+
 #[tonic::async_trait]
 impl pb::raft_server::Raft for PeerService {
     type AppendStream = AppendResults;
+    type ForwardingStream =
+        tokio_stream::wrappers::UnboundedReceiverStream<Result<pb::ForwardReply, Status>>;
 
     async fn append(
         &self,
@@ -209,31 +241,27 @@ impl pb::raft_server::Raft for PeerService {
         }
     }
 
-    async fn forward(
+    async fn forwarding(
         &self,
-        req: Request<pb::ForwardRequest>,
-    ) -> Result<Response<pb::ForwardResponse>, Status> {
+        req: Request<Streaming<pb::ForwardCall>>,
+    ) -> Result<Response<Self::ForwardingStream>, Status> {
         let node = self.node()?;
-        node.check_peer(&req)?;
-        // Every member sets a deadline; without one, the request timeout is this member's.
-        let has_deadline = req.metadata().get("grpc-timeout").is_some();
-        let Some(mut request) = req.into_inner().request else {
-            return Err(Status::invalid_argument("a forwarded call without a request"));
-        };
-        if let Forwarded::Propose(p) = &mut request {
-            // A view into the received HTTP/2 buffer would pin that whole buffer for as long
-            // as the entry stays in the log: the log keeps its own copy, of the exact size.
-            for r in &mut p.requests {
-                *r = bytes::Bytes::copy_from_slice(r);
+        let from = node.check_peer(&req)?;
+        let mut calls = req.into_inner();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        // Each call is served on its own, as a call of its own was: a proposal's batch waits
+        // for its commit while the read index rounds behind it go on.
+        tokio::spawn(async move {
+            while let Ok(Some(call)) = calls.message().await {
+                let (node, tx) = (node.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let served =
+                        serve_forward_call(&node, from, call.request, call.timeout_ms).await;
+                    let _ = tx.send(Ok(super::forward::reply(call.id, served)));
+                });
             }
-        }
-        let fut = node.serve_peer_forward(request);
-        let r = if has_deadline {
-            fut.await
-        } else {
-            tokio::time::timeout(node.request_timeout(), fut).await.unwrap_or(Err(Error::Timeout))
-        };
-        Ok(Response::new(pb::ForwardResponse { response: Some(r.map_err(status)?) }))
+        });
+        Ok(Response::new(tokio_stream::wrappers::UnboundedReceiverStream::new(rx)))
     }
 
     async fn probe(
