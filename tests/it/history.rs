@@ -2450,7 +2450,7 @@ async fn cluster_history_holds_without_faults() {
 }
 
 /// Clients on every member mostly reading linearizably while others write: reads that arrive
-/// together share one read index round, on the leader and on followers (one forwarded call
+/// together share one read index round, on the leader and on followers (one forwarded request
 /// per round), and each must still see every write acknowledged before it began. Against etcd
 /// too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
