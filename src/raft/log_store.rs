@@ -100,27 +100,45 @@ fn put_log_id(out: &mut Vec<u8>, l: &Option<LogId>) {
     }
 }
 
+/// The body of an entry's record (`Record::Entry`), from a borrowed entry: appends encode
+/// every entry they hold, and need not clone one to do so.
+fn put_entry(b: &mut Vec<u8>, e: &Entry) {
+    b.push(tag::ENTRY);
+    put_uvarint(b, e.log_id.leader_id.term);
+    put_uvarint(b, e.log_id.index);
+    match &e.payload {
+        EntryPayload::Blank => b.push(tag::BLANK),
+        EntryPayload::Normal(p) => {
+            b.push(tag::NORMAL);
+            put_bytes(b, &p.0);
+        }
+        EntryPayload::Membership(m) => {
+            b.push(tag::MEMBERSHIP);
+            put_bytes(b, &codec::membership(m).encode_to_vec());
+        }
+    }
+}
+
 impl Record {
+    /// At least the bytes [`Record::encode`] writes (frame, tags, varints, payload), so a
+    /// batch's buffer is sized once: grown by doubling, a batch of 1 KiB entries was copied
+    /// about ten times over (1.5% of a leader's CPU in a put run).
+    fn size_hint(&self) -> usize {
+        let payload = match self {
+            Record::Entry(e) => match &e.payload {
+                EntryPayload::Normal(p) => p.0.len(),
+                EntryPayload::Blank | EntryPayload::Membership(_) => 0,
+            },
+            _ => 0,
+        };
+        FRAME_LEN + 40 + payload
+    }
+
     fn encode(&self, out: &mut Vec<u8>) {
         let mut f = Framer::new(out);
         let b = f.body();
         match self {
-            Record::Entry(e) => {
-                b.push(tag::ENTRY);
-                put_uvarint(b, e.log_id.leader_id.term);
-                put_uvarint(b, e.log_id.index);
-                match &e.payload {
-                    EntryPayload::Blank => b.push(tag::BLANK),
-                    EntryPayload::Normal(p) => {
-                        b.push(tag::NORMAL);
-                        put_bytes(b, &p.0);
-                    }
-                    EntryPayload::Membership(m) => {
-                        b.push(tag::MEMBERSHIP);
-                        put_bytes(b, &codec::membership(m).encode_to_vec());
-                    }
-                }
-            }
+            Record::Entry(e) => put_entry(b, e),
             Record::Vote(v) => {
                 b.push(tag::VOTE);
                 put_uvarint(b, v.leader_id.term);
@@ -627,7 +645,7 @@ impl LogStore {
     /// Writes records; `sync` makes them durable before returning (votes), whatever the mode.
     fn write(&self, recs: &[Record], sync: bool) -> io::Result<()> {
         let Some(d) = &self.disk else { return Ok(()) };
-        let mut buf = Vec::new();
+        let mut buf = Vec::with_capacity(recs.iter().map(Record::size_hint).sum());
         for r in recs {
             r.encode(&mut buf);
         }
@@ -954,12 +972,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .sum();
         self.appended.fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
         if let Some(d) = &self.disk {
-            let mut buf = Vec::new();
+            // Sized once (see `Record::size_hint`).
+            let mut buf = Vec::with_capacity(bytes + entries.len() * (FRAME_LEN + 40));
             // Where each record starts in `buf`, and its length.
             let mut spans = Vec::with_capacity(entries.len());
             for e in &entries {
                 let at = buf.len();
-                Record::Entry(e.clone()).encode(&mut buf);
+                let mut f = Framer::new(&mut buf);
+                put_entry(f.body(), e);
+                f.finish();
                 let len = u32::try_from(buf.len() - at).map_err(|_| {
                     io::Error::new(
                         io::ErrorKind::InvalidInput,
