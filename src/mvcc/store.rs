@@ -631,6 +631,20 @@ impl Store {
     /// A Range outside a txn: served at the watermark, so it sees every acknowledged write.
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse> {
         validate::check_range_key(&req.key)?;
+        loop {
+            match self.range_at_watermark(req) {
+                // A read at the current revision is never refused as compacted (etcd's holds
+                // the store's read lock, which its compaction waits for). Here a compaction
+                // can finish between reading the watermark and the partitions: it compacted
+                // to a revision that was committed, so the read is served again at a newer
+                // watermark, which is at or above it.
+                Err(Error::Compacted) if req.revision == 0 => continue,
+                r => return r,
+            }
+        }
+    }
+
+    fn range_at_watermark(&self, req: &RangeRequest) -> Result<RangeResponse> {
         let current = self.commit.clock.committed();
         self.check_read_revision(req.revision, current)?;
         let rev = if req.revision > 0 { req.revision } else { current };

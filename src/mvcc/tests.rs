@@ -759,3 +759,34 @@ fn a_key_never_pins_a_superseded_versions_allocation() {
     let got = range(&s, k, "", 0, 0);
     assert_eq!(got.kvs[0].value, b("logged, not compacted"));
 }
+
+/// A read at the current revision is never refused as compacted, even when a compaction to a
+/// revision just committed finishes while it reads (a history check caught a plain get
+/// answered "required revision has been compacted").
+#[test]
+fn reads_at_the_current_revision_are_never_compacted() {
+    let s = Arc::new(store());
+    put(&s, "/registry/pods/ns/a", "v0");
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (s, stop) = (s.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) && i < 200_000 {
+                let rev = put(&s, "/registry/pods/ns/a", &format!("v{i}"));
+                // Compact to the revision just committed: the tightest a client can ask for.
+                let _ = s.compact(rev);
+                i += 1;
+            }
+        })
+    };
+    let started = std::time::Instant::now();
+    let mut reads = 0u64;
+    while started.elapsed() < std::time::Duration::from_secs(2) {
+        let r = s.range(&RangeRequest { key: b("/registry/pods/ns/a"), ..Default::default() });
+        assert!(r.is_ok(), "a read at the current revision failed: {r:?} (after {reads} reads)");
+        reads += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+}
