@@ -813,11 +813,18 @@ impl RaftNode {
         req: &tonic::Request<T>,
     ) -> std::result::Result<u64, tonic::Status> {
         let from = super::network::check_stamp(req, self.cluster_id)?;
+        self.admit(from)?;
+        Ok(from)
+    }
+
+    /// Admits one message of member `from` (on a stream, each is checked as a call of its
+    /// own): refused while an injected fault drops its calls, or once it was seen removed.
+    pub fn admit(&self, from: u64) -> std::result::Result<(), tonic::Status> {
         self.check_fault(from)?;
         if self.is_member_removed(from) {
             return Err(super::network::member_removed());
         }
-        Ok(from)
+        Ok(())
     }
 
     /// Refuses a call from member `from` while an injected fault drops its calls.
@@ -875,12 +882,16 @@ impl RaftNode {
     }
 
     /// Peer URLs of member `id`, from the membership this member knows.
+    /// Borrows openraft's metrics rather than cloning them: every forwarded request asks.
     pub fn peer_urls_of(&self, id: u64) -> Option<Vec<String>> {
-        let m = self.metrics().membership_config;
-        m.membership()
+        let rx = self.raft.metrics();
+        let urls = rx
+            .borrow_watched()
+            .membership_config
+            .membership()
             .get_node(&id)
-            .map(|n| n.peer_urls.clone())
-            .or_else(|| self.opts.initial.get(&id).map(|i| i.peer_urls.clone()))
+            .map(|n| n.peer_urls.clone());
+        urls.or_else(|| self.opts.initial.get(&id).map(|i| i.peer_urls.clone()))
     }
 
     /// Waits until this member has applied `index`.

@@ -73,10 +73,7 @@ async fn serve_forward_call(
     request: Option<pb::ForwardRequest>,
     timeout_ms: u64,
 ) -> Result<super::forward::Answer, Status> {
-    node.check_fault(from)?;
-    if node.is_member_removed(from) {
-        return Err(super::network::member_removed());
-    }
+    node.admit(from)?;
     let Some(mut request) = request.and_then(|r| r.request) else {
         return Err(Status::invalid_argument("a forwarded call without a request"));
     };
