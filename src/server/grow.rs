@@ -62,9 +62,28 @@ const ELECTION_WAIT: Duration = Duration::from_secs(10);
 /// founding Raft state is durable, before Raft starts (a crash between steps 2 and 3).
 const FAILPOINT: &str = "grow-abort";
 
+/// Tests only: a `--wal-failpoint` file saying this holds the growth for [`STALL`] at the same
+/// point, as writing the founding snapshot of a store of gigabytes does, so that a test can give
+/// up on the MemberAdd there.
+const STALL_FAILPOINT: &str = "grow-stall";
+const STALL: Duration = Duration::from_secs(3);
+
 /// Makes this member alone the only member of a Raft cluster (see the module docs); nothing
 /// to do for a cluster member. On an error the member stays alone, as it was.
+///
+/// The growth runs to its end on a task of its own, whatever the caller does: a caller that
+/// gives up (a client's deadline; etcdctl's 5 s is shorter than writing the founding snapshot
+/// of a few GiB) drops only its wait. Dropped half-way with the call, a growth would leave the
+/// store closed to direct writes with no Raft to take them (every write retrying forever) and
+/// its founding state written all the same: a member wedged until it restarted.
 pub async fn grow(s: &Arc<Member>) -> Result<(), Status> {
+    let s = s.clone();
+    tokio::spawn(async move { grow_to_end(&s).await })
+        .await
+        .unwrap_or_else(|e| Err(Status::internal(format!("growing into a cluster: {e}"))))
+}
+
+async fn grow_to_end(s: &Arc<Member>) -> Result<(), Status> {
     let _alone = s.alone.write().await;
     if s.raft().is_some() {
         return Ok(());
@@ -139,12 +158,16 @@ async fn found(s: &Arc<Member>, opts: NodeOptions) -> Result<Arc<RaftNode>, Stri
         Err(e) => return Err(undo(format!("writing the founding snapshot: {e}"))),
     }
     let failpoint = s.config.wal_options().failpoint;
-    if failpoint
-        .and_then(|f| std::fs::read_to_string(f).ok())
-        .is_some_and(|f| f.trim() == FAILPOINT)
-    {
-        tracing::error!("wal failpoint {FAILPOINT}: aborting after the founding Raft state");
-        std::process::abort();
+    match failpoint.and_then(|f| std::fs::read_to_string(f).ok()).as_deref().map(str::trim) {
+        Some(FAILPOINT) => {
+            tracing::error!("wal failpoint {FAILPOINT}: aborting after the founding Raft state");
+            std::process::abort();
+        }
+        Some(STALL_FAILPOINT) => {
+            tracing::warn!("wal failpoint {STALL_FAILPOINT}: holding the growth for {STALL:?}");
+            tokio::time::sleep(STALL).await;
+        }
+        _ => {}
     }
     let node = match RaftNode::start_founded(opts, applier, GROWN_VOTE_TERM).await {
         Ok(node) => node,

@@ -334,3 +334,61 @@ async fn a_member_killed_while_growing_restarts_consistent() {
         assert_eq!(local(&mut on1, key).await.map(|v| v.1), Some(*r), "m1: {key}");
     }
 }
+
+/// A MemberAdd whose caller gives up while the member alone grows (etcdctl's 5 s is shorter
+/// than writing the founding snapshot of a store of a few GiB; a failpoint holds the growth
+/// here instead) neither wedges the member nor leaves it half grown: the growth finishes, writes
+/// go on with their revisions, and the add goes through when asked again.
+#[tokio::test]
+async fn a_member_alone_whose_add_is_abandoned_while_growing_keeps_serving() {
+    let mut c = Cluster::start(Kind::MemEtcd, 1, &[]).await.expect("mem_etcd");
+    let fp = c.members[0].dir.aside("wal-failpoint");
+    crate::durability::set_failpoint(&fp, "");
+    let _ = c.kill9(0);
+    let mut args = c.args(0, "new");
+    args.push(format!("--wal-failpoint={}", fp.display()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let s = c.members[0].dir.start(&args).await;
+    c.members[0].server = Some(s);
+    let mut cl = c.client(0).await;
+    let mut last = 0;
+    for i in 0..50 {
+        last = rev(cl.put(format!("/k/{i}"), "v", None).await.unwrap().header());
+    }
+    crate::durability::set_failpoint(&fp, "grow-stall");
+    let s1 = c.add_slot();
+    let add = {
+        let mut cl = cl.clone();
+        let peer = c.peer_url(s1);
+        tokio::spawn(async move { cl.member_add([peer.as_str()], None).await })
+    };
+    let server = c.members[0].server.as_ref().unwrap();
+    let start = Instant::now();
+    while server.grep_log("holding the growth").is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(10), "the growth reached its failpoint");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The caller gives up half-way: its call is cancelled, and the server drops the handler.
+    add.abort();
+    assert!(add.await.is_err_and(|e| e.is_cancelled()));
+    crate::durability::set_failpoint(&fp, "");
+    let put = tokio::time::timeout(Duration::from_secs(15), cl.put("/k/after", "v", None)).await;
+    let put = put.expect("a write after the abandoned add is answered").unwrap();
+    assert_eq!(rev(put.header()), last + 1, "revisions go on");
+    assert!(
+        !server.grep_log("grown into a cluster of one").is_empty(),
+        "the growth went on to its end:\n{}",
+        server.log_tail()
+    );
+    let add = {
+        let mut cl = cl.clone();
+        let peer = c.peer_url(s1);
+        tokio::spawn(async move { cl.member_add([peer.as_str()], None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.join(s1).await;
+    add.await.unwrap().expect("member add, asked again");
+    c.converged().await;
+    let mut on1 = c.client(s1).await;
+    assert_eq!(local(&mut on1, "/k/after").await.map(|v| v.1), Some(last + 1));
+}
