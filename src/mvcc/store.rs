@@ -134,6 +134,18 @@ pub(super) struct CompactionState {
     pins: usize,
     /// The newest compaction whose freeing waits for the pins to go.
     deferred: Option<i64>,
+    /// Compactions set (readers already refused below them) whose walks have not run yet, in
+    /// the order they were set: see [`Store::set_compaction`].
+    unwalked: std::collections::VecDeque<Unwalked>,
+}
+
+/// A compaction set but not walked yet: its hash and its freeing are still to come.
+#[derive(Debug)]
+struct Unwalked {
+    rev: i64,
+    /// The compaction revision before it: its hash covers the history from there.
+    before: i64,
+    started: std::time::Instant,
 }
 
 /// A pin on the store's history: while it lives, compactions free nothing (they still take
@@ -279,10 +291,18 @@ pub struct Store {
     /// The logical compaction revision (etcd's `compactMainRev`, -1 before the first). Reads
     /// below it fail; each partition also records the revision it physically compacted at.
     pub(super) compact_rev: AtomicI64,
-    /// Serialises Compact calls (they are rare and each walks every partition), and counts the
-    /// readers of history at a fixed revision (backups, snapshots) that hold off compaction's
-    /// freeing of that history (see [`HistoryPin`]).
+    /// Serialises the setting of compactions, counts the readers of history at a fixed
+    /// revision (backups, snapshots) that hold off compaction's freeing of that history (see
+    /// [`HistoryPin`]), and queues the compactions to walk. Held briefly only: a cluster
+    /// member's apply loop takes it, and must never wait for a walk of the store.
     pub(super) compaction: Mutex<CompactionState>,
+    /// Held by the walks over every partition that must not interleave with a compaction's
+    /// freeing: a compaction's hash and freeing, HashKV. Taken before `compaction`, never
+    /// while holding it.
+    walks: Mutex<()>,
+    /// The newest compaction revision walked (hashed, and freed or left to the pins): what a
+    /// physical Compaction's answer waits for.
+    walked: tokio::sync::watch::Sender<i64>,
     max_txn_ops: usize,
     max_request_bytes: usize,
     /// What the store was made with (a snapshot installed into it is built with the same).
@@ -313,6 +333,8 @@ impl Store {
             }),
             compact_rev: AtomicI64::new(-1),
             compaction: Mutex::new(CompactionState::default()),
+            walks: Mutex::new(()),
+            walked: tokio::sync::watch::channel(-1).0,
             max_txn_ops: config.max_txn_ops,
             max_request_bytes: config.max_request_bytes,
             config,
@@ -936,33 +958,72 @@ impl Store {
     /// would read history it was told is gone. Blocks until the log has it, so call it from a
     /// blocking thread; compactions are serialised, so a later one waits for this one.
     pub fn compact(&self, rev: i64) -> Result<Compacted> {
+        let c = self.set_compaction(rev)?;
+        self.walk_compactions();
+        Ok(c)
+    }
+
+    /// The part of a compaction at `rev` that readers see, at once: reads and watches below
+    /// `rev` are refused from now on (etcd's `compactMainRev`), and the WAL has it. What
+    /// remains, the walks of every partition (the compaction hash, the freeing of what `rev`
+    /// no longer keeps), is queued for [`Store::walk_compactions`]: a cluster member's apply
+    /// loop sets a compaction and walks it elsewhere, as etcd's apply schedules its compaction,
+    /// so that no later write waits for a walk of the whole store. Until walked, the store
+    /// serves the compacted state as it does while a backup pins the history.
+    pub fn set_compaction(&self, rev: i64) -> Result<Compacted> {
         let started = std::time::Instant::now();
         let mut state = self.compaction.lock();
-        if rev <= self.compact_rev.load(Ordering::SeqCst) {
+        let before = self.compact_rev.load(Ordering::SeqCst);
+        if rev <= before {
             return Err(Error::Compacted);
         }
         if rev > self.commit.clock.committed() {
             return Err(Error::FutureRev);
         }
-        // etcd's compaction hashes what it walks, from the previous compaction revision up to
-        // this one: the store's HashKV at `rev` before compacting (the value etcd's HashKV
-        // then answers at `rev`). One more walk of the store; compactions are rare.
-        let hash = self.hash_kv_locked(rev).map_or(0, |(h, _, _)| h);
         if let Some(w) = self.wal() {
             let batch = w.append_meta(|seq| wal::record::Record::Compact { seq, rev });
             w.wait_durable_blocking(batch);
         }
         self.compact_rev.store(rev, Ordering::SeqCst);
         self.commit.events.compact(rev);
-        if state.pins > 0 {
-            state.deferred = Some(rev);
-        } else {
-            self.free_compacted(rev);
-        }
+        state.unwalked.push_back(Unwalked { rev, before, started });
         drop(state);
-        let revision = self.commit.clock.committed();
-        self.log_compaction_finished(rev, hash, started);
-        Ok(Compacted { revision })
+        Ok(Compacted { revision: self.commit.clock.committed() })
+    }
+
+    /// Walks the compactions set and not walked yet, in order (see [`Store::set_compaction`]):
+    /// each one's hash, then its freeing (left to the last pin on the history if there is one).
+    /// Returns once none is left; a caller that finds another walking waits for it.
+    pub fn walk_compactions(&self) {
+        let _walks = self.walks.lock();
+        loop {
+            let Some(c) = self.compaction.lock().unwalked.pop_front() else { return };
+            // etcd's compaction hashes what it walks, from the previous compaction revision up
+            // to this one: the store's HashKV at `rev` before compacting (the value etcd's
+            // HashKV then answers at `rev`). Nothing at or below `rev` changed since it was
+            // set: writes add revisions above it, and only this walk frees.
+            let (hash, ..) = self.hash_walk(c.rev, c.before);
+            let free = {
+                let mut state = self.compaction.lock();
+                if state.pins > 0 {
+                    state.deferred = Some(c.rev);
+                }
+                state.pins == 0
+            };
+            // A pin taken from here on holds history at this compaction or a later one, all of
+            // which this freeing keeps.
+            if free {
+                self.free_compacted(c.rev);
+            }
+            self.log_compaction_finished(c.rev, hash, c.started);
+            self.walked.send_replace(c.rev);
+        }
+    }
+
+    /// Waits until the compaction at `rev` (or a later one) has been walked: what etcd's
+    /// physical Compaction waits for.
+    pub async fn wait_walked(&self, rev: i64) {
+        let _ = self.walked.subscribe().wait_for(|&w| w >= rev).await;
     }
 
     /// etcd's "finished scheduled compaction" line, which operators and etcd's tests wait for:
@@ -1017,11 +1078,14 @@ impl Store {
     /// Returns a pin; the last one out frees what compactions deferred.
     pub fn unpin_history(&self, pin: HistoryPin) {
         let _ = pin;
-        let mut state = self.compaction.lock();
-        state.pins -= 1;
-        if state.pins == 0
-            && let Some(rev) = state.deferred.take()
-        {
+        let deferred = {
+            let mut state = self.compaction.lock();
+            state.pins -= 1;
+            if state.pins == 0 { state.deferred.take() } else { None }
+        };
+        if let Some(rev) = deferred {
+            // A pin taken meanwhile holds history at `rev` or later, which this keeps.
+            let _walks = self.walks.lock();
             self.free_compacted(rev);
         }
     }
@@ -1031,17 +1095,18 @@ impl Store {
     /// `mvccpb.KeyValue`), so the value equals etcd's for the same history, empty or not.
     /// Returns (hash, hash revision, compact revision).
     pub fn hash_kv(&self, rev: i64) -> Result<(u32, i64, i64)> {
-        // No compaction meanwhile: the walk below takes each partition's lock a chunk at a
-        // time, and a compaction between two chunks would change what it hashes.
-        let _compaction = self.compaction.lock();
-        self.hash_kv_locked(rev)
-    }
-
-    /// [`Self::hash_kv`] for a caller that holds the compaction lock.
-    fn hash_kv_locked(&self, rev: i64) -> Result<(u32, i64, i64)> {
+        // No freeing meanwhile: the walk below takes each partition's lock a chunk at a time,
+        // and a compaction freeing between two chunks would change what it hashes.
+        let _walks = self.walks.lock();
         let current = self.commit.clock.committed();
         self.check_read_revision(rev, current)?;
         let rev = if rev > 0 { rev } else { current };
+        Ok(self.hash_walk(rev, self.compact_rev.load(Ordering::SeqCst)))
+    }
+
+    /// The walk of [`Self::hash_kv`] at `rev`, for the history compacted at `compacted` (the
+    /// caller holds `walks`).
+    fn hash_walk(&self, rev: i64, compacted: i64) -> (u32, i64, i64) {
         let t = self.table.read();
         let parts: Vec<_> =
             std::iter::once(t.all[0].clone()).chain(t.sorted.iter().cloned()).collect();
@@ -1054,7 +1119,6 @@ impl Store {
         // it (what compaction kept: each key's newest there unless a delete), only the ones
         // that are their key's live version at `rev`, unless no key is live at `rev` (etcd's
         // "keep" set at `rev`, and its rule that an empty set skips nothing).
-        let compacted = self.compact_rev.load(Ordering::SeqCst);
         let mut any_live = false;
         let mut scratch = Vec::new();
         for p in parts {
@@ -1101,7 +1165,7 @@ impl Store {
             .iter()
             .fold(crc32c::crc32c(b"key"), |crc, &(_, c, len, _)| join.append(crc, c, len));
         // etcd reports -1 before the first compaction.
-        Ok((crc, rev, self.compact_rev.load(Ordering::SeqCst)))
+        (crc, rev, self.compact_rev.load(Ordering::SeqCst))
     }
 }
 

@@ -790,3 +790,50 @@ fn reads_at_the_current_revision_are_never_compacted() {
     stop.store(true, Ordering::Relaxed);
     writer.join().unwrap();
 }
+
+/// A compaction set and not walked yet (a cluster member's apply leaves the walks to a
+/// thread) already serves the compacted state: reads below it are refused, reads at and above
+/// it and HashKV answer what they answer once it is walked, and a later compaction can be set
+/// meanwhile. The walks then free what a compaction in one go frees.
+#[test]
+fn a_compaction_set_serves_the_compacted_state_before_its_walks() {
+    let (walked_later, at_once) = (store(), store());
+    for s in [&walked_later, &at_once] {
+        for i in 0..40 {
+            put(s, &format!("/registry/pods/ns/p{}", i % 7), &format!("{i}{}", "v".repeat(300)));
+        }
+        del(s, "/registry/pods/ns/p3", "");
+    }
+    let rev = at_once.current_revision() - 5;
+    let later = at_once.current_revision();
+    at_once.compact(rev).unwrap();
+    let hash_at_once = at_once.hash_kv(0).unwrap();
+    let listed = |s: &Store, at: i64| range(s, "/registry/pods/", "/registry/pods0", at, 0).kvs;
+
+    walked_later.set_compaction(rev).unwrap();
+    let refused = walked_later.range(&RangeRequest {
+        key: b("/registry/pods/"),
+        revision: rev - 1,
+        ..Default::default()
+    });
+    assert_eq!(refused.unwrap_err(), Error::Compacted, "refused below it at once");
+    assert_eq!(walked_later.set_compaction(rev).unwrap_err(), Error::Compacted);
+    assert_eq!(listed(&walked_later, rev), listed(&at_once, rev));
+    assert_eq!(listed(&walked_later, 0), listed(&at_once, 0));
+    assert_eq!(walked_later.hash_kv(0).unwrap(), hash_at_once, "HashKV before the walks");
+    let freed = |s: &Store| s.size_bytes();
+    assert!(freed(&walked_later) > freed(&at_once), "nothing freed before the walks");
+
+    walked_later.walk_compactions();
+    assert_eq!(walked_later.hash_kv(0).unwrap(), hash_at_once, "HashKV after the walks");
+    assert_eq!(freed(&walked_later), freed(&at_once), "the walks freed what compact frees");
+    // Two compactions set before one walk: walked in order, both freed.
+    walked_later.set_compaction(later - 2).unwrap();
+    walked_later.set_compaction(later).unwrap();
+    at_once.compact(later - 2).unwrap();
+    at_once.compact(later).unwrap();
+    walked_later.walk_compactions();
+    assert_eq!(walked_later.hash_kv(0).unwrap(), at_once.hash_kv(0).unwrap());
+    assert_eq!(freed(&walked_later), freed(&at_once));
+    assert_eq!(listed(&walked_later, later), listed(&at_once, later));
+}

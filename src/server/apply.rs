@@ -122,7 +122,7 @@ pub fn root() -> Option<AuthInfo> {
 
 /// Applies one request from the Raft log, sent by `who` (`header`).
 /// Applies `req` from the log, timed as etcd times its applies (`etcd_server_apply_duration_seconds`).
-fn apply(s: &Member, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> {
+fn apply(s: &Arc<Member>, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> {
     let op = match &req {
         Req::Put(_) => Some(ApplyOp::Put),
         Req::DeleteRange(_) => Some(ApplyOp::DeleteRange),
@@ -143,7 +143,24 @@ fn apply(s: &Member, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> 
     r
 }
 
-fn apply_request(s: &Member, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> {
+/// Walks the compactions just set (their hash, their freeing: every partition) on a thread of
+/// their own, as etcd's apply leaves its compaction to a scheduled job: done in the apply
+/// loop, the walk of a store of millions of keys held every later entry, so every write, for
+/// as long as it took (seconds).
+fn walk_compactions(s: &Arc<Member>) {
+    let s = s.clone();
+    let walk = move || {
+        let started = std::time::Instant::now();
+        s.store.walk_compactions();
+        s.metrics.compacted(started.elapsed());
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => drop(rt.spawn_blocking(walk)),
+        Err(_) => walk(),
+    }
+}
+
+fn apply_request(s: &Arc<Member>, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> {
     // A write that adds data is refused on every member alike while NOSPACE is raised (etcd's
     // capped applier), every write while CORRUPT is (its corrupt applier): the alarms
     // themselves went through the log.
@@ -187,10 +204,8 @@ fn apply_request(s: &Member, req: Req, header: Option<mpb::AuthHeader>) -> Resul
         }
         Req::Compaction(c) => {
             s.alarms.check_corrupt()?;
-            // It walks every partition: off the runtime's other tasks.
-            let started = std::time::Instant::now();
-            let done = tokio::task::block_in_place(|| s.store.compact(c.revision))?;
-            s.metrics.compacted(started.elapsed());
+            let done = s.store.set_compaction(c.revision)?;
+            walk_compactions(s);
             Resp::Compaction(pb::CompactionResponse { header: nested(done.revision) })
         }
         Req::LeaseGrant(g) => {

@@ -310,7 +310,14 @@ impl Change for pb::CompactionRequest {
     }
 
     async fn in_cluster(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
-        proposed(s, who, Req::Compaction(self)).await
+        let (rev, physical) = (self.revision, self.physical);
+        let answer = proposed(s, who, Req::Compaction(self)).await?;
+        // The apply set the compaction and left its walks to a thread (`apply`); a physical
+        // compaction's answer waits for them, on this member, as etcd's does.
+        if physical {
+            s.store.wait_walked(rev).await;
+        }
+        Ok(answer)
     }
 }
 
