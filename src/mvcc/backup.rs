@@ -101,9 +101,12 @@ impl Store {
             Ok(())
         })?;
         fresh.finish_restore(summary.rev, summary.compacted);
-        let _serial = self.compaction.lock();
+        let mut compaction = self.compaction.lock();
         std::mem::swap(&mut *self.table.write(), &mut *fresh.table.write());
         self.compact_rev.store(summary.compacted, Ordering::SeqCst);
+        // A compaction set before the install and not walked yet is in the backup already; a
+        // physical Compaction's answer waiting for its walk goes on.
+        self.installed_compaction(&mut compaction, summary.compacted);
         self.commit.events.replace_with(&fresh.commit.events);
         self.commit.clock.reset(summary.rev);
         Ok(summary)

@@ -993,11 +993,13 @@ impl Store {
 
     /// Walks the compactions set and not walked yet, in order (see [`Store::set_compaction`]):
     /// each one's hash, then its freeing (left to the last pin on the history if there is one).
-    /// Returns once none is left; a caller that finds another walking waits for it.
-    pub fn walk_compactions(&self) {
+    /// Returns once none is left, with how many it walked; a caller that finds another walking
+    /// waits for it (and may then find none left).
+    pub fn walk_compactions(&self) -> usize {
         let _walks = self.walks.lock();
+        let mut walked = 0;
         loop {
-            let Some(c) = self.compaction.lock().unwalked.pop_front() else { return };
+            let Some(c) = self.compaction.lock().unwalked.pop_front() else { return walked };
             // etcd's compaction hashes what it walks, from the previous compaction revision up
             // to this one: the store's HashKV at `rev` before compacting (the value etcd's
             // HashKV then answers at `rev`). Nothing at or below `rev` changed since it was
@@ -1016,8 +1018,25 @@ impl Store {
                 self.free_compacted(c.rev);
             }
             self.log_compaction_finished(c.rev, hash, c.started);
-            self.walked.send_replace(c.rev);
+            self.mark_walked(c.rev);
+            walked += 1;
         }
+    }
+
+    /// Records that compactions up to `rev` need no more walking (never moves back).
+    pub(super) fn mark_walked(&self, rev: i64) {
+        self.walked.send_if_modified(|w| {
+            let newer = rev > *w;
+            *w = (*w).max(rev);
+            newer
+        });
+    }
+
+    /// Forgets the compactions a snapshot just installed already holds (at or below
+    /// `compacted`): it has none of their history to walk. The caller holds `compaction`.
+    pub(super) fn installed_compaction(&self, state: &mut CompactionState, compacted: i64) {
+        state.unwalked.retain(|c| c.rev > compacted);
+        self.mark_walked(compacted);
     }
 
     /// Waits until the compaction at `rev` (or a later one) has been walked: what etcd's
@@ -1105,7 +1124,9 @@ impl Store {
     }
 
     /// The walk of [`Self::hash_kv`] at `rev`, for the history compacted at `compacted` (the
-    /// caller holds `walks`).
+    /// caller holds `walks`). Reports `compacted` as the compact revision, not the store's
+    /// current one: a compaction set during the walk must not pair a newer compact revision
+    /// with this hash (the corruption checks compare hashes of equal compact revisions).
     fn hash_walk(&self, rev: i64, compacted: i64) -> (u32, i64, i64) {
         let t = self.table.read();
         let parts: Vec<_> =
@@ -1165,7 +1186,7 @@ impl Store {
             .iter()
             .fold(crc32c::crc32c(b"key"), |crc, &(_, c, len, _)| join.append(crc, c, len));
         // etcd reports -1 before the first compaction.
-        (crc, rev, self.compact_rev.load(Ordering::SeqCst))
+        (crc, rev, compacted)
     }
 }
 
