@@ -259,22 +259,39 @@ async fn a_member_alone_grows_into_a_cluster_as_etcd_does() {
     assert_eq!(mem.len(), etcd.len());
 }
 
+/// A member alone restarted with a WAL failpoint file, disarmed, which the test then arms: the
+/// cluster and the file.
+async fn alone_with_failpoint() -> (Cluster, std::path::PathBuf) {
+    let mut c = Cluster::start(Kind::MemEtcd, 1, &[]).await.expect("mem_etcd");
+    let fp = c.members[0].dir.aside("wal-failpoint");
+    crate::durability::set_failpoint(&fp, "");
+    let _ = c.kill9(0);
+    let mut args = c.args(0, "new");
+    args.push(format!("--wal-failpoint={}", fp.display()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let s = c.members[0].dir.start(&args).await;
+    c.members[0].server = Some(s);
+    (c, fp)
+}
+
+/// `member add` of member slot `i`'s peer URL through `cl`, on a task of its own (answered once
+/// the new member has started, or given up).
+fn spawn_add(
+    c: &Cluster,
+    cl: &Client,
+    i: usize,
+) -> tokio::task::JoinHandle<Result<etcd_client::MemberAddResponse, etcd_client::Error>> {
+    let mut cl = cl.clone();
+    let peer = c.peer_url(i);
+    tokio::spawn(async move { cl.member_add([peer.as_str()], None).await })
+}
+
 /// Killed right after its founding Raft state is durable (before Raft ran), a member restarts
 /// as the one member of its cluster with everything acknowledged, its ids unchanged, and grows
 /// on when asked again.
 #[tokio::test]
 async fn a_member_killed_while_growing_restarts_consistent() {
-    let mut c = Cluster::start(Kind::MemEtcd, 1, &[]).await.expect("mem_etcd");
-    let fp = c.members[0].dir.aside("wal-failpoint");
-    crate::durability::set_failpoint(&fp, "");
-    // Restarted with the WAL failpoint file, which the test then arms.
-    let _ = c.kill9(0);
-    let fp_arg = format!("--wal-failpoint={}", fp.display());
-    let mut args = c.args(0, "new");
-    args.push(fp_arg);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let s = c.members[0].dir.start(&args).await;
-    c.members[0].server = Some(s);
+    let (mut c, fp) = alone_with_failpoint().await;
     let mut cl = c.client(0).await;
     let (m0, cluster) = ids(&c, 0).await;
     let mut acked = Vec::new();
@@ -320,11 +337,7 @@ async fn a_member_killed_while_growing_restarts_consistent() {
     let r = cl.put("/k/after", "v", None).await.unwrap();
     assert_eq!(rev(r.header()), acked.last().unwrap().1 + 2, "revisions go on (after the lease's)");
     // The add goes through now: the member is already a cluster of one.
-    let add = {
-        let mut cl = cl.clone();
-        let peer = c.peer_url(s1);
-        tokio::spawn(async move { cl.member_add([peer.as_str()], None).await })
-    };
+    let add = spawn_add(&c, &cl, s1);
     tokio::time::sleep(Duration::from_millis(500)).await;
     c.join(s1).await;
     add.await.unwrap().expect("member add after the restart");
@@ -341,15 +354,7 @@ async fn a_member_killed_while_growing_restarts_consistent() {
 /// go on with their revisions, and the add goes through when asked again.
 #[tokio::test]
 async fn a_member_alone_whose_add_is_abandoned_while_growing_keeps_serving() {
-    let mut c = Cluster::start(Kind::MemEtcd, 1, &[]).await.expect("mem_etcd");
-    let fp = c.members[0].dir.aside("wal-failpoint");
-    crate::durability::set_failpoint(&fp, "");
-    let _ = c.kill9(0);
-    let mut args = c.args(0, "new");
-    args.push(format!("--wal-failpoint={}", fp.display()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let s = c.members[0].dir.start(&args).await;
-    c.members[0].server = Some(s);
+    let (mut c, fp) = alone_with_failpoint().await;
     let mut cl = c.client(0).await;
     let mut last = 0;
     for i in 0..50 {
@@ -357,11 +362,7 @@ async fn a_member_alone_whose_add_is_abandoned_while_growing_keeps_serving() {
     }
     crate::durability::set_failpoint(&fp, "grow-stall");
     let s1 = c.add_slot();
-    let add = {
-        let mut cl = cl.clone();
-        let peer = c.peer_url(s1);
-        tokio::spawn(async move { cl.member_add([peer.as_str()], None).await })
-    };
+    let add = spawn_add(&c, &cl, s1);
     let server = c.members[0].server.as_ref().unwrap();
     let start = Instant::now();
     while server.grep_log("holding the growth").is_empty() {
@@ -380,11 +381,7 @@ async fn a_member_alone_whose_add_is_abandoned_while_growing_keeps_serving() {
         "the growth went on to its end:\n{}",
         server.log_tail()
     );
-    let add = {
-        let mut cl = cl.clone();
-        let peer = c.peer_url(s1);
-        tokio::spawn(async move { cl.member_add([peer.as_str()], None).await })
-    };
+    let add = spawn_add(&c, &cl, s1);
     tokio::time::sleep(Duration::from_millis(500)).await;
     c.join(s1).await;
     add.await.unwrap().expect("member add, asked again");
