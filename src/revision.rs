@@ -149,10 +149,11 @@ impl<T> RevisionClock<T> {
     }
 
     /// Moves the watermark to `rev` (every revision up to it was published) and wakes waiters.
-    /// Called in revision order: by the publisher, or by the WAL writer once revisions it was
-    /// handed are written.
+    /// Called by the publisher, by the WAL writer once revisions it was handed are written, or
+    /// by a release of held revisions. Never back: a publisher moves the watermark after it let
+    /// go of the publisher lock, so a later publisher may have moved it further meanwhile.
     pub fn advance(&self, rev: i64) {
-        self.committed.store(rev, Ordering::SeqCst);
+        self.committed.fetch_max(rev, Ordering::SeqCst);
         if self.waiters.load(Ordering::SeqCst) > 0 {
             self.advanced.notify_waiters();
         }
@@ -251,5 +252,33 @@ mod tests {
         threads.into_iter().for_each(|t| t.join().unwrap());
         assert_eq!(c.committed(), 40_001);
         assert_eq!(*log.lock(), (2..=40_001).collect::<Vec<_>>());
+    }
+
+    /// Two publishers in a row: the first may be preempted after it let go of the publisher
+    /// lock and before it moved the watermark, while the second publishes later revisions and
+    /// moves it further. The first's late move must not take the watermark back (readers would
+    /// go back in time, and a writer waiting for its revision would wait for the next write).
+    #[test]
+    fn the_watermark_never_goes_back_when_publishers_race() {
+        const THREADS: i64 = 8;
+        const EACH: i64 = 20_000;
+        let c = Arc::new(RevisionClock::new(1));
+        let threads: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    let mut seen = 0;
+                    for _ in 0..EACH {
+                        let r = c.allocate();
+                        c.complete(r, (), |_| true);
+                        let now = c.committed();
+                        assert!(now >= seen, "the watermark went back from {seen} to {now}");
+                        seen = now;
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!(c.committed(), 1 + THREADS * EACH, "every completed revision is visible");
     }
 }
