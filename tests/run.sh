@@ -98,8 +98,17 @@ log "cargo test --release --no-fail-fast $*"
 test_log=$(mktemp)
 storage_log=$(mktemp)
 trap 'rm -f "$test_log" "$storage_log"' EXIT
-if cargo test --release --no-fail-fast "$@" 2>&1 | tee "$test_log"; then
+# A hung test would otherwise hold CI until its own limit, with no result for any step: bound
+# the step (a full run takes about 10 minutes here), and name what was still running.
+test_timeout=${TEST_TIMEOUT:-2400}
+set +e
+timeout --kill-after=30 "$test_timeout" cargo test --release --no-fail-fast "$@" 2>&1 | tee "$test_log"
+test_rc=${PIPESTATUS[0]}
+set -e
+if [ "$test_rc" -eq 0 ]; then
   record "cargo test --release $*" passed
+elif [ "$test_rc" -eq 124 ] || [ "$test_rc" -eq 137 ]; then
+  record "cargo test --release $*" "FAILED (stopped after ${test_timeout} s; slow or hung: $(sed -n 's/^test \(.*\) has been running for over 60 seconds$/\1/p' "$test_log" | tr '\n' ' '))"
 else
   record "cargo test --release $*" "FAILED (see the failures listed above)"
 fi
