@@ -99,7 +99,7 @@ test_log=$(mktemp)
 storage_log=$(mktemp)
 trap 'rm -f "$test_log" "$storage_log"' EXIT
 # A hung test would otherwise hold CI until its own limit, with no result for any step: bound
-# the step (a full run takes about 10 minutes here), and name what was still running.
+# the step (a full run takes about 15 minutes here), and name what was still running.
 test_timeout=${TEST_TIMEOUT:-2400}
 set +e
 timeout --kill-after=30 "$test_timeout" cargo test --release --no-fail-fast "$@" 2>&1 | tee "$test_log"
