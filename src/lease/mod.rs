@@ -361,16 +361,18 @@ impl LeaseIndex for Lessor {
         Some((removed, keys))
     }
 
-    fn attach(&self, id: i64, key: &Bytes) {
-        // A copy, as `reserve` keeps: a key's `Bytes` views its version's allocation, value
-        // and all, which a view kept here would keep after the version is gone.
-        let key = Bytes::copy_from_slice(key);
+    fn attach_recovered(&self, id: i64, keys: Vec<Bytes>) {
+        if !self.exists(id) {
+            self.inner.lock().orphans.extend(keys.into_iter().map(|k| (id, k)));
+            return;
+        }
+        // The set is hashed before the lock is taken, so that leases attach in parallel.
+        let set: HashSet<Bytes> = keys.into_iter().collect();
         let mut g = self.inner.lock();
         match g.leases.get_mut(&id) {
-            Some(l) => {
-                l.keys.insert(key);
-            }
-            None => g.orphans.push((id, key)),
+            Some(l) if l.keys.is_empty() => l.keys = set,
+            Some(l) => l.keys.extend(set),
+            None => g.orphans.extend(set.into_iter().map(|k| (id, k))),
         }
     }
 
@@ -393,7 +395,7 @@ mod tests {
         assert_eq!(l.grant(101, 5).unwrap_err(), Error::LeaseExists);
         assert_eq!(l.grant(7, MAX_TTL + 1).unwrap_err(), Error::LeaseTtlTooLarge);
         assert_eq!(l.grant(7, 5).unwrap(), (7, 5));
-        l.attach(7, &Bytes::from_static(b"k"));
+        l.attach_recovered(7, vec![Bytes::from_static(b"k")]);
         tokio::time::advance(Duration::from_secs(3)).await;
         let now = Instant::now();
         assert_eq!(l.expire(now, 10), vec![100]);

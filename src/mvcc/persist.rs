@@ -101,16 +101,45 @@ impl Store {
 
     /// Tells the lessor which recovered keys are attached to which lease (call once the lessor
     /// holds the recovered leases). Keys whose lease is gone become orphans the lessor deletes.
+    ///
+    /// On every core: at 10M objects (5M Events on 60 leases) attaching on one thread took
+    /// 5 s of a restart. The keys are gathered by slot ranges, then each lease's set is built
+    /// on its own, the largest first.
     pub fn attach_recovered_leases(&self) {
         let Some(l) = self.leases.get() else { return };
         let parts = self.table.read().all.clone();
-        for p in parts {
-            p.state.read().for_each_history(|h| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        let mut ranges = Vec::new();
+        for p in &parts {
+            let slots = p.state.read().slots();
+            let step = slots.div_ceil(cores * 4).max(1);
+            ranges
+                .extend((0..slots).step_by(step as usize).map(|s| (p, s..s.saturating_add(step))));
+        }
+        let found = on_each_core(&ranges, |(p, range)| {
+            let mut by_lease: hashbrown::HashMap<i64, Vec<Bytes>> = Default::default();
+            p.state.read().for_each_slot_history(range.clone(), |h| {
                 if let Some(r) = h.latest().filter(|r| r.lease != 0) {
-                    l.attach(r.lease, &h.key);
+                    // A copy: the record's key views its version's allocation, value and all.
+                    by_lease.entry(r.lease).or_default().push(Bytes::copy_from_slice(&h.key));
                 }
             });
+            by_lease
+        });
+        let mut by_lease: hashbrown::HashMap<i64, Vec<Bytes>> = Default::default();
+        for found in found {
+            for (id, mut keys) in found {
+                by_lease.entry(id).or_default().append(&mut keys);
+            }
         }
+        let mut leases: Vec<_> = by_lease.into_iter().collect();
+        leases.sort_unstable_by_key(|(_, keys)| std::cmp::Reverse(keys.len()));
+        let leases: Vec<_> =
+            leases.into_iter().map(|lk| parking_lot::Mutex::new(Some(lk))).collect();
+        on_each_core(&leases, |lk| {
+            let (id, keys) = lk.lock().take().expect("each lease is attached once");
+            l.attach_recovered(id, keys);
+        });
     }
 
     /// Writes a snapshot of the durable state and deletes the WAL segments it covers.

@@ -74,8 +74,9 @@ pub trait LeaseIndex: Send + Sync + std::fmt::Debug {
     /// Attaches `key` to lease `id` if the lease exists, in one step with the check; false if
     /// it does not.
     fn reserve(&self, id: i64, key: &[u8]) -> bool;
-    /// Attaches a recovered key (its lease may be gone: then it is deleted as an orphan).
-    fn attach(&self, id: i64, key: &Bytes);
+    /// Attaches recovered keys to lease `id` (which may be gone: then they are deleted as
+    /// orphans). Called for different leases from several threads at once.
+    fn attach_recovered(&self, id: i64, keys: Vec<Bytes>);
     fn detach(&self, id: i64, key: &Bytes);
     /// The keys attached to lease `id`; `None` if there is no such lease.
     fn keys(&self, id: i64) -> Option<Vec<Bytes>>;
