@@ -738,8 +738,9 @@ fn load(dir: &Path, segs: &[(PathBuf, u64, u64)], repair: bool, keep: usize) -> 
     let n = segs.len();
     let mut reads = Vec::with_capacity(n);
     for (i, (path, seq, _)) in segs.iter().enumerate() {
-        let data = fs::read(path)?;
-        let read = segment::parse(&data, MAGIC, VERSION, Record::decode);
+        let data = bytes::Bytes::from(fs::read(path)?);
+        // Copied bodies: what the log keeps of a record must not keep the whole file.
+        let read = segment::parse(&data, false, MAGIC, VERSION, Record::decode);
         match &read.end {
             End::Clean => {}
             End::Torn { offset, reason } if i + 1 == n => {

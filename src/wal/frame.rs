@@ -50,7 +50,7 @@ pub struct Frames<In> {
     offset: u64,
 }
 
-impl<In: Read> Frames<In> {
+impl<In> Frames<In> {
     /// Records from `input`, whose first byte is at `offset` of its file.
     pub fn new(input: In, offset: u64) -> Self {
         Self { input, offset }
@@ -61,7 +61,9 @@ impl<In: Read> Frames<In> {
     pub fn offset(&self) -> u64 {
         self.offset
     }
+}
 
+impl<In: Read> Frames<In> {
     /// Reads the next record and decodes its body with `decode`. The body is read as it
     /// arrives, so a corrupt length costs no allocation of that size.
     pub fn next<R>(&mut self, decode: impl Fn(&Bytes) -> Option<R>) -> io::Result<Frame<R>> {
@@ -71,11 +73,10 @@ impl<In: Read> Frames<In> {
             n if n < FRAME_LEN => return Ok(Frame::Short),
             _ => {}
         }
-        let len = u32::from_le_bytes(frame[..4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(frame[4..].try_into().expect("4 bytes"));
-        if len == 0 || len > MAX_BODY {
-            return Ok(Frame::Bad(Bad::Length(len)));
-        }
+        let (len, crc) = match frame_header(&frame) {
+            Ok(h) => h,
+            Err(bad) => return Ok(Frame::Bad(bad)),
+        };
         let mut body = Vec::with_capacity(len.min(1 << 20));
         (&mut self.input).take(len as u64).read_to_end(&mut body)?;
         if body.len() < len {
@@ -90,6 +91,50 @@ impl<In: Read> Frames<In> {
             None => Ok(Frame::Bad(Bad::Decode)),
         }
     }
+}
+
+impl Frames<Bytes> {
+    /// [`Frames::next`] over a whole file in memory. `share`: the body handed to `decode` is a
+    /// slice of the input, not a copy, so whatever the records keep of it keeps the whole input
+    /// (for readers that copy what they keep, such as recovery's replay).
+    pub fn next_in_memory<R>(
+        &mut self,
+        share: bool,
+        decode: impl Fn(&Bytes) -> Option<R>,
+    ) -> Frame<R> {
+        if self.input.is_empty() {
+            return Frame::End;
+        }
+        let Some(frame) = self.input.get(..FRAME_LEN) else { return Frame::Short };
+        let (len, crc) = match frame_header(frame.try_into().expect("a frame")) {
+            Ok(h) => h,
+            Err(bad) => return Frame::Bad(bad),
+        };
+        if self.input.len() < FRAME_LEN + len {
+            return Frame::Short;
+        }
+        let body = self.input.slice(FRAME_LEN..FRAME_LEN + len);
+        self.input = self.input.slice(FRAME_LEN + len..);
+        self.offset += (FRAME_LEN + len) as u64;
+        if crc32c::crc32c(&body) != crc {
+            return Frame::Bad(Bad::Checksum);
+        }
+        let body = if share { body } else { Bytes::copy_from_slice(&body) };
+        match decode(&body) {
+            Some(r) => Frame::Good(r),
+            None => Frame::Bad(Bad::Decode),
+        }
+    }
+}
+
+/// A frame's body length and checksum, or why no record has that length.
+fn frame_header(frame: &[u8; FRAME_LEN]) -> Result<(usize, u32), Bad> {
+    let len = u32::from_le_bytes(frame[..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(frame[4..].try_into().expect("4 bytes"));
+    if len == 0 || len > MAX_BODY {
+        return Err(Bad::Length(len));
+    }
+    Ok((len, crc))
 }
 
 /// Reads until `buf` is full or the input ends; returns how much was read.
@@ -146,5 +191,37 @@ mod tests {
         let mut f = Frames::new(&zeroes[..], 0);
         assert!(matches!(f.next(same).unwrap(), Frame::Bad(Bad::Length(0))));
         assert_eq!(f.offset(), 0);
+    }
+
+    #[test]
+    fn frames_in_memory_read_as_frames_from_a_reader_and_share_only_when_asked() {
+        let mut data = Vec::new();
+        record::frame(&mut data, b"one");
+        record::frame(&mut data, b"two");
+        let mut flipped = data.clone();
+        flipped[9] ^= 1;
+        let inputs = [data.clone(), data[..3].to_vec(), data[..9].to_vec(), flipped, vec![0; 20]];
+        let describe = |f: Frame<Bytes>| match f {
+            Frame::Good(b) => format!("good {b:?}"),
+            other => format!("{other:?}"),
+        };
+        for input in inputs {
+            let mut from_reader = Frames::new(&input[..], 16);
+            let mut in_memory = Frames::new(Bytes::from(input.clone()), 16);
+            loop {
+                let a = describe(from_reader.next(|b| Some(b.clone())).unwrap());
+                let b = describe(in_memory.next_in_memory(false, |b| Some(b.clone())));
+                assert_eq!((&a, from_reader.offset()), (&b, in_memory.offset()), "{input:?}");
+                if !a.starts_with("good") {
+                    break;
+                }
+            }
+        }
+        let data = Bytes::from(data);
+        let within = |b: &Bytes| data.as_ptr_range().contains(&b.as_ptr());
+        let mut shared = Frames::new(data.clone(), 0);
+        assert!(matches!(shared.next_in_memory(true, |b| Some(within(b))), Frame::Good(true)));
+        let mut copied = Frames::new(data.clone(), 0);
+        assert!(matches!(copied.next_in_memory(false, |b| Some(within(b))), Frame::Good(false)));
     }
 }

@@ -158,6 +158,10 @@ fn read_snapshot_file(
         reason,
     };
     let file = File::open(path).map_err(|e| RecoverError::Io(path.into(), e))?;
+    // A second handle, to drop what was read from the page cache as the read goes on (see
+    // `segment::read_file_with`): a snapshot is about the store's size.
+    let advise = file.try_clone().ok();
+    let mut dropped = 0;
     let mut r = BufReader::with_capacity(1 << 20, file);
     let mut head = [0u8; FILE_HEADER_LEN as usize];
     r.read_exact(&mut head).map_err(|e| corrupt(0, e.to_string()))?;
@@ -168,6 +172,13 @@ fn read_snapshot_file(
     let mut count = 0u64;
     loop {
         let offset = frames.offset();
+        if let Some(len) =
+            std::num::NonZeroU64::new(offset - dropped).filter(|n| n.get() >= 64 << 20)
+            && let Some(a) = &advise
+        {
+            let _ = rustix::fs::fadvise(a, dropped, Some(len), rustix::fs::Advice::DontNeed);
+            dropped = offset;
+        }
         let rec = match frames.next(Record::decode) {
             Ok(Frame::Good(rec)) => rec,
             Ok(Frame::End | Frame::Short) => {
