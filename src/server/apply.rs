@@ -146,20 +146,16 @@ fn apply(s: &Arc<Member>, req: Req, header: Option<mpb::AuthHeader>) -> Result<R
 /// Walks the compactions just set (their hash, their freeing: every partition) on a thread of
 /// their own, as etcd's apply leaves its compaction to a scheduled job: done in the apply
 /// loop, the walk of a store of millions of keys held every later entry, so every write, for
-/// as long as it took (seconds).
+/// as long as it took (seconds). At the lowest priority, as a member alone's compaction.
 fn walk_compactions(s: &Arc<Member>) {
     let s = s.clone();
-    let walk = move || {
+    drop(super::blocking::at_lowest_priority("compaction", move || {
         let started = std::time::Instant::now();
         // None left: an earlier walk took this one too, and timed it.
         if s.store.walk_compactions() > 0 {
             s.metrics.compacted(started.elapsed());
         }
-    };
-    match tokio::runtime::Handle::try_current() {
-        Ok(rt) => drop(rt.spawn_blocking(walk)),
-        Err(_) => walk(),
-    }
+    }));
 }
 
 fn apply_request(s: &Arc<Member>, req: Req, header: Option<mpb::AuthHeader>) -> Result<Resp> {

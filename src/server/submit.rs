@@ -290,8 +290,9 @@ impl Change for pb::CompactionRequest {
         // A member alone stays one until the compaction is logged (see `Member::alone`).
         let Some(_alone) = s.alone_writes().await else { return Err(Refused::Closed(self)) };
         let (rev, shared) = (self.revision, s.clone());
-        // Off the runtime's threads: a compaction waits for the WAL and walks every partition.
-        let c = tokio::task::spawn_blocking(move || {
+        // Off the runtime's threads: a compaction waits for the WAL and walks every partition
+        // (at the lowest priority: see `at_lowest_priority`).
+        let c = super::blocking::at_lowest_priority("compaction", move || {
             let started = std::time::Instant::now();
             let c = shared.store.compact(rev);
             let took = started.elapsed();
@@ -302,8 +303,8 @@ impl Change for pb::CompactionRequest {
             c
         })
         .await
-        .map_err(|e| {
-            tracing::error!(error = %e, "compaction task failed");
+        .map_err(|_| {
+            tracing::error!("compaction thread failed");
             Error::Internal
         })??;
         Ok(pb::CompactionResponse { header: apply::nested(c.revision) })
