@@ -1024,6 +1024,13 @@ impl Store {
         }
     }
 
+    /// Leaves the walk of the compaction a restored store finished (its hash; what it frees
+    /// was dropped already) to [`Store::walk_compactions`].
+    pub(super) fn restored_compaction(&mut self, rev: i64, started: std::time::Instant) {
+        let walk = Unwalked { rev, before: rev, started };
+        self.compaction.get_mut().unwalked.push_back(walk);
+    }
+
     /// Records that compactions up to `rev` need no more walking (never moves back).
     pub(super) fn mark_walked(&self, rev: i64) {
         self.walked.send_if_modified(|w| {

@@ -372,6 +372,8 @@ pub async fn serve(
         let (r, stack) = router(&shared, http::Serves::HttpOnly);
         serve_on!(r, l, "client", Some(stack));
     }
+    // The hash of a compaction the restart finished (see `Store::open`), off the way to serving.
+    super::apply::walk_compactions(&shared);
     let expiry = tokio::spawn(lease::expiry_loop(shared.clone()));
     let snapshots = tokio::spawn(snapshot_loop(shared.clone()));
     let compactor = shared.config.auto_compaction().ok().flatten().map(|policy| {
