@@ -58,7 +58,6 @@ fn io_err(p: &Path) -> impl FnOnce(io::Error) -> RecoverError + '_ {
 
 /// A stream's records above the snapshot, in order, a segment at a time, from its reader.
 struct Cursor<'scope> {
-    prefix: Bytes,
     /// Every segment of the stream, oldest first (the cut removes the ones after `current`).
     segments: Vec<SegmentFile>,
     /// The stream's reader: one segment's records per message, in order.
@@ -79,8 +78,8 @@ struct Cursor<'scope> {
 /// wrote to, operations.
 type Record4 = (u64, i64, u32, Vec<Op>);
 
-/// Revisions handed to an applier: (partition prefix, revision, operations).
-type ApplyBatch = Vec<(Bytes, i64, Vec<Op>)>;
+/// Revisions handed to a stream's applier: (revision, operations).
+type ApplyBatch = Vec<(i64, Vec<Op>)>;
 
 /// One segment's records as its stream's reader hands them over.
 struct Chunk {
@@ -221,14 +220,13 @@ fn recover_with<'scope>(
                 .name(format!("wal-apply-{}", cursors.len()))
                 .spawn_scoped(scope, move || {
                     for batch in batches {
-                        for (prefix, rev, ops) in batch {
+                        for (rev, ops) in batch {
                             replay.txn(&prefix, rev, ops);
                         }
                     }
                 })
                 .expect("spawn a recovery thread");
             cursors.push(Cursor {
-                prefix,
                 segments: segs,
                 chunks,
                 reader: Some(reader),
@@ -274,7 +272,7 @@ fn recover_with<'scope>(
         for i in have {
             let c = &mut cursors[i];
             let (_, rev, _, ops) = c.records.pop_front().expect("has a head");
-            c.pending.push((c.prefix.clone(), rev, ops));
+            c.pending.push((rev, ops));
             if c.pending.len() >= APPLY_BATCH {
                 hand_over(c);
             }
