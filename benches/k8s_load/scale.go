@@ -319,6 +319,7 @@ func scaleWrites(args []string) error {
 	rate := fs.Int("rate", 1000, "puts per second")
 	keys := fs.Int("keys", 1_000_000, "the fill's object count: Leases among them are renewed")
 	duration := fs.Duration("duration", time.Hour, "bound on the run")
+	slow := fs.Duration("slow", 0, "print each put slower than this to stderr, with its start as Unix seconds (0: none), to line it up with a profile")
 	fs.Parse(args)
 	cs, err := ep.clients()
 	if err != nil {
@@ -356,6 +357,9 @@ loop:
 			_, err := cs[n%len(cs)].Put(pctx, key, string(value))
 			pcancel()
 			d := time.Since(t0)
+			if *slow > 0 && d > *slow {
+				fmt.Fprintf(os.Stderr, "slow put %s: started %.6f, %.1f ms\n", key, float64(t0.UnixNano())/1e9, float64(d.Nanoseconds())/1e6)
+			}
 			mu.Lock()
 			if err != nil {
 				errs++
