@@ -88,8 +88,8 @@
 //! order, through the same path (lock, evaluate, allocate, apply, complete; the store keeps no
 //! WAL of its own), each batch of entries published to readers and watchers at once when it is
 //! applied → reply from the member the client called, once it has applied. A compaction's
-//! apply only sets its revision; its walks of the whole store run on a thread of their own at
-//! the lowest CPU priority (`mvcc::Store::set_compaction`), so no entry after it waits for them.
+//! apply only sets its revision; its walks of the whole store run on a thread of their own
+//! (`mvcc::Store::set_compaction`), so no entry after it waits for them.
 //!
 //! **Why the request, not its outcome, is replicated.** The other sound design keeps the
 //! leader's parallel apply and replicates the WAL records it produces; but then a leader that

@@ -146,11 +146,11 @@ fn apply(s: &Arc<Member>, req: Req, header: Option<mpb::AuthHeader>) -> Result<R
 /// Walks the compactions just set (their hash, their freeing: every partition) on a thread of
 /// their own, as etcd's apply leaves its compaction to a scheduled job: done in the apply
 /// loop, the walk of a store of millions of keys held every later entry, so every write, for
-/// as long as it took (seconds). At the lowest priority, as a member alone's compaction. Also
-/// called once the member serves, for the compaction a restart finished.
+/// as long as it took (seconds). Also called once the member serves, for the compaction a
+/// restart finished.
 pub(super) fn walk_compactions(s: &Arc<Member>) {
     let s = s.clone();
-    drop(super::blocking::at_lowest_priority("compaction", move || {
+    drop(super::blocking::on_thread_of_its_own("compaction", move || {
         let started = std::time::Instant::now();
         // None left: an earlier walk took this one too, and timed it.
         if s.store.walk_compactions() > 0 {

@@ -290,9 +290,8 @@ impl Change for pb::CompactionRequest {
         // A member alone stays one until the compaction is logged (see `Member::alone`).
         let Some(_alone) = s.alone_writes().await else { return Err(Refused::Closed(self)) };
         let (rev, shared) = (self.revision, s.clone());
-        // Off the runtime's threads: a compaction waits for the WAL and walks every partition
-        // (at the lowest priority: see `at_lowest_priority`).
-        let c = super::blocking::at_lowest_priority("compaction", move || {
+        // Off the runtime's threads: a compaction waits for the WAL and walks every partition.
+        let c = super::blocking::on_thread_of_its_own("compaction", move || {
             let started = std::time::Instant::now();
             let c = shared.store.compact(rev);
             let took = started.elapsed();
