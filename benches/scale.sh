@@ -30,7 +30,9 @@
 #               where two copies do not fit in the free memory
 #   fsync       mem_etcd only: filled again with --fsync, then kill -9 and restart timed (etcd
 #               always fsyncs: its one restart figure is both modes')
-#   cluster     three members filled: the largest member's RSS and the fill rate. Skipped where
+#   cluster     three members filled: the largest member's RSS and the fill rate; then, with
+#               compact among the measures, the compaction as above, renewals on member 0 and
+#               3 s after its answer (the other members walk it on their own). Skipped where
 #               three copies do not fit
 #
 # Usage: benches/scale.sh
@@ -252,6 +254,17 @@ measure_store() {
       local p max=0
       for p in "${PIDS[@]}"; do [ "$(rss_kib "$p")" -gt "$max" ] && max=$(rss_kib "$p"); done
       record "$kind" "$size" cluster "{\"fill\":$res,\"rss_kib\":$max,\"data_bytes\":$bytes}"
+      if has compact; then
+        local again=$((size < 1000000 ? size : 1000000)) c
+        say "$kind: three members, $again objects written again, then compaction under renewals"
+        fill "$again" "$CLUSTER_ENDPOINTS" >/dev/null
+        begin_writes "$(ep 0)" "$size"
+        c=$("$TOOL" scale-compact -endpoints "$(ep 0)")
+        # The other members walk the compaction on their own: renewals meanwhile count too.
+        sleep 3
+        end_writes
+        record "$kind" "$size" cluster-compact "{\"compact\":$c,\"revisions\":$again,\"writes\":$WRITES_JSON}"
+      fi
       stop_all
       rm -rf "$TMP/$kind"[0-9]*
     else

@@ -646,6 +646,8 @@ func scaleTable(args []string) error {
 		{"leader's renewals during it: p99 / max", latency("catchup")},
 		{"3 members: fill rate (objects/s)", f("cluster", "%.0f", 1, "fill", "puts_per_second")},
 		{"3 members: largest RSS (MiB)", f("cluster", "%.0f", 1.0/1024, "rss_kib")},
+		{"3 members: compaction of 1M revisions (s)", f("cluster-compact", "%.2f", 1, "compact", "seconds")},
+		{"renewals during it: p99 / max", latency("cluster-compact")},
 	}
 	sort.SliceStable(cols, func(a, b int) bool { return cols[a].size < cols[b].size })
 	head, sep := "| |", "|---|"
