@@ -144,6 +144,20 @@ fill() { # SIZE ENDPOINTS [START]
   "$TOOL" scale-fill -endpoints "$2" -keys "$1" -start "${3:-0}" -workers 200 -conns 10
 }
 
+# compact_under_renewals KIND SIZE MEASURE ENDPOINTS SETTLE: the first min(SIZE, 1M) objects
+# written again over ENDPOINTS, then a physical compaction at the head through member 0 under
+# renewals on member 0, which run on for SETTLE seconds after its answer.
+compact_under_renewals() {
+  local kind=$1 size=$2 measure=$3 endpoints=$4 settle=$5 again c
+  again=$((size < 1000000 ? size : 1000000))
+  fill "$again" "$endpoints" >/dev/null
+  begin_writes "$(ep 0)" "$size"
+  c=$("$TOOL" scale-compact -endpoints "$(ep 0)")
+  sleep "$settle"
+  end_writes
+  record "$kind" "$size" "$measure" "{\"compact\":$c,\"revisions\":$again,\"writes\":$WRITES_JSON}"
+}
+
 measure_store() {
   local kind=$1 size=$2 empty loaded res bytes
   say "$kind, $size objects: member alone"
@@ -158,14 +172,8 @@ measure_store() {
   record "$kind" "$size" fill "{\"fill\":$res,\"rss_empty_kib\":$empty,\"rss_kib\":$loaded,\"data_bytes\":$bytes,\"disk_kib\":$(du -sk "$TMP/${kind}0" | cut -f1)}"
 
   if has compact; then
-    local again=$((size < 1000000 ? size : 1000000)) c
-    say "$kind: $again objects written again, then compaction under renewals"
-    fill "$again" "$(ep 0)" >/dev/null
-    begin_writes "$(ep 0)" "$size"
-    c=$("$TOOL" scale-compact -endpoints "$(ep 0)")
-    sleep 1
-    end_writes
-    record "$kind" "$size" compact "{\"compact\":$c,\"revisions\":$again,\"writes\":$WRITES_JSON}"
+    say "$kind: objects written again, then compaction under renewals"
+    compact_under_renewals "$kind" "$size" compact "$(ep 0)" 1
   fi
 
   if has list; then
@@ -255,15 +263,9 @@ measure_store() {
       for p in "${PIDS[@]}"; do [ "$(rss_kib "$p")" -gt "$max" ] && max=$(rss_kib "$p"); done
       record "$kind" "$size" cluster "{\"fill\":$res,\"rss_kib\":$max,\"data_bytes\":$bytes}"
       if has compact; then
-        local again=$((size < 1000000 ? size : 1000000)) c
-        say "$kind: three members, $again objects written again, then compaction under renewals"
-        fill "$again" "$CLUSTER_ENDPOINTS" >/dev/null
-        begin_writes "$(ep 0)" "$size"
-        c=$("$TOOL" scale-compact -endpoints "$(ep 0)")
+        say "$kind: three members, objects written again, then compaction under renewals"
         # The other members walk the compaction on their own: renewals meanwhile count too.
-        sleep 3
-        end_writes
-        record "$kind" "$size" cluster-compact "{\"compact\":$c,\"revisions\":$again,\"writes\":$WRITES_JSON}"
+        compact_under_renewals "$kind" "$size" cluster-compact "$CLUSTER_ENDPOINTS" 3
       fi
       stop_all
       rm -rf "$TMP/$kind"[0-9]*
