@@ -152,21 +152,27 @@ impl KeyHistory {
         recs.len() > 1 || recs.last().is_some_and(KeyRecord::is_tombstone)
     }
 
-    /// Compacts at revision `rev`: drops every version superseded at or before `rev`, and the
-    /// newest version at or before `rev` too when it is a tombstone. Returns the bytes freed.
-    pub fn compact(&mut self, rev: i64) -> usize {
+    /// Compacts at revision `rev`: takes out every version superseded at or before `rev`, and
+    /// the newest version at or before `rev` too when it is a tombstone, into `dropped`.
+    /// Returns the bytes they hold. The caller drops them after releasing its partition's
+    /// lock: freeing a million values is most of a compaction's work, and writers would wait
+    /// for it.
+    pub fn compact(&mut self, rev: i64, dropped: &mut Vec<KeyRecord>) -> usize {
         let recs = self.records();
         let drop_to = first_kept(recs, rev);
         if drop_to == 0 {
             return 0;
         }
         let freed = recs[..drop_to].iter().map(record_cost).sum();
-        let Records::Many(mut v) = std::mem::replace(&mut self.records, Records::Many(vec![]))
-        else {
+        let mut v = match std::mem::replace(&mut self.records, Records::Many(vec![])) {
+            Records::Many(v) => v,
             // A single version that goes is a tombstone: nothing is left.
-            return freed;
+            Records::One(r) => {
+                dropped.push(r);
+                return freed;
+            }
         };
-        v.drain(..drop_to);
+        dropped.extend(v.drain(..drop_to));
         self.records = match v.len() {
             // The single version left goes back inline.
             1 => Records::One(v.pop().expect("one left")),
@@ -263,12 +269,15 @@ mod tests {
         let mut h = KeyHistory::new(Bytes::from_static(b"k"));
         h.push(put(2, 2, 1, "a"));
         h.push(put(4, 2, 2, "b"));
-        h.compact(5);
+        let mut dropped = vec![];
+        h.compact(5, &mut dropped);
         assert_eq!(h.records().len(), 1);
         assert_eq!(h.at(5).unwrap().value, "b");
         h.push(KeyRecord::tombstone(Revision::new(6, 0)));
-        h.compact(6);
+        h.compact(6, &mut dropped);
         assert!(h.is_empty(), "a delete at or below the compaction revision removes the key");
+        let revs: Vec<i64> = dropped.iter().map(|r| r.rev.main).collect();
+        assert_eq!(revs, [2, 4, 6], "the caller gets every version dropped, to free later");
     }
 
     #[test]
@@ -290,24 +299,24 @@ mod tests {
             .collect();
         assert_eq!(caps, [1, 2, 3, 4, 6, 6, 9, 9, 9, 13]);
         assert_eq!(h.position(7), Some(6));
-        h.compact(10);
+        h.compact(10, &mut vec![]);
         assert!(matches!(h.records, Records::One(_)), "back inline");
         h.push(put(11, 1, 11, "w"));
         h.push(put(12, 1, 12, "x"));
-        h.compact(11);
+        h.compact(11, &mut vec![]);
         assert_eq!(h.records().len(), 2);
-        h.compact(12);
+        h.compact(12, &mut vec![]);
         assert!(matches!(h.records, Records::One(_)));
         assert_eq!(h.at(12).unwrap().value, "x");
         h.push(KeyRecord::tombstone(Revision::new(13, 0)));
         h.push(put(14, 14, 1, "y"));
         h.push(put(15, 14, 2, "z"));
-        h.compact(13);
+        h.compact(13, &mut vec![]);
         assert_eq!(h.records().len(), 2);
-        h.compact(15);
+        h.compact(15, &mut vec![]);
         assert_eq!(h.records().len(), 1);
         h.push(KeyRecord::tombstone(Revision::new(16, 0)));
-        h.compact(16);
+        h.compact(16, &mut vec![]);
         assert!(h.is_empty() && !h.compactable());
         h.push(put(17, 17, 1, "again"));
         assert_eq!(h.latest().unwrap().value, "again");
@@ -317,7 +326,7 @@ mod tests {
     fn compaction_below_every_record_keeps_everything() {
         let mut h = KeyHistory::new(Bytes::from_static(b"k"));
         h.push(put(5, 5, 1, "a"));
-        assert_eq!(h.compact(3), 0);
+        assert_eq!(h.compact(3, &mut vec![]), 0);
         assert_eq!(h.records().len(), 1);
     }
 }

@@ -59,6 +59,25 @@ struct Change {
     slot: u32,
 }
 
+/// What a compaction took out of a partition under its lock, freed after the lock is
+/// released (see [`KeyHistory::compact`]). Reused from chunk to chunk, so that after the first
+/// chunk collecting costs no allocation under the lock either.
+#[derive(Debug, Default)]
+pub struct Dropped {
+    versions: Vec<KeyRecord>,
+    /// Keys of histories compaction emptied: each may hold the last view of a value's
+    /// allocation.
+    keys: Vec<Bytes>,
+}
+
+impl Dropped {
+    /// Frees what was collected, keeping the room for the next chunk.
+    pub fn free(&mut self) {
+        self.versions.clear();
+        self.keys.clear();
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct PartitionState {
     /// Slots by key hash: the point-lookup path (gets and single-key writes). The keys are
@@ -309,7 +328,7 @@ impl PartitionState {
     /// may drop a delete at exactly `rev`).
     pub fn compact(&mut self, rev: i64) {
         let queue = self.take_compact_queue();
-        self.compact_slots(rev, &queue);
+        self.compact_slots(rev, &queue, &mut Dropped::default());
         while !self.finish_compact(rev, usize::MAX) {}
     }
 
@@ -323,11 +342,12 @@ impl PartitionState {
         std::mem::take(&mut self.compact_queue)
     }
 
-    /// Compacts the histories of `slots` at `rev` (see [`Self::take_compact_queue`]).
-    pub fn compact_slots(&mut self, rev: i64, slots: &[u32]) {
+    /// Compacts the histories of `slots` at `rev` (see [`Self::take_compact_queue`]), moving
+    /// what goes into `dropped` for the caller to free once it has released the lock.
+    pub fn compact_slots(&mut self, rev: i64, slots: &[u32], dropped: &mut Dropped) {
         for &slot in slots {
             let h = self.slab.get_mut(slot);
-            self.bytes -= h.compact(rev);
+            self.bytes -= h.compact(rev, &mut dropped.versions);
             if h.is_empty() {
                 let key = h.key.clone();
                 self.bytes -= key_cost(&key);
@@ -337,7 +357,8 @@ impl PartitionState {
                 if let Ok(e) = self.map.find_entry(h, |&(s, _)| s == slot) {
                     e.remove();
                 }
-                *self.slab.get_mut(slot) = KeyHistory::vacant();
+                let gone = std::mem::replace(self.slab.get_mut(slot), KeyHistory::vacant());
+                dropped.keys.push(gone.key);
                 self.free.push(slot);
             } else if h.compactable() {
                 self.compact_queue.push(slot);

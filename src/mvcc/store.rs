@@ -35,7 +35,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use super::event::{Event, EventKind, RevisionEvents};
 use super::event_log::{CommitObserver, EventLog};
 use super::key_index::copy_version;
-use super::partition::{Partition, PartitionState};
+use super::partition::{Dropped, Partition, PartitionState};
 use super::request::*;
 use super::validate;
 use crate::backend::schema::{VersionView, key_bucket_crc};
@@ -1073,16 +1073,19 @@ impl Store {
 
     /// Frees every version compaction at `rev` no longer keeps, a chunk of keys per write lock
     /// (see `PartitionState::take_compact_queue`): a write waits for one chunk at most, not
-    /// for a whole partition. Each lock is released fairly, so a waiting writer goes first.
+    /// for a whole partition, and the chunk's versions are freed after the lock is released.
+    /// Each lock is released fairly, so a waiting writer goes first.
     fn free_compacted(&self, rev: i64) {
         let parts = self.table.read().all.clone();
+        let mut dropped = Dropped::default();
         for p in parts {
             let queue = p.state.write().take_compact_queue();
             for chunk in queue.chunks(COMPACTION_CHUNK) {
                 let mut st = p.state.write();
-                st.compact_slots(rev, chunk);
+                st.compact_slots(rev, chunk, &mut dropped);
                 p.sync_bytes(&st);
                 RwLockWriteGuard::unlock_fair(st);
+                dropped.free();
             }
             loop {
                 let mut st = p.state.write();
