@@ -49,8 +49,11 @@ cluster_start() {
 # does not wait. STATE is new or existing (a member added to a running cluster). Started
 # again with the same arguments, it restarts the member on its data directory (both etcd and
 # mem_etcd then ignore the initial-cluster flags). CLUSTER_QUOTA: --quota-backend-bytes (8 GiB).
+# CLUSTER_CPUS: a CPU list (taskset -c) the member runs on; both servers size their worker
+# threads from it (Go's GOMAXPROCS, tokio's workers).
 cluster_member() {
-  local kind=$1 i=$2 initial=$3 dir=$4 base=$5 token=$6 state=$7 flags
+  local kind=$1 i=$2 initial=$3 dir=$4 base=$5 token=$6 state=$7 flags pin=()
+  [ -z "${CLUSTER_CPUS:-}" ] || pin=(taskset -c "$CLUSTER_CPUS")
   flags=(--name "m$i" --data-dir "$dir/$kind$i" --listen-client-urls "$(cluster_client_url "$base" "$i")"
     --advertise-client-urls "$(cluster_client_url "$base" "$i")"
     --listen-peer-urls "$(cluster_peer_url "$base" "$i")"
@@ -58,8 +61,8 @@ cluster_member() {
     --initial-cluster-token "$token" --initial-cluster-state "$state"
     --quota-backend-bytes "${CLUSTER_QUOTA:-8589934592}" --log-level warn)
   case $kind in
-    mem_etcd) "$MEM" "${flags[@]}" ${MEM_EXTRA[@]+"${MEM_EXTRA[@]}"} 2>>"$dir/$kind$i.log" & ;;
-    etcd) "$ETCD_BIN" "${flags[@]}" 2>>"$dir/$kind$i.log" & ;;
+    mem_etcd) ${pin[@]+"${pin[@]}"} "$MEM" "${flags[@]}" ${MEM_EXTRA[@]+"${MEM_EXTRA[@]}"} 2>>"$dir/$kind$i.log" & ;;
+    etcd) ${pin[@]+"${pin[@]}"} "$ETCD_BIN" "${flags[@]}" 2>>"$dir/$kind$i.log" & ;;
     *) echo "cluster_member: unknown kind '$kind' (mem_etcd or etcd)" >&2; return 2 ;;
   esac
   MEMBER_PID=$!

@@ -21,6 +21,9 @@
 #      build)
 #      MEM_ARGS (extra mem_etcd flags, e.g. "--worker-threads 1"), ROUNDS (1: runs per server,
 #      alternating mem_etcd and etcd; the medians are reported)
+#      PIN (unset: client and servers share every core; e.g. "0:1": the servers run on CPU list
+#      0 and the benchmark client on CPU list 1, so the client's CPU no longer takes the servers'
+#      cores, as a client on another machine would not)
 # The client's CPU per request is printed too: on a small machine the benchmark client shares
 # the cores with the server, so requests/s is bounded by client + server CPU per request.
 set -euo pipefail
@@ -38,6 +41,11 @@ TMP=$(mktemp -d /dev/shm/compare.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
 
 MEMBERS=${MEMBERS:-1}
+CLIENT_PIN=()
+if [ -n "${PIN:-}" ]; then
+  export CLUSTER_CPUS=${PIN%%:*}
+  CLIENT_PIN=(taskset -c "${PIN#*:}")
+fi
 ETCDCTL=$(dirname "$ETCD_BIN")/etcdctl
 
 # The largest resident set among the servers, in MiB.
@@ -67,7 +75,7 @@ run() { # KIND WORKLOAD
     put) args=(put --key-size 48 --val-size 1024 --key-space-size 100000 --sequential-keys=false --total "$TOTAL") ;;
     txn-put) args=(txn-put --key-size 48 --val-size 1024 --key-space-size 100000 --total "$TOTAL") ;;
     range)
-      "$BENCH" --endpoints "$ENDPOINTS" --clients 10 --conns 10 put --key-size 48 --val-size 1024 \
+      ${CLIENT_PIN[@]+"${CLIENT_PIN[@]}"} "$BENCH" --endpoints "$ENDPOINTS" --clients 10 --conns 10 put --key-size 48 --val-size 1024 \
         --key-space-size 1000 --sequential-keys --total 1000 >/dev/null 2>&1
       args=(range foo --consistency l --total "$TOTAL") ;;
     watch) args=(watch --streams 10 --watch-per-stream 100 --watched-key-total 100 --put-total "$TOTAL" --put-rate 0) ;;
@@ -75,7 +83,7 @@ run() { # KIND WORKLOAD
   esac
   local c0 c1 out client
   c0=$(cpu_ticks "${SERVER_PIDS[@]}")
-  out=$(/usr/bin/time -f '%U %S' -o "$TMP/client.time" "$BENCH" "${common[@]}" "${args[@]}" 2>&1)
+  out=$(/usr/bin/time -f '%U %S' -o "$TMP/client.time" ${CLIENT_PIN[@]+"${CLIENT_PIN[@]}"} "$BENCH" "${common[@]}" "${args[@]}" 2>&1)
   c1=$(cpu_ticks "${SERVER_PIDS[@]}")
   # The allocator returns freed memory after a second.
   if [ "$2" = memory ]; then sleep 2; fi
@@ -152,4 +160,4 @@ for w in "${workloads[@]}"; do
   printf '%-8s %14.0f %14.0f %7s %13s µs %13s µs %15s µs %15s µs %9s MiB %9s MiB\n' "$w" "$m_rps" "$e_rps" "$ratio" \
     "$m_cpu" "$e_cpu" "$m_cl" "$e_cl" "$m_rss" "$e_rss"
 done
-echo "($(nproc) cores; $MEMBERS member(s) per server (RSS: the largest member's); $TOTAL requests per run; $CLIENTS clients over $CONNS connections; median of $ROUNDS alternating run(s) per server; mem_etcd flags: --wal-mode buffered ${MEM_ARGS:-}; full outputs in /tmp/compare-*.out)"
+echo "($(nproc) cores${PIN:+, servers on CPUs ${PIN%%:*} and the client on ${PIN#*:}}; $MEMBERS member(s) per server (RSS: the largest member's); $TOTAL requests per run; $CLIENTS clients over $CONNS connections; median of $ROUNDS alternating run(s) per server; mem_etcd flags: --wal-mode buffered ${MEM_ARGS:-}; full outputs in /tmp/compare-*.out)"
