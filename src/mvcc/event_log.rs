@@ -14,11 +14,13 @@
 //! The newest [`RECENT`] revisions are kept as published, besides: watchers that fell a little
 //! behind (many at once, when a burst of writes outruns their streams) read those instead of
 //! each rebuilding its own copy, and share the events, and their encoding, with the live path.
+//! Watchers further behind share the blocks of revisions rebuilt last (see [`REBUILT`]), as
+//! etcd's unsynced watchers share one read of its backend.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use super::event::{Event, RevisionEvents};
 use super::partition::Partition;
@@ -30,10 +32,77 @@ pub struct EventLog {
     /// compaction; each holds it briefly. Never held while a partition lock is taken, so a read
     /// never waits for a writer's compare-and-apply.
     inner: RwLock<Inner>,
+    /// The last blocks of revisions rebuilt from the partitions, newest last, at most
+    /// [`REBUILT`] of them and [`REBUILT_BYTES`] of keys and values. Watchers that fell behind together ask for the same revisions one after
+    /// another; 1,000 watchers each rebuilding its own copy of them cost more than delivering
+    /// the events. A lock of its own, held only to look one up or to add one, so that a
+    /// rebuild never waits for the publisher.
+    rebuilt: Mutex<Stretches>,
 }
+
+/// The blocks of rebuilt revisions kept for other readers.
+#[derive(Debug)]
+struct Stretches {
+    /// Each block, with the bytes of keys and values its events hold.
+    kept: VecDeque<(Rebuilt, usize)>,
+    /// The bytes of all of them.
+    bytes: usize,
+    /// [`REBUILT`], but for tests of the reads rebuilt from the partitions.
+    max: usize,
+}
+
+impl Stretches {
+    fn new(max: usize) -> Self {
+        Self { kept: VecDeque::new(), bytes: 0, max }
+    }
+
+    /// Keeps `block`, which holds `bytes` (see [`event_bytes`]), forgetting the oldest ones
+    /// beyond the bounds.
+    fn keep(&mut self, block: Rebuilt, bytes: usize) {
+        self.kept.push_back((block, bytes));
+        self.bytes += bytes;
+        while self.kept.len() > self.max || (self.bytes > REBUILT_BYTES && self.kept.len() > 1) {
+            let (_, b) = self.kept.pop_front().expect("not empty");
+            self.bytes -= b;
+        }
+    }
+}
+
+/// The bytes of keys and values of `revs`' events, as a read counts them against its budget.
+fn revision_bytes(revs: &[(i64, RevisionEvents)]) -> usize {
+    revs.iter().flat_map(|(_, evs)| evs.iter()).map(|e| e.kv.key.len() + e.kv.value.len()).sum()
+}
+
+/// The bytes of keys and values an event holds (its own and its previous version's).
+fn event_bytes(e: &Event) -> usize {
+    let prev = e.prev_kv.as_ref().map_or(0, |p| p.key.len() + p.value.len());
+    e.kv.key.len() + e.kv.value.len() + prev
+}
+
+/// A block of consecutive revisions as a rebuild returned them (never empty), and the history
+/// they are of (`Inner::id`: a snapshot installed swaps in another).
+type Rebuilt = (u64, Arc<[(i64, RevisionEvents)]>);
+
+/// Tells histories apart (see [`Rebuilt`]).
+static HISTORIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The blocks of rebuilt revisions shared: with [`BLOCK`], the 65,536 revisions before the
+/// recent ones. Watchers that fell behind read at different revisions, scattered over their
+/// lag: 64 blocks, against the 40,000 revisions of a burst that 1,000 watchers fell behind,
+/// found a third of them.
+const REBUILT: usize = 256;
+
+/// At most this much key and value in the shared blocks: most of it the store holds anyway,
+/// but a block keeps versions compaction would free.
+const REBUILT_BYTES: usize = 64 << 20;
+
+/// Revisions per shared block (blocks start at revisions 1, 257, 513, ...).
+pub(crate) const BLOCK: i64 = 256;
 
 #[derive(Debug)]
 struct Inner {
+    /// This history's own number, from [`HISTORIES`].
+    id: u64,
     /// The oldest revision held.
     first: i64,
     /// The newest revision published: every change at or below it is applied in its partition.
@@ -63,6 +132,7 @@ impl EventLog {
     pub fn new(next: i64) -> Self {
         Self {
             inner: RwLock::new(Inner {
+                id: HISTORIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                 first: next,
                 last: next - 1,
                 compacted: 0,
@@ -71,6 +141,7 @@ impl EventLog {
                 recent: VecDeque::new(),
                 recent_max: RECENT,
             }),
+            rebuilt: Mutex::new(Stretches::new(REBUILT)),
         }
     }
 
@@ -106,13 +177,14 @@ impl EventLog {
         g.last = g.last.max(last);
     }
 
-    /// Keeps at most `n` recent revisions as published from now on (tests: 0 rebuilds every
-    /// read from the partitions).
+    /// Keeps at most `recent` revisions as published and `rebuilt` stretches of rebuilt ones
+    /// from now on (tests: 0 and 0 rebuild every read from the partitions).
     #[cfg(test)]
-    pub(crate) fn keep_recent(&self, n: usize) {
+    pub(crate) fn keep(&self, recent: usize, rebuilt: usize) {
         let mut g = self.inner.write();
-        g.recent_max = n;
+        g.recent_max = recent;
         g.recent.clear();
+        *self.rebuilt.lock() = Stretches::new(rebuilt);
     }
 
     /// Forgets revisions below `rev` (compaction at `rev` keeps `rev` itself: a watch may start
@@ -136,9 +208,37 @@ impl EventLog {
     }
 
     /// Up to `max_revs` revisions from `from`, stopping before `to` is passed or when about
-    /// `max_bytes` of values were gathered (always at least one revision if any is available).
+    /// `max_bytes` of values were gathered (always at least one revision if any is available;
+    /// fewer if a compaction overtakes the read, which the caller's next read reports).
     /// `Err(compaction revision)` when `from` was compacted away.
     pub fn read(
+        &self,
+        from: i64,
+        to: i64,
+        max_revs: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<(i64, RevisionEvents)>, i64> {
+        let mut out = self.read_part(from, to, max_revs, max_bytes)?;
+        let mut bytes = revision_bytes(&out);
+        // A part ends where a shared block ends: read on into the next one.
+        while let Some(&(last, _)) = out.last()
+            && out.len() < max_revs
+            && bytes < max_bytes
+            && last < to
+        {
+            match self.read_part(last + 1, to, max_revs - out.len(), max_bytes - bytes) {
+                Ok(more) if !more.is_empty() => {
+                    bytes += revision_bytes(&more);
+                    out.extend(more);
+                }
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// As [`read`](Self::read), but ending where a shared block ends.
+    fn read_part(
         &self,
         from: i64,
         to: i64,
@@ -156,29 +256,65 @@ impl EventLog {
             if let Some(&(first_recent, _)) = g.recent.front()
                 && first_recent <= start
             {
-                return Ok(Self::recent(&g.recent, start, end, max_bytes));
+                let skip = (start - first_recent) as usize;
+                return Ok(Self::gather(g.recent.iter().skip(skip), end, max_bytes));
             }
-            let kept = g.at_compaction.clone().filter(|_| start == g.compacted);
+            if start > end {
+                return Ok(Vec::new());
+            }
+            let sharing = self.rebuilt.lock().max > 0;
+            // Shared blocks are cut on a fixed grid, whatever revision the reader that rebuilt
+            // one started at, so that readers scattered over a block all find it.
+            let (from_rev, to_rev, budget) = if sharing {
+                let grid = start - (start - 1).rem_euclid(BLOCK);
+                (grid.max(g.first), (grid + BLOCK - 1).min(g.last), usize::MAX)
+            } else {
+                (start, end, max_bytes)
+            };
+            let kept = g.at_compaction.clone().filter(|_| from_rev == g.compacted);
             let parts = g.partitions.clone();
+            let history = g.id;
             drop(g);
-            if let Ok(out) = Self::rebuild(&parts, start, end, kept, max_bytes) {
+            if sharing {
+                // The events of a revision never change: a block rebuilt before a compaction
+                // still holds the compaction revision's events, as `kept` does.
+                let shared = self
+                    .rebuilt
+                    .lock()
+                    .kept
+                    .iter()
+                    .find(|((h, r), _)| {
+                        *h == history && r[0].0 <= start && start <= r[r.len() - 1].0
+                    })
+                    .map(|((_, r), _)| r.clone());
+                if let Some(r) = shared {
+                    let skip = (start - r[0].0) as usize;
+                    return Ok(Self::gather(r.iter().skip(skip), end, max_bytes));
+                }
+            }
+            let Ok(out) = Self::rebuild(&parts, from_rev, to_rev, kept, budget) else { continue };
+            if !sharing {
                 return Ok(out);
             }
+            let block: Arc<[(i64, RevisionEvents)]> = out.into();
+            let skip = (start - from_rev) as usize;
+            let revs = Self::gather(block.iter().skip(skip), end, max_bytes);
+            let bytes = block.iter().flat_map(|(_, evs)| evs.iter()).map(event_bytes).sum();
+            self.rebuilt.lock().keep((history, block), bytes);
+            return Ok(revs);
         }
     }
 
-    /// Revisions `start..=end` of the recent ones, which hold `start`, as
+    /// Revisions up to `end` of `revs` (consecutive, from the one asked for), as
     /// [`read`](Self::read) returns them.
-    fn recent(
-        recent: &VecDeque<(i64, RevisionEvents)>,
-        start: i64,
+    fn gather<'a>(
+        revs: impl Iterator<Item = &'a (i64, RevisionEvents)>,
         end: i64,
         max_bytes: usize,
     ) -> Vec<(i64, RevisionEvents)> {
-        let skip = (start - recent[0].0) as usize;
         let mut out = Vec::new();
         let mut bytes = 0;
-        for (rev, events) in recent.iter().skip(skip).take_while(|(r, _)| *r <= end) {
+        for (rev, events) in revs.take_while(|(r, _)| *r <= end) {
             if bytes >= max_bytes && !out.is_empty() {
                 break;
             }

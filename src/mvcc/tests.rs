@@ -468,16 +468,17 @@ type ReadResult = Result<Vec<(i64, RevisionEvents)>, i64>;
 
 #[test]
 fn events_read_back_from_the_partitions_are_the_events_that_were_published() {
-    // None kept as published: every read is rebuilt from the partitions; then a few: reads
-    // start in the rebuilt part or in the kept one.
-    for recent in [0, 16] {
-        events_read_back_are_the_events_published(recent);
+    // None kept as published nor shared: every read is rebuilt from the partitions; then a
+    // few: reads start in the rebuilt part or in the kept one, or in a stretch rebuilt for an
+    // earlier read.
+    for (recent, rebuilt) in [(0, 0), (16, 0), (0, 4), (16, 4)] {
+        events_read_back_are_the_events_published(recent, rebuilt);
     }
 }
 
-fn events_read_back_are_the_events_published(recent: usize) {
+fn events_read_back_are_the_events_published(recent: usize, rebuilt: usize) {
     let s = store();
-    s.event_log().keep_recent(recent);
+    s.event_log().keep(recent, rebuilt);
     let published = Arc::new(Recorder::default());
     s.set_observer(published.clone());
     let (mut events, mut with_prev) = (0, 0);
@@ -506,6 +507,37 @@ fn events_read_back_are_the_events_published(recent: usize) {
     });
     assert!(s.compact_revision() > 500, "compacted at {}", s.compact_revision());
     assert!(events > 100_000 && with_prev > 50_000, "{events} events, {with_prev} with prev_kv");
+}
+
+#[test]
+fn watchers_far_behind_share_the_revisions_rebuilt() {
+    let s = store();
+    s.event_log().keep(0, 4);
+    // Revisions 2 to 601.
+    for i in 0..600 {
+        put(&s, &format!("k{}", i % 10), "v");
+    }
+    let log = s.event_log();
+    let revs = |r: &[(i64, RevisionEvents)]| r.iter().map(|(r, _)| *r).collect::<Vec<_>>();
+    let shared = |a: &[(i64, RevisionEvents)], b: &[(i64, RevisionEvents)]| {
+        a.iter().zip(b).all(|(a, b)| a.0 == b.0 && Arc::ptr_eq(&a.1, &b.1))
+    };
+    let first = log.read(2, 601, 50, usize::MAX).unwrap();
+    assert_eq!(revs(&first), (2..=51).collect::<Vec<_>>());
+    assert!(first.iter().all(|(r, evs)| evs.len() == 1 && evs[0].kv.mod_revision == *r));
+    // Readers of the same revisions get the same events, not copies rebuilt for them, across
+    // the blocks the revisions were rebuilt in.
+    let again = log.read(2, 601, 50, usize::MAX).unwrap();
+    assert!(shared(&first, &again), "rebuilt again");
+    let inside = log.read(40, 601, 1000, usize::MAX).unwrap();
+    assert_eq!(revs(&inside), (40..=601).collect::<Vec<_>>());
+    assert!(shared(&first[38..], &inside), "rebuilt again");
+    let across = log.read(250, 260, 1000, usize::MAX).unwrap();
+    assert_eq!(revs(&across), (250..=260).collect::<Vec<_>>());
+    assert!(shared(&inside[210..], &across), "rebuilt again");
+    let later = log.read(300, 601, 10, usize::MAX).unwrap();
+    assert_eq!(revs(&later), (300..=309).collect::<Vec<_>>());
+    assert!(shared(&inside[260..], &later), "rebuilt again");
 }
 
 #[test]
