@@ -33,16 +33,16 @@ pub struct EventLog {
     /// never waits for a writer's compare-and-apply.
     inner: RwLock<Inner>,
     /// The last blocks of revisions rebuilt from the partitions, newest last, at most
-    /// [`REBUILT`] of them and [`REBUILT_BYTES`] of keys and values. Watchers that fell behind together ask for the same revisions one after
-    /// another; 1,000 watchers each rebuilding its own copy of them cost more than delivering
-    /// the events. A lock of its own, held only to look one up or to add one, so that a
-    /// rebuild never waits for the publisher.
-    rebuilt: Mutex<Stretches>,
+    /// [`REBUILT`] of them and [`REBUILT_BYTES`] of keys and values. Watchers that fell behind
+    /// together ask for the same revisions one after another; 1,000 watchers each rebuilding
+    /// its own copy of them cost more than delivering the events. A lock of its own, held only
+    /// to look one up or to add one, so that a rebuild never waits for the publisher.
+    rebuilt: Mutex<Blocks>,
 }
 
 /// The blocks of rebuilt revisions kept for other readers.
 #[derive(Debug)]
-struct Stretches {
+struct Blocks {
     /// Each block, with the bytes of keys and values its events hold.
     kept: VecDeque<(Rebuilt, usize)>,
     /// The bytes of all of them.
@@ -51,9 +51,18 @@ struct Stretches {
     max: usize,
 }
 
-impl Stretches {
+impl Blocks {
     fn new(max: usize) -> Self {
         Self { kept: VecDeque::new(), bytes: 0, max }
+    }
+
+    /// The block of `history` that holds revision `rev`, if one is kept.
+    fn find(&self, history: u64, rev: i64) -> Option<Arc<[(i64, RevisionEvents)]>> {
+        let ((_, r), _) = self
+            .kept
+            .iter()
+            .find(|((h, r), _)| *h == history && r[0].0 <= rev && rev <= r[r.len() - 1].0)?;
+        Some(r.clone())
     }
 
     /// Keeps `block`, which holds `bytes` (see [`event_bytes`]), forgetting the oldest ones
@@ -68,9 +77,10 @@ impl Stretches {
     }
 }
 
-/// The bytes of keys and values of `revs`' events, as a read counts them against its budget.
-fn revision_bytes(revs: &[(i64, RevisionEvents)]) -> usize {
-    revs.iter().flat_map(|(_, evs)| evs.iter()).map(|e| e.kv.key.len() + e.kv.value.len()).sum()
+/// The bytes of keys and values of a revision's events, as a read counts them against its
+/// budget.
+fn revision_bytes(events: &[Event]) -> usize {
+    events.iter().map(|e| e.kv.key.len() + e.kv.value.len()).sum()
 }
 
 /// The bytes of keys and values an event holds (its own and its previous version's).
@@ -141,7 +151,7 @@ impl EventLog {
                 recent: VecDeque::new(),
                 recent_max: RECENT,
             }),
-            rebuilt: Mutex::new(Stretches::new(REBUILT)),
+            rebuilt: Mutex::new(Blocks::new(REBUILT)),
         }
     }
 
@@ -177,14 +187,14 @@ impl EventLog {
         g.last = g.last.max(last);
     }
 
-    /// Keeps at most `recent` revisions as published and `rebuilt` stretches of rebuilt ones
+    /// Keeps at most `recent` revisions as published and `rebuilt` blocks of rebuilt ones
     /// from now on (tests: 0 and 0 rebuild every read from the partitions).
     #[cfg(test)]
     pub(crate) fn keep(&self, recent: usize, rebuilt: usize) {
         let mut g = self.inner.write();
         g.recent_max = recent;
         g.recent.clear();
-        *self.rebuilt.lock() = Stretches::new(rebuilt);
+        *self.rebuilt.lock() = Blocks::new(rebuilt);
     }
 
     /// Forgets revisions below `rev` (compaction at `rev` keeps `rev` itself: a watch may start
@@ -219,7 +229,7 @@ impl EventLog {
         max_bytes: usize,
     ) -> Result<Vec<(i64, RevisionEvents)>, i64> {
         let mut out = self.read_part(from, to, max_revs, max_bytes)?;
-        let mut bytes = revision_bytes(&out);
+        let mut bytes: usize = out.iter().map(|(_, evs)| revision_bytes(evs)).sum();
         // A part ends where a shared block ends: read on into the next one.
         while let Some(&(last, _)) = out.last()
             && out.len() < max_revs
@@ -228,7 +238,7 @@ impl EventLog {
         {
             match self.read_part(last + 1, to, max_revs - out.len(), max_bytes - bytes) {
                 Ok(more) if !more.is_empty() => {
-                    bytes += revision_bytes(&more);
+                    bytes += more.iter().map(|(_, evs)| revision_bytes(evs)).sum::<usize>();
                     out.extend(more);
                 }
                 _ => break,
@@ -262,7 +272,17 @@ impl EventLog {
             if start > end {
                 return Ok(Vec::new());
             }
-            let sharing = self.rebuilt.lock().max > 0;
+            // One look at the shared blocks (the events of a revision never change: a block
+            // rebuilt before a compaction still holds the compaction revision's events, as
+            // `kept` does).
+            let (sharing, shared) = {
+                let blocks = self.rebuilt.lock();
+                (blocks.max > 0, blocks.find(g.id, start))
+            };
+            if let Some(r) = shared {
+                let skip = (start - r[0].0) as usize;
+                return Ok(Self::gather(r.iter().skip(skip), end, max_bytes));
+            }
             // Shared blocks are cut on a fixed grid, whatever revision the reader that rebuilt
             // one started at, so that readers scattered over a block all find it.
             let (from_rev, to_rev, budget) = if sharing {
@@ -275,23 +295,6 @@ impl EventLog {
             let parts = g.partitions.clone();
             let history = g.id;
             drop(g);
-            if sharing {
-                // The events of a revision never change: a block rebuilt before a compaction
-                // still holds the compaction revision's events, as `kept` does.
-                let shared = self
-                    .rebuilt
-                    .lock()
-                    .kept
-                    .iter()
-                    .find(|((h, r), _)| {
-                        *h == history && r[0].0 <= start && start <= r[r.len() - 1].0
-                    })
-                    .map(|((_, r), _)| r.clone());
-                if let Some(r) = shared {
-                    let skip = (start - r[0].0) as usize;
-                    return Ok(Self::gather(r.iter().skip(skip), end, max_bytes));
-                }
-            }
             let Ok(out) = Self::rebuild(&parts, from_rev, to_rev, kept, budget) else { continue };
             if !sharing {
                 return Ok(out);
@@ -318,7 +321,7 @@ impl EventLog {
             if bytes >= max_bytes && !out.is_empty() {
                 break;
             }
-            bytes += events.iter().map(|e| e.kv.key.len() + e.kv.value.len()).sum::<usize>();
+            bytes += revision_bytes(events);
             out.push((*rev, events.clone()));
         }
         out
@@ -366,7 +369,7 @@ impl EventLog {
                     v.into()
                 }
             };
-            bytes += events.iter().map(|e| e.kv.key.len() + e.kv.value.len()).sum::<usize>();
+            bytes += revision_bytes(&events);
             out.push((rev, events));
         }
         Ok(out)

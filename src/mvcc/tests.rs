@@ -469,7 +469,7 @@ type ReadResult = Result<Vec<(i64, RevisionEvents)>, i64>;
 #[test]
 fn events_read_back_from_the_partitions_are_the_events_that_were_published() {
     // None kept as published nor shared: every read is rebuilt from the partitions; then a
-    // few: reads start in the rebuilt part or in the kept one, or in a stretch rebuilt for an
+    // few: reads start in the rebuilt part or in the kept one, or in a block rebuilt for an
     // earlier read.
     for (recent, rebuilt) in [(0, 0), (16, 0), (0, 4), (16, 4)] {
         events_read_back_are_the_events_published(recent, rebuilt);
