@@ -68,6 +68,16 @@ impl Blocks {
     /// Keeps `block`, which holds `bytes` (see [`event_bytes`]), forgetting the oldest ones
     /// beyond the bounds.
     fn keep(&mut self, block: Rebuilt, bytes: usize) {
+        // Watchers that fell behind together rebuild the same block at the same time: one copy
+        // is kept (a shorter one, cut at the newest revision then, does not count).
+        let (history, revs) = &block;
+        if self
+            .kept
+            .iter()
+            .any(|((h, r), _)| h == history && r[0].0 == revs[0].0 && r.len() >= revs.len())
+        {
+            return;
+        }
         self.kept.push_back((block, bytes));
         self.bytes += bytes;
         while self.kept.len() > self.max || (self.bytes > REBUILT_BYTES && self.kept.len() > 1) {
