@@ -1266,9 +1266,24 @@ impl RaftNode {
     pub async fn add_member(&self, id: u64, peer_urls: Vec<String>, learner: bool) -> Result<()> {
         let deadline = Instant::now() + self.request_timeout();
         let add = self.raft.add_learner(id, PeerNode { peer_urls }, false);
-        bounded(deadline, add).await?;
+        let added = bounded(deadline, add).await?;
         if learner {
             return Ok(());
+        }
+        // openraft answers once the learner's entry commits, and may publish the metrics that
+        // show it later: the voters' change is computed from those, so it waits for them (else
+        // the new voter is not among the nodes, and the change is refused as invalid).
+        let at = added.log_id.index;
+        let mut metrics = self.raft.metrics();
+        let shown = |m: &openraft::RaftMetrics<TypeConfig>| {
+            m.membership_config.log_id().is_some_and(|l| l.index >= at)
+        };
+        while !shown(&metrics.borrow_watched()) {
+            match tokio::time::timeout_at(deadline, metrics.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(Error::Stopped),
+                Err(_) => return Err(Error::Timeout),
+            }
         }
         self.change_voters(deadline, |voters, _| {
             voters.insert(id);
@@ -1297,7 +1312,7 @@ impl RaftNode {
                 .await;
         }
         let change = ChangeMembers::RemoveNodes(BTreeSet::from([id]));
-        bounded(deadline, self.raft.change_membership(change, false)).await
+        bounded(deadline, self.raft.change_membership(change, false)).await.map(drop)
     }
 
     /// Changes a member's peer URLs (on the leader). The voters stay: one entry, as any
@@ -1305,7 +1320,8 @@ impl RaftNode {
     pub async fn update_member(&self, id: u64, peer_urls: Vec<String>) -> Result<()> {
         let deadline = Instant::now() + self.request_timeout();
         let nodes = BTreeMap::from([(id, PeerNode { peer_urls })]);
-        bounded(deadline, self.raft.change_membership(ChangeMembers::SetNodes(nodes), false)).await
+        let change = ChangeMembers::SetNodes(nodes);
+        bounded(deadline, self.raft.change_membership(change, false)).await.map(drop)
     }
 
     /// Changes the voters by one, as etcd's configuration changes do, and answers at etcd's
@@ -1453,9 +1469,9 @@ async fn bounded<T>(
     change: impl std::future::Future<
         Output = std::result::Result<T, RaftError<TypeConfig, ClientWriteError<TypeConfig>>>,
     >,
-) -> Result<()> {
+) -> Result<T> {
     match tokio::time::timeout_at(deadline, change).await {
-        Ok(r) => r.map(|_| ()).map_err(write_error),
+        Ok(r) => r.map_err(write_error),
         Err(_) => Err(Error::Timeout),
     }
 }
