@@ -107,6 +107,16 @@ pub enum Refused<R> {
     Closed(R),
 }
 
+impl<R> Refused<R> {
+    /// The same refusal, with the handed-back request turned into another type.
+    fn map<S>(self, f: impl FnOnce(R) -> S) -> Refused<S> {
+        match self {
+            Refused::Error(e) => Refused::Error(e),
+            Refused::Closed(r) => Refused::Closed(f(r)),
+        }
+    }
+}
+
 impl<R> From<Error> for Refused<R> {
     fn from(e: Error) -> Self {
         Refused::Error(e)
@@ -775,19 +785,33 @@ impl Store {
         if req.lease != 0 && !self.lease_exists(req.lease) {
             return Err(Error::LeaseNotFound.into());
         }
-        let t = TxnRequest { compare: vec![], success: vec![RequestOp::Put(req)], failure: vec![] };
-        let a = self.txn_unchecked(t, direct).map_err(|r| match r {
-            Refused::Closed(mut t) => match t.success.pop() {
-                Some(RequestOp::Put(p)) => Refused::Closed(p),
+        let (a, revision) = self.one_op(RequestOp::Put(req), direct).map_err(|r| {
+            r.map(|op| match op {
+                RequestOp::Put(p) => p,
                 _ => unreachable!("the put handed back"),
-            },
-            Refused::Error(e) => Refused::Error(e),
+            })
         })?;
-        let Some(ResponseOp::Put(mut r)) = a.response.responses.into_iter().next() else {
+        let ResponseOp::Put(mut response) = a.response else {
             unreachable!("a put txn answers with a put")
         };
-        r.revision = a.response.revision;
-        Ok(Applied { response: r, visible_at: a.visible_at })
+        response.revision = revision;
+        Ok(Applied { response, visible_at: a.visible_at })
+    }
+
+    /// One Put or DeleteRange as a txn of that one op: the op's answer and the txn's header
+    /// revision, or the op handed back.
+    fn one_op(
+        &self,
+        op: RequestOp,
+        direct: bool,
+    ) -> std::result::Result<(Applied<ResponseOp>, i64), Refused<RequestOp>> {
+        let t = TxnRequest { compare: vec![], success: vec![op], failure: vec![] };
+        let a = self
+            .txn_unchecked(t, direct)
+            .map_err(|r| r.map(|mut t| t.success.pop().expect("the op handed back")))?;
+        let revision = a.response.revision;
+        let op = a.response.responses.into_iter().next().expect("a one-op txn answers once");
+        Ok((Applied { response: op, visible_at: a.visible_at }, revision))
     }
 
     /// DeleteRange, as a one-op txn.
@@ -816,23 +840,17 @@ impl Store {
         req: DeleteRangeRequest,
         direct: bool,
     ) -> std::result::Result<Applied<DeleteRangeResponse>, Refused<DeleteRangeRequest>> {
-        let t = TxnRequest {
-            compare: vec![],
-            success: vec![RequestOp::DeleteRange(req)],
-            failure: vec![],
-        };
-        let a = self.txn_unchecked(t, direct).map_err(|r| match r {
-            Refused::Closed(mut t) => match t.success.pop() {
-                Some(RequestOp::DeleteRange(d)) => Refused::Closed(d),
+        let (a, revision) = self.one_op(RequestOp::DeleteRange(req), direct).map_err(|r| {
+            r.map(|op| match op {
+                RequestOp::DeleteRange(d) => d,
                 _ => unreachable!("the delete handed back"),
-            },
-            Refused::Error(e) => Refused::Error(e),
+            })
         })?;
-        let Some(ResponseOp::DeleteRange(mut r)) = a.response.responses.into_iter().next() else {
+        let ResponseOp::DeleteRange(mut response) = a.response else {
             unreachable!("a delete txn answers with a delete")
         };
-        r.revision = a.response.revision;
-        Ok(Applied { response: r, visible_at: a.visible_at })
+        response.revision = revision;
+        Ok(Applied { response, visible_at: a.visible_at })
     }
 
     /// A Txn: the write path described in the module docs. `size` is the request's encoded
