@@ -399,7 +399,8 @@ impl RaftNode {
     /// Settles this member's id and its cluster's before anything is served: a restarted member
     /// takes the ids it stored (whatever the flags say, as etcd does); a member joining a
     /// running cluster (`existing`) asks the members of `--initial-cluster` for them, and is
-    /// refused start-up if none answers within 30 s or none knows its peer URLs.
+    /// refused start-up if none answers within 30 s or none knows its peer URLs, or at once
+    /// when a member refuses its TLS handshake.
     pub async fn resolve_ids(opts: &mut NodeOptions) -> std::result::Result<(), String> {
         if opts.mode != Mode::None
             && let Some((member, cluster)) = opts.dir.read_member()?
@@ -413,6 +414,7 @@ impl RaftNode {
         let peers = Peers::new(0, 0, opts.tls.clone(), opts.election);
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut why = String::from("no member of --initial-cluster answered");
+        let mut refused_tls = false;
         while Instant::now() < deadline {
             for (id, m) in &opts.initial {
                 if m.peer_urls == opts.peer_urls {
@@ -440,8 +442,20 @@ impl RaftNode {
                             opts.peer_urls
                         )
                     }
-                    Err(_) => {}
+                    Err(e) => {
+                        let (cause, tls) = probe_failure(&e);
+                        why = format!(
+                            "no member of --initial-cluster answered (last: {}: {cause})",
+                            m.peer_urls.join(",")
+                        );
+                        refused_tls |= tls;
+                    }
                 }
+            }
+            // A peer that refused this member's TLS (its certificate, its TLS versions) will
+            // go on refusing it: given up at once, as etcd gives up after one round.
+            if refused_tls {
+                break;
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
@@ -1423,6 +1437,23 @@ impl RaftNode {
         let _ = self.raft.shutdown().await;
         self.log.close();
     }
+}
+
+/// A failed probe's innermost cause (what an operator can act on), and whether it was the TLS
+/// handshake that failed (rustls' errors reach the transport as `InvalidData`), which waiting
+/// does not mend.
+fn probe_failure(s: &tonic::Status) -> (String, bool) {
+    let mut cause = s.message().to_string();
+    let mut tls = false;
+    let mut next = std::error::Error::source(s);
+    while let Some(e) = next {
+        cause = e.to_string();
+        tls |= e
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData);
+        next = e.source();
+    }
+    (cause, tls)
 }
 
 /// Whether a call to a peer failed before anything was sent (it could not connect): safe to
