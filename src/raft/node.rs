@@ -560,7 +560,7 @@ impl RaftNode {
         let _ = self.raft.trigger().allow_next_revert(&id, true).await;
         if self.membership().0.contains(&id) {
             let deadline = Instant::now() + self.request_timeout();
-            self.change_voters(deadline, |voters, _| {
+            self.change_voters(deadline, 0, |voters, _| {
                 voters.remove(&id);
             })
             .await?;
@@ -1284,22 +1284,8 @@ impl RaftNode {
         if learner {
             return Ok(());
         }
-        // openraft answers once the learner's entry commits, and may publish the metrics that
-        // show it later: the voters' change is computed from those, so it waits for them (else
-        // the new voter is not among the nodes, and the change is refused as invalid).
-        let at = added.log_id.index;
-        let mut metrics = self.raft.metrics();
-        let shown = |m: &openraft::RaftMetrics<TypeConfig>| {
-            m.membership_config.log_id().is_some_and(|l| l.index >= at)
-        };
-        while !shown(&metrics.borrow_watched()) {
-            match tokio::time::timeout_at(deadline, metrics.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return Err(Error::Stopped),
-                Err(_) => return Err(Error::Timeout),
-            }
-        }
-        self.change_voters(deadline, |voters, _| {
+        // Built on the learner's entry (else the new voter is not among the nodes).
+        self.change_voters(deadline, added.log_id.index, |voters, _| {
             voters.insert(id);
         })
         .await
@@ -1308,7 +1294,7 @@ impl RaftNode {
     /// Promotes a learner to voter (on the leader).
     pub async fn promote_member(&self, id: u64) -> Result<()> {
         let deadline = Instant::now() + self.request_timeout();
-        self.change_voters(deadline, |voters, _| {
+        self.change_voters(deadline, 0, |voters, _| {
             voters.insert(id);
         })
         .await
@@ -1319,7 +1305,7 @@ impl RaftNode {
         let deadline = Instant::now() + self.request_timeout();
         if self.membership().0.contains(&id) {
             return self
-                .change_voters(deadline, |voters, nodes| {
+                .change_voters(deadline, 0, |voters, nodes| {
                     voters.remove(&id);
                     nodes.remove(&id);
                 })
@@ -1350,12 +1336,28 @@ impl RaftNode {
     /// holds it: from then on every leader to come has it (a candidate without it cannot win
     /// a quorum of the previous voters), which is what etcd's commit promises. openraft
     /// commits it as soon as the new configuration's quorum answers.
+    ///
+    /// The change is computed from the membership in openraft's metrics, once they show the
+    /// membership entry at `after` or a later one: openraft answers for an entry (the learner
+    /// `add_member` just added) before it may publish the metrics that show it.
     async fn change_voters(
         &self,
         deadline: Instant,
+        after: u64,
         change: impl FnOnce(&mut BTreeSet<u64>, &mut BTreeMap<u64, PeerNode>),
     ) -> Result<()> {
-        let observed = self.metrics().membership_config;
+        let mut metrics = self.raft.metrics();
+        let observed = loop {
+            let m = metrics.borrow_watched().membership_config.clone();
+            if m.log_id().as_ref().map_or(0, |l| l.index) >= after {
+                break m;
+            }
+            match tokio::time::timeout_at(deadline, metrics.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(Error::Stopped),
+                Err(_) => return Err(Error::Timeout),
+            }
+        };
         let old: BTreeSet<u64> = observed.membership().voter_ids().collect();
         let mut voters = old.clone();
         let mut nodes: BTreeMap<u64, PeerNode> =
@@ -1372,7 +1374,6 @@ impl RaftNode {
         let mut appended = tokio::spawn(async move {
             raft.append_membership(proposed, EntryPayload::Blank, [guard]).await
         });
-        let mut metrics = self.raft.metrics();
         loop {
             tokio::select! {
                 done = &mut appended => {
