@@ -31,8 +31,9 @@
 //!   and TimeToLive, membership changes).
 //! - [`raft`]: replication for a cluster of members (openraft): the Raft log (the WAL of a
 //!   cluster member), snapshots of the store, the peer transport, membership, and the one road
-//!   to the leader (`RaftNode::at_leader`: one deadline and retry policy, one peer call) for
-//!   every request only the leader can serve: proposals, read indexes, lease renewals and
+//!   to the leader (`RaftNode::at_leader`: one deadline and retry policy, one peer call, and
+//!   a call to a leader that another member replaced ended at once) for every request only
+//!   the leader can serve: proposals, read indexes, lease renewals and
 //!   TimeToLive, membership changes, and the corruption checks (`raft::corrupt`: members
 //!   compare their stores' hashes). A member alone runs without it until it grows into a
 //!   cluster (its first MemberAdd).

@@ -47,9 +47,33 @@ pub(super) fn errors(request: &Forwarded) -> (Error, Error) {
     }
 }
 
-/// A call that never left this member (the stream to the leader had ended): safe to send
-/// again.
+/// Whether a request that may have reached a leader that is no longer leading may be sent
+/// again to the next one: read indexes and lease calls, which change nothing twice (a renewal
+/// renews; TimeToLive reads). Never a proposal or a membership change: the old leader may have
+/// appended it, and the next may commit it, so sending it again could apply it twice.
+pub(super) fn resendable(request: &Forwarded) -> bool {
+    matches!(
+        request,
+        Forwarded::ReadIndex(_) | Forwarded::LeaseRenew(_) | Forwarded::LeaseTimeToLive(_)
+    )
+}
+
+/// A call that never left this member (the stream to the leader had ended, or could not open
+/// because the leader could not be reached): safe to send again.
 pub(super) const NOT_SENT: &str = "the forward stream to the leader had ended: not sent";
+
+/// Whether a call failed before anything went out: its connection could not be made.
+/// Only that: a connection that broke after the stream opened may have carried calls.
+fn never_connected(s: &tonic::Status) -> bool {
+    let mut next = std::error::Error::source(s);
+    while let Some(e) = next {
+        if e.is::<tonic::ConnectError>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
 
 /// The stream a member keeps to the leader for the requests it forwards (`Forwarding`): one
 /// call per request cost an HTTP/2 stream, its headers and a handler on both sides, and a
@@ -100,7 +124,9 @@ impl LeaderStream {
         tokio::spawn(async move {
             let calls = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
             let why = match client.forwarding(calls).await {
-                // As a call of its own: a leader that cannot be reached was sent nothing.
+                // A leader that could not be reached was sent nothing.
+                Err(status) if never_connected(&status) => tonic::Status::unavailable(NOT_SENT),
+                // As a call of its own (the leader's refusal, with its message).
                 Err(status) => status,
                 Ok(answers) => {
                     let mut answers = answers.into_inner();
@@ -149,23 +175,39 @@ impl LeaderStream {
             }
             g.0.insert(id, tx);
         }
+        // Until answered, the call is forgotten however this future ends: by its deadline, or
+        // dropped by a caller that gave up on this leader (`RaftNode::at_leader`).
+        let unanswered = Unanswered { shared: &self.shared, id };
         let call = pb::ForwardCall {
             id,
             request: Some(pb::ForwardRequest { request: Some(request) }),
             timeout_ms: left.as_millis() as u64,
         };
         if self.calls.send(call).is_err() {
-            self.shared.pending.lock().0.remove(&id);
             return Err(tonic::Status::unavailable(NOT_SENT));
         }
-        match tokio::time::timeout(left, rx).await {
+        let answer = match tokio::time::timeout(left, rx).await {
             Ok(Ok(reply)) => reply,
             Ok(Err(_)) => Err(tonic::Status::unavailable("the leader ended the forward stream")),
             Err(_) => {
-                self.shared.pending.lock().0.remove(&id);
-                Err(tonic::Status::deadline_exceeded("the leader did not answer in time"))
+                return Err(tonic::Status::deadline_exceeded("the leader did not answer in time"));
             }
-        }
+        };
+        // Answered, or ended with the stream: no longer in `pending`.
+        std::mem::forget(unanswered);
+        answer
+    }
+}
+
+/// A call in `pending` that its caller stopped waiting for: removed when dropped.
+struct Unanswered<'a> {
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        self.shared.pending.lock().0.remove(&self.id);
     }
 }
 
@@ -201,6 +243,20 @@ pub(super) fn reply(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A leader that cannot be reached was sent nothing: its calls end as not sent, the one
+    /// failure after which even a proposal may go again.
+    #[tokio::test]
+    async fn calls_to_a_leader_that_cannot_be_reached_end_as_not_sent() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", closed.local_addr().unwrap());
+        drop(closed);
+        let peers = super::super::network::Peers::new(1, 2, None, Duration::from_secs(1));
+        let stream = LeaderStream::open(peers.raft_client(3, &[url]).unwrap());
+        let propose = Forwarded::Propose(pb::Proposals { requests: Vec::new() });
+        let failed = stream.call(propose, Duration::from_secs(5)).await.unwrap_err();
+        assert_eq!((failed.code(), failed.message()), (tonic::Code::Unavailable, NOT_SENT));
+    }
 
     /// A call on the stream fails as a call of its own did: same code, same message, so the
     /// caller's retry policy (`not_delivered`, `Error::from_message`) reads it the same.

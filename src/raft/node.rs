@@ -990,7 +990,10 @@ impl RaftNode {
     /// proposal is for clients that asked to require one). A request that was not delivered
     /// (the leader does not lead, or could not be reached at all) is sent again to whoever
     /// leads; any other failure of a call to the leader is answered with the leader's error if
-    /// it is one of etcd's, else as `errors` says. A proposal the leader answered is answered
+    /// it is one of etcd's, else as `errors` says. A call whose leader another member replaced
+    /// meanwhile ends at once: sent again to the new leader if repeating it changes nothing
+    /// ([`super::forward::resendable`]), else answered as a failed call (a proposal, which
+    /// may still commit, is never sent twice). A proposal the leader answered is answered
     /// here once this member has applied it too, as etcd's followers answer from their own
     /// apply (so a client reading from this member next sees its write).
     pub async fn at_leader(&self, request: Forwarded) -> Result<Answer> {
@@ -1023,7 +1026,20 @@ impl RaftNode {
             let Some(stream) = self.leader_stream(leader) else {
                 return Err(Error::NoLeader);
             };
-            match stream.call(request.clone(), left).await {
+            // A call to a leader that another member has replaced ends at once, as etcd's
+            // follower stops forwarding to a leader it lost: a request that changes nothing
+            // twice goes to the new leader, any other ends as a proposal caught in a leader's
+            // failure does in etcd (it may still commit). No request waits behind it.
+            let answered = tokio::select! {
+                answered = stream.call(request.clone(), left) => answered,
+                () = self.replaced(leader) => {
+                    if super::forward::resendable(&request) {
+                        continue;
+                    }
+                    return Err(failed);
+                }
+            };
+            match answered {
                 Ok(v) => return Ok(v),
                 Err(s)
                     if Error::from_message(s.message()) == Some(Error::NotLeader)
@@ -1094,10 +1110,17 @@ impl RaftNode {
 
     /// Waits (until `deadline`, or a little) for the leader to be someone other than `old`.
     async fn wait_role_change(&self, old: u64, deadline: Instant) {
-        let mut rx = self.role.clone();
         let until = deadline.min(Instant::now() + self.opts.election);
-        let _ = tokio::time::timeout_at(until, rx.wait_for(|r| r.leader.is_some_and(|l| l != old)))
-            .await;
+        let _ = tokio::time::timeout_at(until, self.replaced(old)).await;
+    }
+
+    /// Resolves once this member knows another leader than `old` (itself, maybe); never if the
+    /// node stops first.
+    async fn replaced(&self, old: u64) {
+        let mut rx = self.role.clone();
+        if rx.wait_for(|r| r.leader.is_some_and(|l| l != old)).await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 
     /// Proposes a batch on this member, which must lead, as one message to Raft, and answers
@@ -1457,14 +1480,10 @@ fn probe_failure(s: &tonic::Status) -> (String, bool) {
     (cause, tls)
 }
 
-/// Whether a call to a peer failed before anything was sent (it could not connect): safe to
-/// send again.
+/// Whether a call to the leader was certainly not delivered (it never left this member, see
+/// `forward::NOT_SENT`): safe to send again, a proposal too.
 fn not_delivered(s: &tonic::Status) -> bool {
-    s.code() == tonic::Code::Unavailable
-        && Error::from_message(s.message()).is_none()
-        && (s.message().contains("connect")
-            || s.message().contains("Connection refused")
-            || s.message() == super::forward::NOT_SENT)
+    s.code() == tonic::Code::Unavailable && s.message() == super::forward::NOT_SENT
 }
 
 /// What the node's metrics watch takes from the membership openraft reports.
