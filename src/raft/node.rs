@@ -278,7 +278,10 @@ impl RaftNode {
         let raft = Raft::new(
             opts.member_id,
             config,
-            Network { peers: peers.clone(), one_way_after: Network::one_way_window(opts.election) },
+            Network {
+                peers: peers.clone(),
+                one_way_after: Network::one_way_window(opts.heartbeat, opts.election),
+            },
             log.clone(),
             sm,
         )

@@ -40,7 +40,7 @@ pub(super) async fn run(
         tick.tick().await;
         let Some(nodes) = members() else { return };
         in_flight.retain(|_, probe| !probe.is_finished());
-        let window = Network::one_way_window(election);
+        let window = Network::one_way_window(every, election);
         for (id, urls) in nodes {
             if id == me {
                 continue;
