@@ -28,34 +28,75 @@ pub struct Cluster {
     /// `http`, `https` (peer TLS), `unix` (unix sockets) or `unixs` (TLS on unix sockets) for
     /// the peer URLs.
     peer_scheme: &'static str,
-    /// A proxy in front of one member's peer port, which the others reach it through
-    /// ([`Cluster::start_with_peer_proxy`]).
-    pub peer_proxy: Option<(usize, PeerProxy)>,
+    /// Proxies in front of members' peer ports, by member, which the others reach them
+    /// through ([`Cluster::start_with_peer_proxies`]).
+    pub peer_proxies: std::collections::BTreeMap<usize, PeerProxy>,
 }
 
 /// A TCP proxy in front of a member's peer port, as etcd's e2e tests put one (`WithPeerProxy`):
 /// what the other members send the member, and its answers, go through it, while the member's
-/// own calls go straight to the others. Blackholed, it forwards nothing either way (etcd's
-/// `BlackholeTx` and `BlackholeRx`), without closing connections.
+/// own calls go to the others' peer URLs (their proxies, if they have one). Cut, it forwards
+/// nothing either way (etcd's `BlackholeTx` and `BlackholeRx`), without closing connections:
+/// everything ([`PeerProxy::blackhole`]), or only the connections a given process dialed
+/// ([`PeerProxy::drop_from`]), which with every member behind a proxy cuts one member off
+/// both ways ([`Cluster::isolate`]).
 #[derive(Debug)]
 pub struct PeerProxy {
     pub port: u16,
-    blackhole: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cut: std::sync::Arc<ProxyCut>,
     accept: tokio::task::JoinHandle<()>,
+}
+
+/// What a proxy drops; read by its connections on every chunk they forward.
+#[derive(Debug, Default)]
+struct ProxyCut {
+    /// Everything, both ways.
+    all: std::sync::atomic::AtomicBool,
+    /// The connections that process dialed (0: none).
+    from: std::sync::atomic::AtomicU32,
+}
+
+/// The inode of the socket at `local` connected to `remote` (both on 127.0.0.1), from
+/// /proc/net/tcp: which socket of which process dialed a connection the proxy accepted.
+fn socket_inode(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> Option<u64> {
+    let hex = |a: std::net::SocketAddr| match a.ip() {
+        std::net::IpAddr::V4(ip) => {
+            Some(format!("{:08X}:{:04X}", u32::from_ne_bytes(ip.octets()), a.port()))
+        }
+        std::net::IpAddr::V6(_) => None,
+    };
+    let (l, r) = (hex(local)?, hex(remote)?);
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f.len() > 9 && f[1] == l && f[2] == r).then(|| f[9].parse().ok()).flatten()
+    })
+}
+
+/// Whether process `pid` holds the socket `inode`.
+fn holds_socket(pid: u32, inode: u64) -> bool {
+    let want = format!("socket:[{inode}]");
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|l| l.to_str() == Some(want.as_str()))
+        })
+    })
 }
 
 impl PeerProxy {
     /// Forwards what `l` accepts to 127.0.0.1:`to`.
     fn start(l: tokio::net::TcpListener, to: u16) -> PeerProxy {
-        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::atomic::Ordering;
         let port = l.local_addr().unwrap().port();
-        let blackhole = std::sync::Arc::new(AtomicBool::new(false));
-        let hole = blackhole.clone();
+        let cut = std::sync::Arc::new(ProxyCut::default());
+        let shared = cut.clone();
         let accept = tokio::spawn(async move {
-            while let Ok((down, _)) = l.accept().await {
+            while let Ok((down, from)) = l.accept().await {
                 let Ok(up) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await else {
                     continue;
                 };
+                // Whose connection it is, so that a cut can drop one process's connections.
+                let inode = down.local_addr().ok().and_then(|local| socket_inode(from, local));
                 let (dr, dw) = down.into_split();
                 let (ur, uw) = up.into_split();
                 for (mut r, mut w) in [
@@ -65,17 +106,26 @@ impl PeerProxy {
                     ),
                     (Box::new(ur), Box::new(dw)),
                 ] {
-                    let hole = hole.clone();
+                    let cut = shared.clone();
                     tokio::spawn(async move {
                         use tokio::io::{AsyncReadExt, AsyncWriteExt};
                         let mut buf = vec![0u8; 64 << 10];
+                        // (pid, whether it dialed this connection), asked once per pid.
+                        let mut owner: Option<(u32, bool)> = None;
                         while let Ok(n) = r.read(&mut buf).await {
                             if n == 0 {
                                 break;
                             }
-                            if !hole.load(Ordering::Relaxed)
-                                && w.write_all(&buf[..n]).await.is_err()
-                            {
+                            let pid = cut.from.load(Ordering::Relaxed);
+                            let from_cut = pid != 0 && {
+                                if owner.is_none_or(|(p, _)| p != pid) {
+                                    owner =
+                                        Some((pid, inode.is_some_and(|i| holds_socket(pid, i))));
+                                }
+                                owner.is_some_and(|(_, dialed)| dialed)
+                            };
+                            let dropped = cut.all.load(Ordering::Relaxed) || from_cut;
+                            if !dropped && w.write_all(&buf[..n]).await.is_err() {
                                 break;
                             }
                         }
@@ -84,12 +134,24 @@ impl PeerProxy {
                 }
             }
         });
-        PeerProxy { port, blackhole, accept }
+        PeerProxy { port, cut, accept }
     }
 
     /// Drops everything that goes through the proxy, both ways, from now on.
     pub fn blackhole(&self) {
-        self.blackhole.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.cut.all.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Drops what goes through the connections process `pid` dialed, both ways, from now on.
+    pub fn drop_from(&self, pid: u32) {
+        self.cut.from.store(pid, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Forwards everything again (connections whose bytes were dropped are broken for good:
+    /// their ends find out and reconnect).
+    pub fn restore(&self) {
+        self.cut.all.store(false, std::sync::atomic::Ordering::Relaxed);
+        self.cut.from.store(0, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -107,27 +169,49 @@ impl Cluster {
         Self::start_on(kind, n, extra, "http").await
     }
 
-    /// [`Cluster::start`] with member `proxied` advertising a [`PeerProxy`] in front of its peer
-    /// port as its peer URL, so that the others reach it only through the proxy.
-    pub async fn start_with_peer_proxy(kind: Kind, n: usize, proxied: usize) -> Option<Cluster> {
+    /// [`Cluster::start`] with the members `proxied` each advertising a [`PeerProxy`] in front
+    /// of its peer port as its peer URL, so that the others reach it only through the proxy.
+    pub async fn start_with_peer_proxies(
+        kind: Kind,
+        n: usize,
+        proxied: &[usize],
+    ) -> Option<Cluster> {
         if kind == Kind::Etcd {
             peer_binary("etcd")?;
         }
-        // Bound before the members' ports are chosen, so that none of them can be its port.
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        // Bound before the members' ports are chosen, so that none of them can be a proxy's.
+        let mut listeners = Vec::new();
+        for _ in proxied {
+            listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy"));
+        }
         let mut c = Self::unstarted(kind, n, &[], "http");
-        c.peer_proxy = Some((proxied, PeerProxy::start(l, c.members[proxied].peer_port)));
+        for (&i, l) in proxied.iter().zip(listeners) {
+            c.peer_proxies.insert(i, PeerProxy::start(l, c.members[i].peer_port));
+        }
         c.restart_all(&(0..n).collect::<Vec<_>>()).await;
         c.leader().await;
         Some(c)
     }
 
+    /// Member `i`'s proxy.
+    pub fn proxy(&self, i: usize) -> &PeerProxy {
+        self.peer_proxies.get(&i).unwrap_or_else(|| panic!("member {i} has no peer proxy"))
+    }
+
+    /// Cuts member `i` off from the others both ways, as a network partition does, through
+    /// the proxies every member must have ([`Cluster::start_with_peer_proxies`]): nothing the
+    /// others send it arrives, nor anything it sends them.
+    pub fn isolate(&self, i: usize) {
+        assert_eq!(self.peer_proxies.len(), self.members.len(), "a member has no proxy");
+        let pid = self.members[i].server.as_ref().expect("running").pid();
+        for (&j, proxy) in &self.peer_proxies {
+            if j == i { proxy.blackhole() } else { proxy.drop_from(pid) }
+        }
+    }
+
     /// The port member `i`'s peer URL names: its own, or its proxy's.
     fn advertised_peer_port(&self, i: usize) -> u16 {
-        match &self.peer_proxy {
-            Some((p, proxy)) if *p == i => proxy.port,
-            _ => self.members[i].peer_port,
-        }
+        self.peer_proxies.get(&i).map_or(self.members[i].peer_port, |p| p.port)
     }
 
     /// [`Cluster::start`] with peer URLs of `scheme` (`https`: `extra` has the peer TLS flags).
@@ -160,7 +244,8 @@ impl Cluster {
             .collect();
         let token = format!("it-{}", ports[0]);
         let extra = extra.iter().map(|s| s.to_string()).collect();
-        let c = Cluster { kind, members, extra, token, peer_scheme, peer_proxy: None };
+        let c =
+            Cluster { kind, members, extra, token, peer_scheme, peer_proxies: Default::default() };
         if peer_scheme.starts_with("unix") {
             c.link_unix_sockets();
         }

@@ -413,7 +413,7 @@ async fn status_of_get_within(addr: std::net::SocketAddr, path: &str, within: Du
 
 async fn incoming_blocked(kind: Kind, leader: bool) -> Option<Vec<String>> {
     // Member 0's peer URL is a proxy, as in etcd's e2e tests (`WithPeerProxy`).
-    let c = Cluster::start_with_peer_proxy(kind, 3, 0).await?;
+    let c = Cluster::start_with_peer_proxies(kind, 3, &[0]).await?;
     let want = if leader { 0 } else { 1 };
     let start = Instant::now();
     loop {
@@ -429,7 +429,7 @@ async fn incoming_blocked(kind: Kind, leader: bool) -> Option<Vec<String>> {
     let mut log = vec![format!("member 0 leads: {leader}")];
     // Nothing reaches member 0's peer port any more, nor leaves it (etcd's blackhole); its own
     // calls to the others are not blocked.
-    c.peer_proxy.as_ref().unwrap().1.blackhole();
+    c.proxy(0).blackhole();
     let addr: std::net::SocketAddr =
         format!("127.0.0.1:{}", c.members[0].client_port).parse().unwrap();
     // At once, as etcd's e2e test asks (with its 2 s client timeout): the cut member's
