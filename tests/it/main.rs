@@ -13,6 +13,7 @@ mod differential;
 mod discovery;
 mod durability;
 mod etcdctl;
+mod failover;
 mod faults;
 mod flags;
 mod force_new_cluster;
