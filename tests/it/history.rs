@@ -2198,6 +2198,10 @@ struct ClusterFaults {
     at_least: Duration,
 }
 
+/// What [`inject_cluster`] did: each fault as text, with when it began and when it was over
+/// (undone, and every member agreeing on a leader again).
+type Injected = Vec<(String, Instant, Instant)>;
+
 /// Injects `f.faults` into `c` while the traffic runs, announcing each member's restarts on its
 /// `incarnations` channel, then lets the traffic go on a little and `stop`s it. Returns the
 /// cluster, the senders (the watchers wait on them until they are done) and what was done.
@@ -2207,10 +2211,11 @@ async fn inject_cluster(
     incarnations: Vec<tokio::sync::watch::Sender<Incarnation>>,
     stop: tokio::sync::watch::Sender<bool>,
     seed: u64,
-) -> (Cluster, Vec<tokio::sync::watch::Sender<Incarnation>>, Vec<String>) {
+) -> (Cluster, Vec<tokio::sync::watch::Sender<Incarnation>>, Injected) {
     let mut rng = SmallRng::seed_from_u64(seed ^ 0xc105);
     let until = Instant::now() + f.at_least;
     let mut done = Vec::new();
+    let mut injected = Vec::new();
     // Member ids, read while every member answers (a paused one answers nothing).
     let mut ids = Vec::new();
     for i in 0..MEMBERS {
@@ -2272,14 +2277,15 @@ async fn inject_cluster(
         }
         // Who leads once the fault is over (every member answers again).
         let after = c.leader().await;
-        done.last_mut().expect("a fault").push_str(&format!(" (then m{after} led)"));
+        let what = done.pop().expect("a fault");
+        injected.push((format!("{what} (then m{after} led)"), t, Instant::now()));
     }
     // Traffic after the last fault too: the cluster must take writes and serve reads that see
     // everything before.
     tokio::time::sleep(Duration::from_millis(300)).await;
     tokio::time::sleep_until(until.into()).await;
     stop.send_replace(true);
-    (c, incarnations, done)
+    (c, incarnations, injected)
 }
 
 /// Waits until the members other than `gone` (paused or cut off: it is not asked) have elected
@@ -2410,6 +2416,26 @@ async fn cluster_run(seed: u64, faults: ClusterFaults, read_heavy: bool) -> Stri
     for w in watchers {
         logs.push(w.await.expect("a watcher panicked"));
     }
+    // Availability: for each fault, the longest stretch from its start to its end in which
+    // the cluster acknowledged no write.
+    let at = |t: Instant| t.saturating_duration_since(t0).as_nanos() as u64;
+    let mut acked: Vec<u64> = ops
+        .iter()
+        .filter(|o| o.req.is_write() && matches!(o.out, Out::Ok(_)))
+        .map(|o| o.ret)
+        .collect();
+    acked.sort_unstable();
+    let done: Vec<String> = done
+        .into_iter()
+        .map(|(what, from, to)| {
+            let outage = longest_unacknowledged(&acked, at(from), at(to));
+            assert!(
+                outage < CLUSTER_OUTAGE,
+                "seed {seed}: no write acknowledged for {outage:?} during: {what}"
+            );
+            format!("{what}, no write acknowledged for at most {:.2} s", outage.as_secs_f64())
+        })
+        .collect();
     let serial = ops.iter().filter(|o| matches!(o.req, Req::SerialGet { .. })).count();
     let ch = raw.channel.clone();
     let Verdict { ops, unseen, expired, visited, .. } =
@@ -2435,6 +2461,23 @@ async fn cluster_run(seed: u64, faults: ClusterFaults, read_heavy: bool) -> Stri
     }
     out
 }
+
+/// The longest stretch of `[from, to]` (ns) that no instant of the sorted `acked` falls in.
+fn longest_unacknowledged(acked: &[u64], from: u64, to: u64) -> Duration {
+    let inside = acked.iter().copied().filter(|&t| t > from && t < to);
+    let (mut last, mut gap) = (from, 0);
+    for t in inside.chain([to]) {
+        gap = gap.max(t - last);
+        last = t;
+    }
+    Duration::from_nanos(gap)
+}
+
+/// What no fault of a cluster run may leave without an acknowledged write: the fault runs'
+/// faults last up to 3 s, a leader's death takes up to two election timeouts to notice and
+/// replace, and a write caught in it is retried. etcd's request timeout (7 s), which a request
+/// held by a call to a leader that is gone would wait, is above it.
+const CLUSTER_OUTAGE: Duration = Duration::from_secs(6);
 
 /// Runs of the cluster tests without faults.
 const CLUSTER_RUNS: u64 = 3;
