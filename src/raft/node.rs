@@ -1103,7 +1103,7 @@ impl RaftNode {
                 Ok(Answer::ReadIndex(pb::ReadIndexResponse { index }))
             }
             other => {
-                if !self.is_leader() {
+                if !self.leads_confirmed().await {
                     return Err(Error::NotLeader);
                 }
                 let Some(server) = self.leader_requests.get() else {
@@ -1113,6 +1113,23 @@ impl RaftNode {
                 server.serve(other).await
             }
         }
+    }
+
+    /// Whether this member leads by the role's rule (a quorum heard from within an election
+    /// timeout, so that a deposed leader renews no lease). One that Raft has just elected
+    /// waits for its first quorum's answers, at most an election timeout, rather than turning
+    /// a request away: the followers already forward to it, and one turned away would wait
+    /// for another leader.
+    async fn leads_confirmed(&self) -> bool {
+        if self.is_leader() {
+            return true;
+        }
+        if self.raft.metrics().borrow_watched().state != ServerState::Leader {
+            return false;
+        }
+        let mut rx = self.role.clone();
+        let confirmed = tokio::time::timeout(self.opts.election, rx.wait_for(|r| r.is_leader));
+        matches!(confirmed.await, Ok(Ok(_)))
     }
 
     /// Waits (until `deadline`, or a little) for the leader to be someone other than `old`.
