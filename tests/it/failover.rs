@@ -63,8 +63,9 @@ struct Measured {
     outage: [Duration; 3],
     /// When a follower first named another leader, after the fault.
     elected: Option<Duration>,
-    /// The slowest request made once a follower had named the new leader.
+    /// The slowest request made once a follower had named the new leader, and what it was.
     slowest_after_election: Duration,
+    slowest: String,
     /// Failed requests by what they were told (gRPC code and message, or "deadline").
     errors: BTreeMap<String, usize>,
     /// Whether the lease the keep-alives renewed was still there afterwards.
@@ -82,8 +83,9 @@ impl Measured {
         let errors: Vec<String> = self.errors.iter().map(|(e, n)| format!("{n}x {e}")).collect();
         format!(
             "outage put/read/keep-alive {outage} s; new leader named {elected}; slowest request \
-             made after that {} s; lease kept: {}; failed: {}",
+             made after that {} s ({}); lease kept: {}; failed: {}",
             secs(self.slowest_after_election),
+            self.slowest,
             self.lease_kept,
             if errors.is_empty() { "none".into() } else { errors.join(", ") }
         )
@@ -245,13 +247,25 @@ async fn run(kind: Kind, fault: Fault) -> Option<Measured> {
             done.iter().filter(|d| d.op == op && d.error.is_none()).map(|d| d.finished).collect();
         *gap = longest_gap(at, end, &mut acks);
     }
-    let slowest_after_election = elected.map_or(Duration::ZERO, |e| {
-        done.iter()
-            .filter(|d| d.started >= e)
-            .map(|d| d.finished - d.started)
-            .max()
-            .unwrap_or_default()
+    let slowest = elected.and_then(|e| {
+        done.iter().filter(|d| d.started >= e).max_by_key(|d| d.finished - d.started)
     });
+    let slowest_after_election = slowest.map_or(Duration::ZERO, |d| d.finished - d.started);
+    let slowest = slowest.map_or(String::new(), |d| {
+        format!(
+            "{} made at +{:.2} s{}",
+            OPS[d.op],
+            d.started.saturating_duration_since(at).as_secs_f64(),
+            d.error.as_ref().map_or(String::new(), |e| format!(", failed: {e}"))
+        )
+    });
+    if std::env::var_os("FAILOVER_DEBUG").is_some() {
+        for (i, m) in c.members.iter().enumerate() {
+            for l in m.server.as_ref().unwrap().grep_log("raft") {
+                say(&format!("m{i}: {l}"));
+            }
+        }
+    }
     let mut errors = BTreeMap::new();
     for d in &done {
         if let Some(e) = &d.error {
@@ -293,6 +307,7 @@ async fn run(kind: Kind, fault: Fault) -> Option<Measured> {
         outage,
         elected: elected.map(|e| e.saturating_duration_since(at)),
         slowest_after_election,
+        slowest,
         errors,
         lease_kept: ttl > 0,
         acknowledged_puts,
@@ -343,6 +358,14 @@ async fn compare(fault: Fault) {
     for (op, gap) in OPS.iter().zip(mem.outage) {
         assert!(gap <= bound, "{fault:?}: {op}s unacknowledged for {gap:?} (bound {bound:?})");
     }
+    // Nothing made once the new leader exists waits for a leader: not for the old one's calls,
+    // nor for the new one to turn it away while it confirms its leadership (which would make
+    // it wait an election timeout for yet another leader).
+    assert!(
+        mem.slowest_after_election < Duration::from_secs(1),
+        "{fault:?}: a request made after the new leader was named waited: {}",
+        mem.line()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
