@@ -56,8 +56,8 @@ struct ProxyCut {
     from: std::sync::atomic::AtomicU32,
 }
 
-/// The inode of the socket at `local` connected to `remote` (both on 127.0.0.1), from
-/// /proc/net/tcp: which socket of which process dialed a connection the proxy accepted.
+/// The inode of the socket at `local` connected to `remote` (both IPv4): which socket of
+/// which process dialed a connection the proxy accepted.
 fn socket_inode(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> Option<u64> {
     let hex = |a: std::net::SocketAddr| match a.ip() {
         std::net::IpAddr::V4(ip) => {
@@ -66,21 +66,7 @@ fn socket_inode(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> Op
         std::net::IpAddr::V6(_) => None,
     };
     let (l, r) = (hex(local)?, hex(remote)?);
-    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
-    table.lines().skip(1).find_map(|line| {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        (f.len() > 9 && f[1] == l && f[2] == r).then(|| f[9].parse().ok()).flatten()
-    })
-}
-
-/// Whether process `pid` holds the socket `inode`.
-fn holds_socket(pid: u32, inode: u64) -> bool {
-    let want = format!("socket:[{inode}]");
-    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-        fds.flatten().any(|fd| {
-            std::fs::read_link(fd.path()).is_ok_and(|l| l.to_str() == Some(want.as_str()))
-        })
-    })
+    socket_inodes(|f| f[1] == l && f[2] == r).first().copied()
 }
 
 impl PeerProxy {
@@ -120,7 +106,7 @@ impl PeerProxy {
                             let from_cut = pid != 0 && {
                                 if owner.is_none_or(|(p, _)| p != pid) {
                                     owner =
-                                        Some((pid, inode.is_some_and(|i| holds_socket(pid, i))));
+                                        Some((pid, inode.is_some_and(|i| holds_socket(pid, &[i]))));
                                 }
                                 owner.is_some_and(|(_, dialed)| dialed)
                             };

@@ -149,19 +149,6 @@ async fn request(ch: tonic::transport::Channel, op: usize, n: u64, lease: i64) -
     tokio::time::timeout(DEADLINE, call).await.unwrap_or_else(|_| Some("deadline".into()))
 }
 
-/// The longest stretch in `[from, to]` that no instant of `acks` falls in.
-fn longest_gap(from: Instant, to: Instant, acks: &mut Vec<Instant>) -> Duration {
-    acks.retain(|t| *t > from && *t <= to);
-    acks.sort();
-    let mut last = from;
-    let mut gap = Duration::ZERO;
-    for t in acks.iter().copied().chain([to]) {
-        gap = gap.max(t - last);
-        last = t;
-    }
-    gap
-}
-
 /// Runs `fault` on a 3-member cluster of `kind` under the requests; `None`: no etcd peer.
 async fn run(kind: Kind, fault: Fault) -> Option<Measured> {
     let c = Cluster::start_with_peer_proxies(kind, 3, &[0, 1, 2]).await?;
@@ -243,9 +230,8 @@ async fn run(kind: Kind, fault: Fault) -> Option<Measured> {
     let done = std::mem::take(&mut *done.lock().unwrap());
     let mut outage = [Duration::ZERO; 3];
     for (op, gap) in outage.iter_mut().enumerate() {
-        let mut acks: Vec<Instant> =
-            done.iter().filter(|d| d.op == op && d.error.is_none()).map(|d| d.finished).collect();
-        *gap = longest_gap(at, end, &mut acks);
+        let acks = done.iter().filter(|d| d.op == op && d.error.is_none()).map(|d| d.finished);
+        *gap = longest_unacknowledged(acks, at, end);
     }
     let slowest = elected.and_then(|e| {
         done.iter().filter(|d| d.started >= e).max_by_key(|d| d.finished - d.started)

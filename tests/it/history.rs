@@ -2418,17 +2418,16 @@ async fn cluster_run(seed: u64, faults: ClusterFaults, read_heavy: bool) -> Stri
     }
     // Availability: for each fault, the longest stretch from its start to its end in which
     // the cluster acknowledged no write.
-    let at = |t: Instant| t.saturating_duration_since(t0).as_nanos() as u64;
-    let mut acked: Vec<u64> = ops
+    let at = |t: Instant| t.saturating_duration_since(t0);
+    let acked: Vec<Duration> = ops
         .iter()
         .filter(|o| o.req.is_write() && matches!(o.out, Out::Ok(_)))
-        .map(|o| o.ret)
+        .map(|o| Duration::from_nanos(o.ret))
         .collect();
-    acked.sort_unstable();
     let done: Vec<String> = done
         .into_iter()
         .map(|(what, from, to)| {
-            let outage = longest_unacknowledged(&acked, at(from), at(to));
+            let outage = longest_unacknowledged(acked.iter().copied(), at(from), at(to));
             assert!(
                 outage < CLUSTER_OUTAGE,
                 "seed {seed}: no write acknowledged for {outage:?} during: {what}"
@@ -2460,17 +2459,6 @@ async fn cluster_run(seed: u64, faults: ClusterFaults, read_heavy: bool) -> Stri
         );
     }
     out
-}
-
-/// The longest stretch of `[from, to]` (ns) that no instant of the sorted `acked` falls in.
-fn longest_unacknowledged(acked: &[u64], from: u64, to: u64) -> Duration {
-    let inside = acked.iter().copied().filter(|&t| t > from && t < to);
-    let (mut last, mut gap) = (from, 0);
-    for t in inside.chain([to]) {
-        gap = gap.max(t - last);
-        last = t;
-    }
-    Duration::from_nanos(gap)
 }
 
 /// What no fault of a cluster run may leave without an acknowledged write: the fault runs'

@@ -976,6 +976,52 @@ pub const E_LEASE_NOT_FOUND: &str = "etcdserver: requested lease not found";
 pub const E_AUTH_NOT_ENABLED: &str = "etcdserver: authentication is not enabled";
 pub const E_INVALID_SORT: &str = "etcdserver: invalid sort option";
 
+/// The longest stretch of `[from, to]` that none of `acked` (instants, in any order) falls in:
+/// how long nothing was acknowledged, the fault tests' outage.
+pub fn longest_unacknowledged<T>(acked: impl IntoIterator<Item = T>, from: T, to: T) -> Duration
+where
+    T: Copy + Ord + std::ops::Sub<Output = Duration>,
+{
+    let mut inside: Vec<T> = acked.into_iter().filter(|t| *t > from && *t < to).collect();
+    inside.sort_unstable();
+    let (mut last, mut gap) = (from, Duration::ZERO);
+    for t in inside.into_iter().chain([to]) {
+        gap = gap.max(t - last);
+        last = t;
+    }
+    gap
+}
+
+/// The inodes of the TCP sockets of /proc/net/tcp and tcp6 whose line `pick` chooses, given
+/// its fields (1: local address, 2: remote address, as HEX_IP:HEX_PORT; 3: state, 0A LISTEN).
+pub fn socket_inodes(pick: impl Fn(&[&str]) -> bool) -> Vec<u64> {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() > 9
+                && pick(&f)
+                && let Ok(inode) = f[9].parse()
+            {
+                inodes.push(inode);
+            }
+        }
+    }
+    inodes
+}
+
+/// Whether process `pid` holds one of the sockets `inodes` (its fds in /proc).
+pub fn holds_socket(pid: u32, inodes: &[u64]) -> bool {
+    let wanted: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|l| l.to_str().is_some_and(|l| wanted.iter().any(|w| w == l)))
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -498,35 +498,17 @@ pub async fn eventually<F: AsyncFnMut() -> bool>(what: &str, mut f: F) {
 
 /// The pid of the process listening on `port` (from /proc/net/tcp and the fds in /proc).
 pub fn pid_listening_on(port: u16) -> Option<u32> {
-    let mut inodes = Vec::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else { continue };
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            // local_address is HEX_IP:HEX_PORT, st 0A is LISTEN, the inode is field 9.
-            if f.len() > 9
-                && f[3] == "0A"
-                && f[1].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok())
-                    == Some(port)
-            {
-                inodes.push(format!("socket:[{}]", f[9]));
-            }
-        }
+    let port_of =
+        |addr: &str| addr.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
+    let inodes = socket_inodes(|f| f[3] == "0A" && port_of(f[1]) == Some(port));
+    if inodes.is_empty() {
+        return None;
     }
-    for proc in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = proc.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(fds) = std::fs::read_dir(proc.path().join("fd")) else { continue };
-        for fd in fds.flatten() {
-            if let Ok(target) = std::fs::read_link(fd.path())
-                && inodes.iter().any(|i| target.to_str() == Some(i))
-            {
-                return Some(pid);
-            }
-        }
-    }
-    None
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .filter_map(|p| p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .find(|pid| holds_socket(*pid, &inodes))
 }
 
 /// CPU time (user + system) a process has used so far.
