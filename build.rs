@@ -5,11 +5,11 @@
 //!
 //! Two passes: the first generates every message, client and server. The second generates only
 //! the Watch server again (into `OUT_DIR/wire`), with `WatchResponse` replaced by
-//! `server::watch::WatchFrame`, a wire-identical message whose events are already-encoded
+//! `v3rpc::watch::WatchFrame`, a wire-identical message whose events are already-encoded
 //! bytes: an event is encoded once and the same bytes go to every watcher that gets it.
 //!
 //! The same descriptors, without comments, go to `OUT_DIR/etcd_descriptors.bin`: the JSON
-//! gateway (`server::gateway`) reads them at run time to map JSON to protobuf and back.
+//! gateway (`etcdhttp::gateway`) reads them at run time to map JSON to protobuf and back.
 //!
 //! etcd's Lock and Election services (`proto/etcd/server/`) are in the first pass and the
 //! descriptors, so that the gateway serves their paths too.
@@ -40,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Values and keys are handed around without copying once decoded.
         .bytes(".")
         // tonic's prost codec with small first buffers (see src/server/codec.rs).
-        .codec_path("crate::server::codec::SmallBufferCodec")
+        .codec_path("crate::server::v3rpc::codec::SmallBufferCodec")
         .compile_fds(descriptors.clone())?;
 
     let mut watch_only = descriptors;
@@ -58,8 +58,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .out_dir(out)
         .extern_path(".etcdserverpb", "crate::proto::etcdserverpb")
         .extern_path(".mvccpb", "crate::proto::mvccpb")
-        .extern_path(".etcdserverpb.WatchResponse", "crate::server::watch::WatchFrame")
-        .codec_path("crate::server::codec::SmallBufferCodec")
+        .extern_path(".etcdserverpb.WatchResponse", "crate::server::v3rpc::watch::WatchFrame")
+        .codec_path("crate::server::v3rpc::codec::SmallBufferCodec")
         .compile_fds(watch_only)?;
 
     // The etcd files stay in the set (prost looks up the messages it refers to) but generate

@@ -11,7 +11,8 @@ use bytes::Bytes;
 use clap::Parser;
 use mem_etcd::config::Config;
 use mem_etcd::mvcc::{PutRequest, RangeRequest};
-use mem_etcd::server::{Member, lease};
+use mem_etcd::server::etcdserver::lessor;
+use mem_etcd::server::etcdserver::member::Member;
 
 /// Resident memory of this process, from /proc (Linux).
 fn rss_bytes() -> usize {
@@ -53,7 +54,7 @@ fn main() {
             (rss1 - rss0) >> 20,
             (rss1 - rss0) / n
         );
-        tokio::spawn(lease::expiry_loop(shared.clone()));
+        tokio::spawn(lessor::expiry_loop(shared.clone()));
 
         // A writer on another resource measures put latency from just before the deadline until
         // every leased key is gone.

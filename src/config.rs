@@ -236,7 +236,7 @@ pub struct Config {
     pub initial_cluster_token: String,
 
     /// v3 discovery: the gRPC endpoints of a running etcd cluster where the founding members
-    /// find each other (`server::discovery`), instead of --initial-cluster.
+    /// find each other (`embed::discovery`), instead of --initial-cluster.
     #[arg(long, env = "ETCD_DISCOVERY_ENDPOINTS", value_delimiter = ',')]
     pub discovery_endpoints: Vec<String>,
 
@@ -829,7 +829,7 @@ impl Config {
     }
 
     /// The Raft node of this member alone grown into a cluster of itself (by its first
-    /// `member add`, see `server::grow`): these flags' node, with the (cluster id, member id)
+    /// `member add`, see `etcdserver::grow`): these flags' node, with the (cluster id, member id)
     /// it answers with (kept from its first start).
     pub fn grown_cluster(&self, ids: (u64, u64)) -> Result<crate::raft::NodeOptions, String> {
         let mut o = self.node_options(true)?.ok_or("not a member alone")?;
@@ -907,7 +907,7 @@ impl Config {
             keep_in_memory: self.snapshot_count,
             heartbeat: Duration::from_millis(self.heartbeat_interval.max(1)),
             election: Duration::from_millis(self.election_timeout.max(1)),
-            // The caller's: TLS settings are the server's to build (`server::tls::peer_client`).
+            // The caller's: TLS settings are the server's to build (`tls::peer_client`).
             tls: None,
             failpoint: self.peer_failpoint.clone(),
             initial_corrupt_check: self
@@ -1045,7 +1045,7 @@ const NO_EFFECT: &[(&str, Takes)] = {
         ("grpc-keepalive-timeout", Value),
         ("socket-reuse-port", Bool),
         ("socket-reuse-address", Bool),
-        // v2 and DNS SRV discovery (v3 discovery is `server::discovery`).
+        // v2 and DNS SRV discovery (v3 discovery is `embed::discovery`).
         ("discovery", Value),
         ("discovery-fallback", Value),
         ("discovery-proxy", Value),

@@ -1,7 +1,7 @@
 //! The crate's error type.
 //!
 //! Variants name etcd's error conditions; the gRPC layer turns each into etcd's exact status code
-//! and message in one table (`server::status`), because clients match errors by message text.
+//! and message in one table (`v3rpc::status`), because clients match errors by message text.
 
 use std::fmt;
 

@@ -3,32 +3,40 @@
 //! An in-memory, etcd v3 compatible storage server, built to be kube-apiserver's datastore.
 //!
 //! ## Architecture
-//! Dependencies point one way: `server` → (`raft`, `watch`, `lease`, `auth`) → `mvcc` →
-//! `wal`, and everything → (`revision`, `keyspace`, `error`, `metrics`, `duration`,
-//! `humanize`, `data_dir`); `raft` uses only `wal`'s file framing below it. The storage layers never see
+//!
+//! Dependencies point one way: `server` → (`raft`, `watch`, `lease`, `auth`) → `mvcc` → `wal`,
+//! and everything → (`revision`, `keyspace`, `error`, `metrics`, `tls`, `duration`, `humanize`,
+//! `data_dir`); `raft` uses only `wal`'s file framing below it. The storage layers never see
 //! gRPC types; `raft` sees requests only as bytes and reaches the store through the
 //! [`raft::StateMachine`] the server implements. No two source files import each other
-//! (`.ci/import_cycles.sh` checks it in CI).
+//! (`.ci/import_cycles.sh` checks it in CI, and that no room of `server` imports one above it).
 //!
-//! - [`server`]: the member (`server::member`, etcd's `EtcdServer`: the state its services
-//!   share), how it is opened and its Raft node started (`server::bootstrap`), and how it
-//!   serves (`server::serve`): the gRPC services (KV, Watch, Lease, Maintenance, Cluster, Auth,
-//!   and etcd's Lock and Election, made of KV, Lease and Watch calls in `server::concurrency`
-//!   as etcd's are) over tonic. Each handler checks the request and who sent it, then reads the store, or hands a change
-//!   of state to `server::submit`, the one entry point of every change (a client's, and the
-//!   server's own: lease expiry, auto-compaction), which applies it in place through the
-//!   store's parallel write path on a member alone, and on a cluster member proposes it to
-//!   Raft, every member applying it from the log (`server::apply`); both roads give the same
-//!   answer. The handler fills the response header; errors are translated through the single
-//!   table in `server::status`. Around them: TLS for https listeners
-//!   (`server::tls`), the HTTP endpoints and gRPC call counting in front of the routes
-//!   (`server::http`, `server::grpc_stats`, `server::metrics`), alarms and the space quota checked before writes that
-//!   add data (`server::alarm`), auto-compaction (`server::compactor`), Maintenance.Snapshot,
-//!   which streams the store at one revision (`mvcc::backup`) as an etcd snapshot.db
-//!   (`backend::schema`; `mem_etcd snapshot restore` and `etcdutl` turn it into a data
-//!   directory), starting on an etcd data directory (`server::etcd_data_dir`), and what the
-//!   leader serves of the requests members forward to it (`server::forward`: lease renewals
-//!   and TimeToLive, membership changes).
+//! - [`server`]: a member and how it serves, in etcd's four rooms, each importing only those
+//!   below it: `embed` → `etcdhttp` → `v3rpc` → `etcdserver`.
+//!   - `etcdserver`: the member (`etcdserver::member`, etcd's `EtcdServer`: the state its
+//!     services share), how it is opened and its Raft node started (`etcdserver::bootstrap`,
+//!     `etcd_data_dir`, `force_new_cluster`), and `etcdserver::submit`, the one entry point of
+//!     every change of state (a client's, and the server's own: lease expiry, auto-compaction),
+//!     which applies it in place through the store's parallel write path on a member alone,
+//!     and on a cluster member proposes it to Raft, every member applying it from the log
+//!     (`etcdserver::apply`); both roads give the same answer. Beside it, what only the member
+//!     knows of Raft: membership (`membership`, growing from one member with `grow`), leases'
+//!     renewals and expiry where the deadlines are kept (`lessor`), the leader a watch asks for
+//!     (`leader`), what the leader serves of the requests members forward to it (`forward`),
+//!     alarms and the space quota (`alarm`), auto-compaction (`compactor`).
+//!   - `v3rpc`: the gRPC services (KV, Watch, Lease, Maintenance, Cluster, Auth, and etcd's Lock
+//!     and Election, made of KV, Lease and Watch calls in `v3rpc::concurrency` as etcd's are)
+//!     over tonic. Each handler checks the request and who sent it, then reads the store or
+//!     calls the member, and fills the response header; it never sees Raft. Errors are
+//!     translated through the one table in `v3rpc::status`.
+//!   - `etcdhttp`: the HTTP endpoints beside gRPC and the gRPC call counting in front of the
+//!     routes (`etcdhttp::http`, `etcdhttp::metrics` over `metrics::grpc`), the JSON gateway.
+//!   - `embed`: the listeners (TLS for https ones from `tls`), the services on them and the
+//!     tasks beside them (`embed::serve`), v3 discovery.
+//!
+//!   Maintenance.Snapshot streams the store at one revision (`mvcc::backup`) as an etcd
+//!   snapshot.db (`backend::schema`; `mem_etcd snapshot restore` and `etcdutl` turn it into a
+//!   data directory).
 //! - [`raft`]: replication for a cluster of members (openraft): the Raft log (the WAL of a
 //!   cluster member), snapshots of the store, the peer transport, membership, and the one road
 //!   to the leader (`RaftNode::at_leader`: one deadline and retry policy, one peer call, and
@@ -55,7 +63,7 @@
 //!   through the store's write path: nothing attaches to a lease once its keys are going.
 //! - [`auth`]: users, roles, key-range permissions, the auth revision, simple and JWT tokens
 //!   (etcd's `server/auth`); the server checks requests against it only while auth is enabled,
-//!   and changes it through the same entry point as writes (`server::submit`: the Raft log in
+//!   and changes it through the same entry point as writes (`etcdserver::submit`: the Raft log in
 //!   a cluster).
 //! - [`wal`]: the write-ahead log of a member alone under `--data-dir`: one stream of segment
 //!   files per partition plus `_meta` (leases, compactions), written by one thread with group
@@ -71,7 +79,7 @@
 //! - [`proxy`]: etcd's two proxies, which the binary also runs (`mem_etcd gateway start`, a
 //!   TCP pipe to the cluster's client endpoints; `mem_etcd grpc-proxy start`, which passes each
 //!   gRPC call through to one). They are clients of a cluster, hold no data, and reuse only
-//!   `server::tls` and `raft::tls` for their connections.
+//!   `tls` and `raft::tls` for their connections.
 //! - [`humanize`]: sizes as etcd's log lines write them (`1.0 GB`).
 //!
 //! ## The write path
@@ -80,16 +88,16 @@
 //! (event log, then watchers) → move the read watermark → reply.
 //! See [`mvcc::store`] for why this is linearizable without a global lock.
 //!
-//! In a cluster one floor goes on top, and the Raft log takes the WAL's place below:
-//! validate → propose (every member sends the proposals waiting on it to the leader as one
-//! request, `raft::batch`, on its long-lived `Forwarding` stream, `raft::forward`; the leader
-//! appends them as one batch) → sent to each follower on a long-lived `Append` stream, a few
-//! batches in flight, heartbeats on one of their own (`raft::network`) → appended on a
-//! majority, written or fdatasync'd per each member's `--wal-mode` → committed → applied on every member, in log
-//! order, through the same path (lock, evaluate, allocate, apply, complete; the store keeps no
-//! WAL of its own), each batch of entries published to readers and watchers at once when it is
-//! applied → reply from the member the client called, once it has applied. A compaction's
-//! apply only sets its revision; its walks of the whole store run on a thread of their own
+//! In a cluster one floor goes on top, and the Raft log takes the WAL's place below: validate →
+//! propose (every member sends the proposals waiting on it to the leader as one request,
+//! `raft::batch`, on its long-lived `Forwarding` stream, `raft::forward`; the leader appends them
+//! as one batch) → sent to each follower on a long-lived `Append` stream, a few batches in flight,
+//! heartbeats on one of their own (`raft::network`) → appended on a majority, written or
+//! fdatasync'd per each member's `--wal-mode` → committed → applied on every member, in log order,
+//! through the same path (lock, evaluate, allocate, apply, complete; the store keeps no WAL of its
+//! own), each batch of entries published to readers and watchers at once when it is applied → reply
+//! from the member the client called, once it has applied. A compaction's apply only sets its
+//! revision; its walks of the whole store run on a thread of their own
 //! (`mvcc::Store::set_compaction`), so no entry after it waits for them.
 //!
 //! **Why the request, not its outcome, is replicated.** The other sound design keeps the
@@ -103,7 +111,7 @@
 //! around it is what a cluster spends. A member alone keeps the parallel path and pays nothing
 //! for this floor.
 //!
-//! **A member alone grows into a cluster** on its first MemberAdd (`server::grow`): the store
+//! **A member alone grows into a cluster** on its first MemberAdd (`etcdserver::grow`): the store
 //! stops applying client writes directly (the one cost to a member alone: a relaxed load of a
 //! flag under the partition locks its writes already hold; a write refused there is handed back
 //! and proposed instead), its other writes wait on a gate, and once the writes under way are in
@@ -145,6 +153,7 @@ pub mod raft;
 pub mod revision;
 pub mod server;
 pub mod snapshot_cmd;
+pub mod tls;
 pub mod utc;
 pub mod wal;
 pub mod watch;
@@ -161,11 +170,11 @@ pub mod proto {
     pub mod etcdserverpb {
         tonic::include_proto!("etcdserverpb");
     }
-    /// etcd's Lock service (`server::lock`).
+    /// etcd's Lock service (`v3rpc::lock`).
     pub mod v3lockpb {
         tonic::include_proto!("v3lockpb");
     }
-    /// etcd's Election service (`server::election`).
+    /// etcd's Election service (`v3rpc::election`).
     pub mod v3electionpb {
         tonic::include_proto!("v3electionpb");
     }

@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::sync::Arc;
 
 use mem_etcd::config::{self, Config, LoadError};
-use mem_etcd::server::{self, Listener, Member};
+use mem_etcd::server::{self, embed::serve::Listener, etcdserver::member::Member};
 use tracing_subscriber::EnvFilter;
 
 mod log_format;
@@ -83,7 +83,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     // Checked with the flags, as etcd checks them (the names are the TLS layer's to know).
-    if let Err(e) = mem_etcd::server::tls::cipher_suites(&config.cipher_suites) {
+    if let Err(e) = mem_etcd::tls::cipher_suites(&config.cipher_suites) {
         eprintln!("mem_etcd: cannot start: {e}");
         std::process::exit(1);
     }
@@ -321,7 +321,7 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
         std::process::exit(1);
     };
     auto_tls(&mut config).unwrap_or_else(|e| fail(e));
-    let tls = server::tls::server_config(&config).unwrap_or_else(|e| fail(e));
+    let tls = mem_etcd::tls::server_config(&config).unwrap_or_else(|e| fail(e));
     let (listeners, http_listeners) = Listener::bind_client(
         &config.listen_client_urls,
         &config.listen_client_http_urls,
@@ -352,12 +352,12 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
         fail(format!("{}: {e}", wal.dir.display()));
     }
     // v3 discovery settles --initial-cluster before anything reads it.
-    if server::discovery::wanted(&config) {
-        server::discovery::bootstrap(&mut config).await.unwrap_or_else(|e| fail(e));
+    if server::embed::discovery::wanted(&config) {
+        server::embed::discovery::bootstrap(&mut config).await.unwrap_or_else(|e| fail(e));
     }
     let mut cluster = config.cluster().unwrap_or_else(|e| fail(e));
     if let Some(node) = &mut cluster {
-        node.tls = mem_etcd::server::tls::peer_client(&config).unwrap_or_else(|e| fail(e));
+        node.tls = mem_etcd::tls::peer_client(&config).unwrap_or_else(|e| fail(e));
     }
     let member_state = wal.mode != mem_etcd::wal::Mode::None && wal.dir.raft().has_member();
     if config.force_new_cluster && !member_state {
@@ -371,9 +371,9 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
     {
         fail(e);
     }
-    let peer_tls = server::tls::peer_server_config(&config).unwrap_or_else(|e| fail(e));
+    let peer_tls = mem_etcd::tls::peer_server_config(&config).unwrap_or_else(|e| fail(e));
     // Every member listens on its peer URLs from the start, as etcd's does: a member alone
-    // answers there too (see `server::http`), and serves Raft once it grows into a cluster.
+    // answers there too (see `etcdhttp::http`), and serves Raft once it grows into a cluster.
     let mut peer_listeners = Vec::new();
     for url in &config.listen_peer_urls {
         let l = Listener::bind(url, peer_tls.as_ref()).await;
@@ -397,7 +397,7 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let stop = stop(shared.clone());
-    let served = server::serve(
+    let served = server::embed::serve::serve(
         shared.clone(),
         listeners,
         http_listeners,
@@ -428,7 +428,7 @@ fn auto_tls(config: &mut Config) -> Result<(), String> {
         } else {
             let mut urls = config.listen_client_urls.clone();
             urls.extend(config.listen_client_http_urls.iter().cloned());
-            let (c, k) = server::tls::self_signed(&fixtures.join("client"), &urls, years)?;
+            let (c, k) = mem_etcd::tls::self_signed(&fixtures.join("client"), &urls, years)?;
             tracing::info!(cert = %c.display(), "client TLS: a self-signed certificate (--auto-tls)");
             (config.cert_file, config.key_file) = (Some(c), Some(k));
         }
@@ -438,7 +438,7 @@ fn auto_tls(config: &mut Config) -> Result<(), String> {
             tracing::warn!("ignoring peer auto TLS since certs given");
         } else {
             let dir = fixtures.join("peer");
-            let (c, k) = server::tls::self_signed(&dir, &config.listen_peer_urls, years)?;
+            let (c, k) = mem_etcd::tls::self_signed(&dir, &config.listen_peer_urls, years)?;
             tracing::info!(cert = %c.display(), "peer TLS: a self-signed certificate (--peer-auto-tls)");
             (config.peer_cert_file, config.peer_key_file) = (Some(c), Some(k));
             config.peer_self_signed = true;

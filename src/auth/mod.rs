@@ -1,6 +1,6 @@
 //! Authentication and authorization, as etcd's `server/auth`: users with bcrypt-hashed
 //! passwords, roles granting read or write on key ranges, the root user and role, the auth
-//! revision, and simple tokens. gRPC stays in `server::auth`, which translates.
+//! revision, and simple tokens. gRPC stays in `v3rpc::auth`, which translates.
 
 pub mod cert;
 pub mod codec;

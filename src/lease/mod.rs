@@ -4,9 +4,9 @@
 //! The lessor only keeps the books; a revoked or expired lease's keys are deleted by the store,
 //! which removes the lease in the same step (see `Store::revoke_lease`).
 //!
-//! **Restart.** A member alone's grants and revocations are logged (by `server::submit`, in
-//! the WAL's `_meta` stream) and snapshots list every lease with its TTL. A recovered lease gets its full TTL
-//! again from the moment of recovery, as etcd does: remaining TTLs are not persisted, so a
+//! **Restart.** A member alone's grants and revocations are logged (by `etcdserver::submit`, in the
+//! WAL's `_meta` stream) and snapshots list every lease with its TTL. A recovered lease gets its
+//! full TTL again from the moment of recovery, as etcd does: remaining TTLs are not persisted, so a
 //! restart can only extend a lease, never cut it short.
 
 use std::cmp::Reverse;

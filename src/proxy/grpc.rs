@@ -239,8 +239,7 @@ impl Flags {
         if cert.is_none() && key.is_none() && self.trusted_ca_file.is_none() && self.auto_tls {
             let dir = std::path::Path::new(&self.data_dir).join("fixtures").join("proxy");
             let url = format!("https://{}", self.listen_addr);
-            let (c, k) =
-                crate::server::tls::self_signed(&dir, &[url], self.self_signed_cert_validity)?;
+            let (c, k) = crate::tls::self_signed(&dir, &[url], self.self_signed_cert_validity)?;
             cert = Some(c.display().to_string());
             key = Some(k.display().to_string());
         }
@@ -266,7 +265,7 @@ impl Flags {
             }
             return Ok(None);
         }
-        crate::server::tls::server_config(&config)
+        crate::tls::server_config(&config)
     }
 
     /// How the proxy dials `https://` endpoints: the server's peer dialer, from the same
@@ -299,7 +298,7 @@ impl Flags {
                 return Err(format!("cert has non empty Common Name ({cn}): {cert}"));
             }
         }
-        crate::server::tls::peer_client(&crate::config::from_flags(&args)?)
+        crate::tls::peer_client(&crate::config::from_flags(&args)?)
     }
 }
 
@@ -376,9 +375,7 @@ pub async fn run(flags: Flags) -> i32 {
     tracing::info!(address = %flags.listen_addr, "started gRPC proxy");
     let served = match tls {
         Some(tls) => {
-            server
-                .serve_with_incoming(proxy, crate::server::tls::incoming(listener, tls, "client"))
-                .await
+            server.serve_with_incoming(proxy, crate::tls::incoming(listener, tls, "client")).await
         }
         None => {
             let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));

@@ -2,7 +2,7 @@
 //!
 //! A member started with other members in `--initial-cluster` runs a Raft node; a member alone
 //! does not, and pays nothing for this module, until its first MemberAdd starts one on its own
-//! state (`server::grow`). Raft sits above the store's write path:
+//! state (`etcdserver::grow`). Raft sits above the store's write path:
 //!
 //! ```text
 //! client request ─► (follower: forwarded to the leader) ─► Raft log: appended on a majority

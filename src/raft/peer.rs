@@ -24,7 +24,7 @@ pub type AppendResults =
 
 /// Where the peer service finds this member's Raft node: nowhere while the member runs alone
 /// (its peer listeners serve from its start, as etcd's do; its node starts as it grows into a
-/// cluster, `server::grow`).
+/// cluster, `etcdserver::grow`).
 pub type NodeSource = Arc<dyn Fn() -> Option<Arc<RaftNode>> + Send + Sync>;
 
 /// The Raft service of this member.

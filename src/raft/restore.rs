@@ -7,9 +7,9 @@
 //!   founded cluster starts from (log index 0), holding the backup's state. Started with the
 //!   same `--initial-cluster`, the members find a cluster that already exists, elect a leader
 //!   and go on from the backup's revision; nothing is replicated to found it.
-//! - A member alone growing into a cluster of itself (`server::grow`), from the state it
+//! - A member alone growing into a cluster of itself (`etcdserver::grow`), from the state it
 //!   serves.
-//! - `--force-new-cluster` (`server::force_new_cluster`): a cluster member's own committed
+//! - `--force-new-cluster` (`etcdserver::force_new_cluster`): a cluster member's own committed
 //!   state ([`replay_committed`]) becomes a cluster of itself alone, at the log position it
 //!   had reached, its Raft state replaced as a whole ([`replace_member`], [`settle`]).
 
@@ -33,10 +33,10 @@ pub fn founding() -> LogId {
     LogId::new(CommittedLeaderId::new(0), 0)
 }
 
-/// Writes member `member_id`'s Raft state into `dir` (`<data-dir>/raft`, which must not hold
-/// one): a snapshot at log position `at` of the founding membership `members` (id -> peer
-/// URLs) whose machine bytes `machine` writes (as [`super::StateMachine::install`] reads them), then
-/// the member file, last, since its presence is what makes a start resume rather than found.
+/// Writes member `member_id`'s Raft state into `dir` (`<data-dir>/raft`, which must not hold one):
+/// a snapshot at log position `at` of the founding membership `members` (id -> peer URLs) whose
+/// machine bytes `machine` writes (as [`super::StateMachine::install`] reads them), then the member
+/// file, last, since its presence is what makes a start resume rather than found.
 pub fn write_member(
     dir: &RaftDir,
     member_id: u64,

@@ -1,8 +1,8 @@
 //! TLS between members, client side: how this member dials `https://` and `unixs://` peer
 //! URLs. The client
-//! settings are built from etcd's peer flags by `server::tls::peer_client` (from the same
+//! settings are built from etcd's peer flags by `tls::peer_client` (from the same
 //! settings as the peer listener's, as etcd's peer transport builds them); the listening side
-//! reuses `server::tls`'s accept loop.
+//! reuses `tls`'s accept loop.
 
 use std::path::Path;
 use std::sync::Arc;

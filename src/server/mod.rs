@@ -1,44 +1,18 @@
-//! The gRPC server: etcd's v3 services over tonic (etcd's `etcdserver/api/v3rpc`).
+//! A member and how it serves, in etcd's rooms (etcd's `server/`):
 //!
-//! Services are thin: check the request and who sent it, then read the store, or hand a change
-//! of state to [`submit`] (which applies it in place on a member alone and proposes it in a
-//! cluster), fill the header, translate errors through [`status`]. Methods this server does not
-//! know answer UNIMPLEMENTED.
+//! - [`etcdserver`]: the member (etcd's `EtcdServer`): opening it, the one entry point of
+//!   every change of state and the apply path behind it, alarms, auto-compaction, membership
+//!   and lease renewals wherever they land, growing from one member into a cluster.
+//! - [`v3rpc`]: the gRPC services (etcd's `api/v3rpc`, `v3lock`, `v3election`): thin handlers
+//!   that check a request, call the member and fill the header; the one table of errors to
+//!   gRPC statuses. They never see Raft.
+//! - [`etcdhttp`]: HTTP beside gRPC on the client port (probes, `/version`, `/metrics`, the
+//!   JSON gateway and its WebSocket streams).
+//! - [`embed`]: listeners and the services on them, the tasks beside them, v3 discovery.
+//!
+//! Imports point down this list's reverse: `embed` → `etcdhttp` → `v3rpc` → `etcdserver`.
 
-pub mod alarm;
-pub mod apply;
-pub mod apply_auth;
-pub mod auth;
-pub mod blocking;
-pub mod bootstrap;
-pub mod cluster;
-pub mod codec;
-pub mod compactor;
-pub mod concurrency;
-pub mod convert;
-pub mod discovery;
-pub mod election;
-pub mod etcd_data_dir;
-pub mod force_new_cluster;
-pub mod forward;
-pub mod gateway;
-pub mod grow;
-pub mod grpc_stats;
-pub mod health;
-pub mod http;
-pub mod kv;
-pub mod lease;
-pub mod lock;
-pub mod maintenance;
-pub mod member;
-pub mod metrics;
-pub mod request_stats;
-pub mod serve;
-pub mod status;
-pub mod submit;
-pub mod tls;
-pub mod watch;
-pub mod websocket;
-
-pub use member::Member;
-pub use serve::{Listener, serve};
+pub mod embed;
+pub mod etcdhttp;
+pub mod etcdserver;
+pub mod v3rpc;
