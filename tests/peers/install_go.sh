@@ -106,7 +106,10 @@ if [ -d "$dir/lib" ]; then find "$dir/lib" -type f -name 'go_?*_?*_exec' -exec c
 mv "$dir" "$TMP/go"
 got=$(go_version "$TMP/go/bin/go") || { log "the fetched go does not run"; exit 1; }
 [[ "$got" == *" go$VER "* ]] || { log "the fetched go reports '$got', not go$VER"; exit 1; }
-rm -rf "$DEST"
-mv "$TMP/go" "$DEST"
+# Another run may have fetched it meanwhile: keep that one (it may be in use).
+if ! { [ -x "$DEST/bin/go" ] && new_enough "$DEST/bin/go"; }; then
+  rm -rf "$DEST"
+  mv "$TMP/go" "$DEST"
+fi
 log "$got ($DEST/bin/go), fetched in $((SECONDS - t0)) s"
 echo "$DEST/bin"
