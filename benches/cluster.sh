@@ -80,17 +80,21 @@ stop_pids() {
 }
 
 # k8s_load_tool: sets TOOL to the benches/k8s_load binary (K8S_LOAD_BIN if given), built once
-# per version of its sources and cached in ~/.cache/mem_etcd/k8s_load/.
+# per version of its sources and cached in ~/.cache/mem_etcd/k8s_load/, with the Go that
+# tests/peers/install_go.sh finds or fetches.
 k8s_load_tool() {
   if [ -z "${K8S_LOAD_BIN:-}" ]; then
-    local src
+    local src go_dir
     src=$(cat benches/k8s_load/go.mod benches/k8s_load/go.sum benches/k8s_load/*.go | sha256sum | cut -c1-16)
     K8S_LOAD_BIN=$HOME/.cache/mem_etcd/k8s_load/$src/k8s_load
     if [ ! -x "$K8S_LOAD_BIN" ]; then
       echo "building benches/k8s_load (client-go; a minute or two the first time)" >&2
       mkdir -p "$(dirname "$K8S_LOAD_BIN")"
-      (cd benches/k8s_load && GOFLAGS="-mod=mod -buildvcs=false" GOTOOLCHAIN=local CGO_ENABLED=0 \
-        go build -trimpath -o "$K8S_LOAD_BIN.tmp" .)
+      go_dir=$(tests/peers/install_go.sh | tail -n 1) ||
+        { echo "no Go >= 1.26 to build benches/k8s_load (tests/peers/install_go.sh)" >&2; return 1; }
+      ([ "$(command -v go)" = "$go_dir/go" ] || PATH=$go_dir:$PATH
+       cd benches/k8s_load && GOFLAGS="-mod=mod -buildvcs=false" GOTOOLCHAIN=local CGO_ENABLED=0 \
+         go build -trimpath -o "$K8S_LOAD_BIN.tmp" .)
       mv "$K8S_LOAD_BIN.tmp" "$K8S_LOAD_BIN"
     fi
   fi

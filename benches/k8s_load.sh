@@ -31,7 +31,9 @@
 #      ETCD_BIN, KUBE_APISERVER_BIN, KINE_BIN, PG_BIN (PostgreSQL's bin directory) (else built,
 #      installed and cached by tests/peers/install_*.sh); PG_ARGS (extra postgres flags, e.g.
 #      "-c max_connections=300")
-#      K8S_LOAD_BIN (else benches/k8s_load built and cached in ~/.cache/mem_etcd/k8s_load/)
+#      K8S_LOAD_BIN (else benches/k8s_load built and cached in ~/.cache/mem_etcd/k8s_load/, with
+#      the Go of tests/peers/install_go.sh: Go >= 1.26 on PATH or in /usr/local/go, else
+#      go1.26.8 fetched once into ~/.cache/mem_etcd/go)
 #      APISERVER_ARGS (extra kube-apiserver flags), RESULTS (/tmp/k8s_load-results.jsonl),
 #      LOG_DIR (/tmp/k8s_load-logs: each run's kube-apiserver and datastore logs)
 #      CHARTS_DIR (/tmp/k8s_load-charts: one SVG per profile, write throughput, write p99 and
@@ -42,7 +44,6 @@
 # The load client runs on the same cores as the servers; its CPU seconds are in the table too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH=$PATH:/usr/local/go/bin
 
 BACKENDS=${BACKENDS:-mem_etcd etcd}
 CONCURRENCY=${CONCURRENCY:-10 50 200}

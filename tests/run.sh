@@ -4,10 +4,13 @@
 #   tests/run.sh [extra cargo test args...]     e.g. tests/run.sh --test it kv::
 #
 # 1. installs `protoc` if missing (etcd-client's build script needs it; the server does not),
-# 2. builds the reference etcd + etcdctl 3.6 from the Go module proxy (cached in ~/.cache; needs
-#    Go >= 1.26 on PATH or in /usr/local/go), unless ETCD_BIN and ETCDCTL_BIN already point at them,
-#    and kube-apiserver + kubectl 1.36 for the end-to-end test the same way (about 10 minutes the
-#    first time), unless KUBE_APISERVER_BIN and KUBECTL_BIN already point at them,
+#    and finds Go >= 1.26 (tests/peers/install_go.sh: the one on PATH or in /usr/local/go, else
+#    go1.26.8 fetched once from the Go module proxy into ~/.cache/mem_etcd/go, with Debian's
+#    golang-go, installed if no go is there, to download it; under a minute),
+# 2. builds the reference etcd + etcdctl 3.6 from the Go module proxy with that Go (cached in
+#    ~/.cache), unless ETCD_BIN and ETCDCTL_BIN already point at them, and kube-apiserver +
+#    kubectl 1.36 for the end-to-end test the same way (about 10 minutes the first time), unless
+#    KUBE_APISERVER_BIN and KUBECTL_BIN already point at them,
 # 3. runs `cargo test --release` (unit tests in src/, the integration suite tests/it, doc tests),
 #    then (on a full run) Kubernetes' own storage suites against mem_etcd (tests/k8s_storage)
 #    and kube-apiserver under benches/k8s_load's two profiles at a small size, benches/scale.sh
@@ -44,9 +47,23 @@ if ! command -v protoc >/dev/null 2>&1; then
 fi
 log "protoc: $(protoc --version)"
 
-# --- 2. reference peers ---------------------------------------------------------------------
 skip_ok=0
 if [ "${MEM_ETCD_SKIP_PEERS:-}" = 1 ] && [ "${CI:-}" != true ]; then skip_ok=1; fi
+
+# --- 1b. Go >= 1.26 (the peers, tests/k8s_storage and benches/k8s_load are built with it) -------
+# First on PATH for every step below (the scripts they run find this one and use it).
+if go_dir=$(tests/peers/install_go.sh | tail -n 1); then
+  [ "$(command -v go)" = "$go_dir/go" ] || export PATH=$go_dir:$PATH
+  log "go: $(cd / && GOTOOLCHAIN=local go version) ($(command -v go))"
+elif [ "$skip_ok" = 1 ]; then
+  go_dir=
+  log "!!!!!!!! WARNING: no Go >= 1.26 (tests/peers/install_go.sh failed); MEM_ETCD_SKIP_PEERS=1, so the peer tests will be SKIPPED !!!!!!!!"
+else
+  die "no Go >= 1.26: tests/peers/install_go.sh could neither find nor fetch it (MEM_ETCD_SKIP_PEERS=1 \
+skips peer tests on a local run, never in CI)"
+fi
+
+# --- 2. reference peers ---------------------------------------------------------------------
 if [ -n "${ETCD_BIN:-}" ] && [ -x "${ETCD_BIN}" ] && [ -n "${ETCDCTL_BIN:-}" ] && [ -x "${ETCDCTL_BIN}" ]; then
   log "peers from the environment: ETCD_BIN=$ETCD_BIN ETCDCTL_BIN=$ETCDCTL_BIN"
 else
@@ -57,7 +74,7 @@ else
   elif [ "$skip_ok" = 1 ]; then
     log "!!!!!!!! WARNING: could not build the etcd peers; MEM_ETCD_SKIP_PEERS=1, so the peer tests will be SKIPPED !!!!!!!!"
   else
-    die "could not build the etcd peers (install Go >= 1.26, or set ETCD_BIN and ETCDCTL_BIN; \
+    die "could not build the etcd peers (see above, or set ETCD_BIN and ETCDCTL_BIN; \
 MEM_ETCD_SKIP_PEERS=1 skips peer tests on a local run, never in CI)"
   fi
 fi
@@ -75,7 +92,7 @@ else
   elif [ "$skip_ok" = 1 ]; then
     log "!!!!!!!! WARNING: could not build kube-apiserver/kubectl; MEM_ETCD_SKIP_PEERS=1, so the Kubernetes end-to-end tests will be SKIPPED !!!!!!!!"
   else
-    die "could not build kube-apiserver and kubectl (install Go >= 1.26, or set KUBE_APISERVER_BIN \
+    die "could not build kube-apiserver and kubectl (see above, or set KUBE_APISERVER_BIN \
 and KUBECTL_BIN; MEM_ETCD_SKIP_PEERS=1 skips peer tests on a local run, never in CI)"
   fi
 fi
@@ -133,7 +150,7 @@ else
   if MEM_ETCD_BIN="$PWD/target/release/mem_etcd" MEM_ETCD_STORAGE_TARGET=${MEM_ETCD_TEST_TARGET:-mem_etcd} \
       tests/k8s_storage/run.sh 2>&1 | tee "$storage_log"; then
     record "$storage_step" passed
-  elif [ "$skip_ok" = 1 ] && ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
+  elif [ "$skip_ok" = 1 ] && [ -z "$go_dir" ]; then
     log "!!!!!!!! WARNING: no Go toolchain; MEM_ETCD_SKIP_PEERS=1, so the Kubernetes storage suites were SKIPPED !!!!!!!!"
     record "$storage_step" "SKIPPED (no Go toolchain; MEM_ETCD_SKIP_PEERS=1)"
   else
@@ -157,8 +174,7 @@ else
   log "$load_step"
   # Every write acknowledged, every list whole, every watch event delivered once and in order
   # (STRICT), against the same target as the cargo tests.
-  if (cd benches/k8s_load && PATH=$PATH:/usr/local/go/bin GOFLAGS="-mod=mod -buildvcs=false" \
-        GOTOOLCHAIN=local go test ./...) &&
+  if (cd benches/k8s_load && GOFLAGS="-mod=mod -buildvcs=false" GOTOOLCHAIN=local go test ./...) &&
       BACKENDS=${MEM_ETCD_TEST_TARGET:-mem_etcd} CONCURRENCY=5 OBJECTS=200 LISTS=10 WATCHERS=5 \
         STRICT=1 RUN_TIMEOUT=3m MEM_BIN="$PWD/target/release/mem_etcd" \
         RESULTS="$(mktemp)" benches/k8s_load.sh; then
@@ -180,7 +196,7 @@ elif [ -z "${KUBE_APISERVER_BIN:-}" ] && [ "$skip_ok" = 1 ]; then
 else
   log "$scale_step"
   # Every measure runs to its end (a put, a restart, a catch-up that fails stops the script).
-  if PATH=$PATH:/usr/local/go/bin SIZES=2000 STORES=mem_etcd MEM_BIN="$PWD/target/release/mem_etcd" \
+  if SIZES=2000 STORES=mem_etcd MEM_BIN="$PWD/target/release/mem_etcd" \
       RESULTS="$(mktemp)" timeout 600 benches/scale.sh; then
     record "$scale_step" passed
   else

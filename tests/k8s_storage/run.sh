@@ -12,6 +12,8 @@
 # Cached in ~/.cache/mem_etcd/k8s-storage/<version>-<hash>/ (the hash covers our testserver module,
 # the Go version and this script's preparation recipe): a warm machine skips the copy and the
 # build (cold: several minutes on 2 cores).
+# Go: tests/peers/install_go.sh (Go >= 1.26 on PATH or in /usr/local/go, else go1.26.8 fetched once
+# into ~/.cache/mem_etcd/go).
 #
 #   tests/k8s_storage/run.sh [extra test binary flags...]     e.g. -test.failfast
 #
@@ -40,7 +42,6 @@ UPSTREAM_PKG=k8s.io/apiserver/pkg/storage/etcd3/testserver
 # Bump when the preparation below changes, so cached copies made the old way are not reused.
 PREP_REV=1
 
-export PATH=$PATH:/usr/local/go/bin
 export GOFLAGS="-mod=mod -buildvcs=false" GOTOOLCHAIN=local
 
 log() { printf '[k8s_storage %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -85,7 +86,10 @@ esac
 export MEM_ETCD_STORAGE_TARGET=$TARGET
 
 # --- Go and the apiserver module ------------------------------------------------------------
-command -v go >/dev/null || die "go is required (PATH or /usr/local/go/bin)"
+# Go >= 1.26: the one on PATH or in /usr/local/go, else fetched once (tests/peers/install_go.sh).
+go_dir=$("$ROOT/tests/peers/install_go.sh" | tail -n 1) ||
+  die "no Go >= 1.26 (tests/peers/install_go.sh failed)"
+[ "$(command -v go)" = "$go_dir/go" ] || export PATH=$go_dir:$PATH
 GOVER=$(go env GOVERSION); GOVER=${GOVER#go}
 mkdir -p "$CACHE/dl"
 # Outside any module, so that no go.mod around changes what is downloaded.

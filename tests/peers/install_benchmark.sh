@@ -4,6 +4,8 @@
 # root module only for some tags; 3.6.8 is the newest 3.6 one it serves.
 #
 # Output: $PEERS_DIR/benchmark-v<VER>/benchmark; prints that path on the last line.
+# Go: tests/peers/install_go.sh (Go >= 1.26 on PATH or in /usr/local/go, else go1.26.8 fetched once
+# into ~/.cache/mem_etcd/go).
 # Usage: tests/peers/install_benchmark.sh [VERSION]   (default 3.6.8)
 set -euo pipefail
 
@@ -11,8 +13,13 @@ VER=${1:-3.6.8}; VER=${VER#v}
 PEERS_DIR=${MEM_ETCD_PEERS_DIR:-$HOME/.cache/mem_etcd/peers}
 OUT=$PEERS_DIR/benchmark-v$VER/benchmark
 WDIR=$PEERS_DIR/build/benchmark-v$VER
-export PATH=$PATH:/usr/local/go/bin
 export GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0 GOTOOLCHAIN=local
+
+log() { echo "[install_benchmark] $*" >&2; }
+# Go >= 1.26: the one on PATH or in /usr/local/go, else fetched once (tests/peers/install_go.sh).
+go_dir=$("$(dirname "${BASH_SOURCE[0]}")/install_go.sh" | tail -n 1) ||
+  { log "no Go >= 1.26 (tests/peers/install_go.sh failed)"; exit 1; }
+[ "$(command -v go)" = "$go_dir/go" ] || export PATH=$go_dir:$PATH
 
 if [ ! -x "$OUT" ]; then
   mkdir -p "$WDIR" "$(dirname "$OUT")"

@@ -19,6 +19,8 @@
 # have. Without them Go resolves the same modules at the pinned version from the proxy.
 #
 # Cached: a directory whose stamp names the wanted version is reused.
+# Go: tests/peers/install_go.sh (Go >= 1.26 on PATH or in /usr/local/go, else go1.26.8 fetched once
+# into ~/.cache/mem_etcd/go).
 #
 # Usage: tests/peers/install_etcd_e2e.sh [VERSION]   (default: $ETCD_PEER_VERSION or 3.6.16)
 set -euo pipefail
@@ -26,11 +28,13 @@ set -euo pipefail
 VER=${1:-${ETCD_PEER_VERSION:-3.6.16}}; VER=${VER#v}
 PEERS_DIR=${MEM_ETCD_PEERS_DIR:-$HOME/.cache/mem_etcd/peers}
 OUT=$PEERS_DIR/etcd-e2e-v$VER
-export PATH=$PATH:/usr/local/go/bin
 export GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0 GOTOOLCHAIN=local
 
 log() { echo "[install_etcd_e2e] $*" >&2; }
-command -v go >/dev/null || { log "go (>= 1.26) is required to build etcd's e2e suite"; exit 1; }
+# Go >= 1.26: the one on PATH or in /usr/local/go, else fetched once (tests/peers/install_go.sh).
+go_dir=$("$(dirname "${BASH_SOURCE[0]}")/install_go.sh" | tail -n 1) ||
+  { log "no Go >= 1.26 (tests/peers/install_go.sh failed)"; exit 1; }
+[ "$(command -v go)" = "$go_dir/go" ] || export PATH=$go_dir:$PATH
 
 if [ -x "$OUT/e2e.test" ] && [ -x "$OUT/common.test" ] && [ -f "$OUT/src/etcd.conf.yml.sample" ] &&
    [ "$(cat "$OUT/stamp" 2>/dev/null || true)" = "v$VER" ]; then

@@ -12,6 +12,8 @@
 # Output: $PEERS_DIR/k8s-v<VER>/{kube-apiserver,kubectl}; prints the directory on the last line.
 # Cached: a binary that already reports the wanted version is kept (CI reuses ~/.cache).
 # Cold, on 2 cores: kube-apiserver 7-10 minutes, kubectl under 1 more.
+# Go: tests/peers/install_go.sh (Go >= 1.26 on PATH or in /usr/local/go, else go1.26.8 fetched once
+# into ~/.cache/mem_etcd/go).
 #
 # What the apiserver needs at run time (a service-account signing key, serving certificates,
 # flags) is made by the test itself, not here.
@@ -26,12 +28,14 @@ SVER="v0.${VER#*.}"             # staging modules: 1.36.3 -> v0.36.3
 PEERS_DIR=${MEM_ETCD_PEERS_DIR:-$HOME/.cache/mem_etcd/peers}
 OUT=$PEERS_DIR/k8s-v$VER
 WDIR=$PEERS_DIR/build/k8s-v$VER
-export PATH=$PATH:/usr/local/go/bin
 # Release binaries are static: CGO off.
 export GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0 GOTOOLCHAIN=local
 
 log() { echo "[install_k8s $(date +%H:%M:%S)] $*" >&2; }
-command -v go >/dev/null || { log "go is required to build the Kubernetes peers"; exit 1; }
+# Go >= 1.26: the one on PATH or in /usr/local/go, else fetched once (tests/peers/install_go.sh).
+go_dir=$("$(dirname "${BASH_SOURCE[0]}")/install_go.sh" | tail -n 1) ||
+  { log "no Go >= 1.26 (tests/peers/install_go.sh failed)"; exit 1; }
+[ "$(command -v go)" = "$go_dir/go" ] || export PATH=$go_dir:$PATH
 
 # Does the cached binary report the wanted version? Captured first: `| head -1 | grep -q` under
 # pipefail fails at random when grep exits early and the binary gets SIGPIPE.

@@ -17,6 +17,8 @@
 # Output: $PEERS_DIR/kine-v<VER>/kine; prints that directory on the last line.
 # Cached: a binary that already reports the wanted version is kept (CI reuses ~/.cache).
 # Cold, on 2 cores: about 2.5 minutes, downloads included (measured with another build running).
+# Go: tests/peers/install_go.sh (Go >= 1.26 on PATH or in /usr/local/go, else go1.26.8 fetched once
+# into ~/.cache/mem_etcd/go).
 #
 # Usage: tests/peers/install_kine.sh [VERSION]   (default: $KINE_PEER_VERSION or 0.17.5, the
 #        newest v0.17 the Go module proxy serves: `go list -m -versions github.com/k3s-io/kine`)
@@ -27,7 +29,6 @@ VER=${1:-${KINE_PEER_VERSION:-0.17.5}}; VER=${VER#v}
 PEERS_DIR=${MEM_ETCD_PEERS_DIR:-$HOME/.cache/mem_etcd/peers}
 OUT=$PEERS_DIR/kine-v$VER
 WDIR=$PEERS_DIR/build/kine-v$VER
-export PATH=$PATH:/usr/local/go/bin
 export GOFLAGS="-buildvcs=false" GOTOOLCHAIN=local CGO_ENABLED=1
 
 log() { echo "[install_kine $(date +%H:%M:%S)] $*" >&2; }
@@ -51,7 +52,10 @@ if [ -z "${NO_POSTGRES:-}" ]; then
   log "$("$PG_BIN/postgres" --version)"
 fi
 
-command -v go >/dev/null || { log "go is required to build kine"; exit 1; }
+# Go >= 1.26: the one on PATH or in /usr/local/go, else fetched once (tests/peers/install_go.sh).
+go_dir=$("$(dirname "${BASH_SOURCE[0]}")/install_go.sh" | tail -n 1) ||
+  { log "no Go >= 1.26 (tests/peers/install_go.sh failed)"; exit 1; }
+[ "$(command -v go)" = "$go_dir/go" ] || export PATH=$go_dir:$PATH
 command -v gcc >/dev/null || { log "gcc is required (kine's SQLite driver is cgo)"; exit 1; }
 
 if ! { [ -x "$OUT/kine" ] && [[ "$("$OUT/kine" --version 2>/dev/null || true)" == *"v$VER "* ]]; }; then
