@@ -136,27 +136,27 @@
 //! - A watch gets every matching event once, in revision order, a revision never split.
 //! - Every request gets etcd's answer: same codes, messages, revisions and counts.
 
-pub mod auth;
-pub mod backend;
+pub(crate) mod auth;
+pub(crate) mod backend;
 pub mod config;
-pub mod data_dir;
+pub(crate) mod data_dir;
 pub mod duration;
 pub mod error;
 pub mod humanize;
-pub mod keyspace;
-pub mod lease;
-pub mod metrics;
+pub(crate) mod keyspace;
+pub(crate) mod lease;
+pub(crate) mod metrics;
 pub mod mvcc;
 pub mod netutil;
 pub mod proxy;
 pub mod raft;
-pub mod revision;
+pub(crate) mod revision;
 pub mod server;
 pub mod snapshot_cmd;
 pub mod tls;
 pub mod utc;
 pub mod wal;
-pub mod watch;
+pub(crate) mod watch;
 
 /// Generated etcd API types (from `proto/`, compiled by `build.rs`).
 #[allow(clippy::all, missing_debug_implementations)]

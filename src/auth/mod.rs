@@ -10,4 +10,4 @@ pub mod jwt;
 pub mod perm;
 pub mod store;
 
-pub use store::{AuthInfo, AuthState, AuthStore, Op, PermType, Permission, Role, User};
+pub use store::{AuthInfo, AuthState, AuthStore, Op, PermType, Permission};

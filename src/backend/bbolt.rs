@@ -148,6 +148,7 @@ impl<'a> Db<'a> {
     }
 
     /// The names of the top-level buckets.
+    #[cfg(test)]
     pub fn buckets(&self) -> Result<Vec<Vec<u8>>, FormatError> {
         let mut names = Vec::new();
         self.walk(Tree::Page(self.root), 0, &mut |k, _, is_bucket| {

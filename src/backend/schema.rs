@@ -673,7 +673,8 @@ mod tests {
 
     #[test]
     fn an_export_writes_the_backups_auth_state_as_etcd_lays_it_out() {
-        use crate::auth::{PermType, Permission, Role, User};
+        use crate::auth::store::{Role, User};
+        use crate::auth::{PermType, Permission};
         let user = |name: &str, role: &str| User {
             name: name.into(),
             password: format!("$2a$10$hash-of-{name}").into_bytes(),

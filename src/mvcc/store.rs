@@ -1,5 +1,10 @@
 //! The MVCC store: partitions, the revision clock, and the one write path.
 //!
+//! One file of about 1,700 lines on purpose: the steps below and the reads at the watermark
+//! are one protocol, whose correctness argument (lock order, allocation under the locks,
+//! in-order completion and publication) has to be read in one place; the pieces that stand on
+//! their own live beside it (`partition`, `key_index`, `index`, `event_log`, `persist`).
+//!
 //! # The write path
 //! Every write (Put, DeleteRange, Txn, and later lease expiry) goes through [`Store::txn`]:
 //! 1. **validate** the request's shape (no store access);

@@ -13,6 +13,6 @@
 //! Imports point down this list's reverse: `embed` → `etcdhttp` → `v3rpc` → `etcdserver`.
 
 pub mod embed;
-pub mod etcdhttp;
+pub(crate) mod etcdhttp;
 pub mod etcdserver;
-pub mod v3rpc;
+pub(crate) mod v3rpc;

@@ -33,8 +33,10 @@ const SAMPLES: u32 = 10;
 pub type CompactFn<'a> = &'a (dyn Fn(i64) -> BoxFuture<'a> + Send + Sync);
 type BoxFuture<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
 
-/// Compacts `store` by `policy`, forever (a member alone).
-pub async fn run(store: &Store, policy: AutoCompaction) {
+/// Compacts `store` by `policy`, forever, directly on the store (the tests' driver: the server
+/// compacts through `submit`, with `run_with`).
+#[cfg(test)]
+async fn run(store: &Store, policy: AutoCompaction) {
     run_with(store, policy, &|rev| Box::pin(compact(store, rev))).await
 }
 
@@ -97,7 +99,8 @@ async fn by_revision(store: &Store, retention: i64, every: Duration, compact: Co
 
 /// Compacts at `rev`, waiting until the log has it; a compaction that someone else already did
 /// (at `rev` or later) counts as done.
-pub async fn compact(store: &Store, rev: i64) -> Result<(), Error> {
+#[cfg(test)]
+async fn compact(store: &Store, rev: i64) -> Result<(), Error> {
     // A compaction waits for a snapshot being streamed. A single-threaded runtime (the
     // paused-time tests) must not have a buffered WAL, whose flusher task it would wait for.
     let compacted = crate::server::etcdserver::blocking::off_the_runtime(|| store.compact(rev));

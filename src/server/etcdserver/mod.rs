@@ -11,19 +11,19 @@
 //! - `grow`: a member alone growing into a cluster; `forward`: what the leader serves of the
 //!   requests other members forward to it.
 
-pub mod alarm;
-pub mod apply;
-pub mod apply_auth;
-pub mod blocking;
-pub mod bootstrap;
-pub mod compactor;
-pub mod convert;
-pub mod etcd_data_dir;
-pub mod force_new_cluster;
-pub mod forward;
-pub mod grow;
-pub mod leader;
+pub(crate) mod alarm;
+pub(crate) mod apply;
+pub(crate) mod apply_auth;
+pub(crate) mod blocking;
+pub(crate) mod bootstrap;
+pub(crate) mod compactor;
+pub(crate) mod convert;
+pub(crate) mod etcd_data_dir;
+pub(crate) mod force_new_cluster;
+pub(crate) mod forward;
+pub(crate) mod grow;
+pub(crate) mod leader;
 pub mod lessor;
 pub mod member;
-pub mod membership;
-pub mod submit;
+pub(crate) mod membership;
+pub(crate) mod submit;
