@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use clap::Parser;
 use mem_etcd::config::Config;
 use mem_etcd::mvcc::{PutRequest, RangeRequest};
 use mem_etcd::server::etcdserver::lessor;

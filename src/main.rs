@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 use std::sync::Arc;
 
-use mem_etcd::config::{self, Config, LoadError};
+use mem_etcd::config::{self, AutoTls, Config, DefaultHost, Flags, LoadError};
 use mem_etcd::server::{self, embed::serve::Listener, etcdserver::member::Member};
 use tracing_subscriber::EnvFilter;
 
@@ -77,19 +77,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             std::process::exit(1);
         }
     };
-    let config = loaded.config;
-    if config.version {
-        print!("{}", version_lines(&config.emulated_version));
+    let flags = loaded.flags;
+    if flags.version {
+        print!("{}", version_lines(&flags.member.emulated_version));
         return Ok(());
     }
     // Checked with the flags, as etcd checks them (the names are the TLS layer's to know).
-    if let Err(e) = mem_etcd::tls::cipher_suites(&config.cipher_suites) {
+    if let Err(e) = mem_etcd::tls::cipher_suites(&flags.tls.cipher_suites) {
         eprintln!("mem_etcd: cannot start: {e}");
         std::process::exit(1);
     }
-    let outputs = log_outputs::LogOutputs::open(&config.log_outputs)?;
-    init_logging(&config.log_format, &config.log_level, outputs)?;
-    if let Some(path) = &config.config_file {
+    let outputs = log_outputs::LogOutputs::open(&flags.log.log_outputs)?;
+    init_logging(&flags.log.log_format, &flags.log.log_level, outputs)?;
+    if let Some(path) = &flags.config_file {
         tracing::info!(
             path = %path.display(),
             "loaded server configuration, other configuration command line flags and environment variables will be ignored if provided"
@@ -98,14 +98,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if !loaded.unknown_keys.is_empty() {
         tracing::warn!(keys = ?loaded.unknown_keys, "configuration file keys that are no flag: ignored");
     }
-    log_no_effect(&config, &loaded.no_effect);
-    let mut config = config;
-    if let Some(host) = config.use_default_host(mem_etcd::netutil::default_host) {
-        tracing::info!(host = %host, "detected default host for advertise");
+    log_no_effect(&flags, &loaded.no_effect);
+    let default_host = DefaultHost::resolve(&flags, mem_etcd::netutil::default_host);
+    if let Some(h) = &default_host {
+        tracing::info!(host = %h.host, "detected default host for advertise");
     }
     for warning in &loaded.deprecated {
         tracing::warn!("{warning}");
     }
+    let auto_tls = auto_tls(&flags).unwrap_or_else(|e| fail(e));
+    // The configuration the server runs with, built once.
+    let config = Config::new(flags, default_host, auto_tls);
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if config.worker_threads > 0 {
         builder.worker_threads(config.worker_threads);
@@ -175,8 +178,6 @@ fn log_start(config: &Config) {
         }
         _ => std::time::Duration::ZERO,
     };
-    let gates = config.feature_gates_state().unwrap_or_default();
-    let gate = |g: &str| gates.get(g).copied().unwrap_or(false);
     let state = match config.initial_cluster_state {
         config::ClusterState::New => "new",
         config::ClusterState::Existing => "existing",
@@ -215,16 +216,9 @@ fn log_start(config: &Config) {
         "max-request-bytes" = config.max_request_bytes,
         "max-concurrent-streams" = config.max_concurrent_streams,
         "feature-gates" = %config.feature_gates.join(","),
-        "initial-corrupt-check" = gate("InitialCorruptCheck"),
-        "corrupt-check-time-interval" = %go_format(
-            config.experimental_corrupt_check_time.or(config.corrupt_check_time).unwrap_or_default()
-        ),
-        "compact-check-time-interval" = %go_format(
-            config
-                .experimental_compact_hash_check_time
-                .or(config.compact_hash_check_time)
-                .unwrap_or(std::time::Duration::from_secs(60))
-        ),
+        "initial-corrupt-check" = config.gate("InitialCorruptCheck"),
+        "corrupt-check-time-interval" = %go_format(config.corrupt_check_time),
+        "compact-check-time-interval" = %go_format(config.compact_hash_check_time),
         "auto-compaction-mode" = match config.auto_compaction_mode {
             config::AutoCompactionMode::Periodic => "periodic",
             config::AutoCompactionMode::Revision => "revision",
@@ -283,9 +277,9 @@ fn version_lines(emulated: &str) -> String {
 }
 
 /// One line for the flags given that change nothing here, and what the feature gates do.
-fn log_no_effect(config: &Config, no_effect: &[String]) {
+fn log_no_effect(flags: &Flags, no_effect: &[String]) {
     let mut ignored: Vec<String> = no_effect.iter().map(|f| format!("--{f}")).collect();
-    let gates = config.feature_gates_state().unwrap_or_default();
+    let gates = flags.experimental.feature_gates_state().unwrap_or_default();
     for (gate, on) in &gates {
         let default = config::feature_gate_default(gate);
         if *on != default && !["InitialCorruptCheck", "CompactHashCheck"].contains(gate) {
@@ -300,27 +294,28 @@ fn log_no_effect(config: &Config, no_effect: &[String]) {
         );
     }
     if gates.get("InitialCorruptCheck") == Some(&true)
-        && config.initial_cluster.as_deref().is_some_and(|c| c.contains(','))
+        && flags.cluster.initial_cluster.as_deref().is_some_and(|c| c.contains(','))
     {
         tracing::info!(
             "initial corruption check: on a restart this member compares its store's hash with \
              its peers' before it joins them"
         );
     }
-    if config.unsafe_no_fsync {
+    if flags.storage.unsafe_no_fsync {
         tracing::warn!(
             "--unsafe-no-fsync: the log is never fsync'd while running; a machine crash may lose acknowledged writes"
         );
     }
 }
 
+/// Logs and prints why the server cannot start, and exits 1.
+fn fail(what: String) -> ! {
+    tracing::error!("cannot start: {what}");
+    eprintln!("mem_etcd: cannot start: {what}");
+    std::process::exit(1);
+}
+
 async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
-    let fail = |what: String| -> ! {
-        tracing::error!("cannot start: {what}");
-        eprintln!("mem_etcd: cannot start: {what}");
-        std::process::exit(1);
-    };
-    auto_tls(&mut config).unwrap_or_else(|e| fail(e));
     let tls = mem_etcd::tls::server_config(&config).unwrap_or_else(|e| fail(e));
     let (listeners, http_listeners) = Listener::bind_client(
         &config.listen_client_urls,
@@ -418,33 +413,34 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
 
 /// `--auto-tls` and `--peer-auto-tls`: without certificate flags, a self-signed certificate in
 /// `<data-dir>/fixtures/{client,peer}` (as etcd) stands for them. Given certificates win, as in
-/// etcd.
-fn auto_tls(config: &mut Config) -> Result<(), String> {
-    let fixtures = config.wal_options().dir.fixtures();
-    let years = config.self_signed_cert_validity;
-    if config.auto_tls {
-        if config.cert_file.is_some() || config.key_file.is_some() {
+/// etcd. Made before the configuration is derived, which takes them in place of the flags.
+fn auto_tls(flags: &Flags) -> Result<AutoTls, String> {
+    let fixtures = config::data_dir(flags).fixtures();
+    let years = flags.tls.self_signed_cert_validity;
+    let mut made = AutoTls::default();
+    let (client, peer) = (&flags.client_tls, &flags.peer_tls);
+    if client.auto_tls {
+        if client.cert_file.is_some() || client.key_file.is_some() {
             tracing::warn!("ignoring client auto TLS since certs given");
         } else {
-            let mut urls = config.listen_client_urls.clone();
-            urls.extend(config.listen_client_http_urls.iter().cloned());
+            let mut urls = flags.member.listen_client_urls.clone();
+            urls.extend(flags.member.listen_client_http_urls.iter().cloned());
             let (c, k) = mem_etcd::tls::self_signed(&fixtures.join("client"), &urls, years)?;
             tracing::info!(cert = %c.display(), "client TLS: a self-signed certificate (--auto-tls)");
-            (config.cert_file, config.key_file) = (Some(c), Some(k));
+            made.client = Some((c, k));
         }
     }
-    if config.peer_auto_tls {
-        if config.peer_cert_file.is_some() || config.peer_key_file.is_some() {
+    if peer.peer_auto_tls {
+        if peer.peer_cert_file.is_some() || peer.peer_key_file.is_some() {
             tracing::warn!("ignoring peer auto TLS since certs given");
         } else {
             let dir = fixtures.join("peer");
-            let (c, k) = mem_etcd::tls::self_signed(&dir, &config.listen_peer_urls, years)?;
+            let (c, k) = mem_etcd::tls::self_signed(&dir, &flags.member.listen_peer_urls, years)?;
             tracing::info!(cert = %c.display(), "peer TLS: a self-signed certificate (--peer-auto-tls)");
-            (config.peer_cert_file, config.peer_key_file) = (Some(c), Some(k));
-            config.peer_self_signed = true;
+            made.peer = Some((c, k));
         }
     }
-    Ok(())
+    Ok(made)
 }
 
 /// `--log-level` as a tracing filter. etcd's levels panic and fatal are error here. openraft
