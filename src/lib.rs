@@ -28,7 +28,7 @@
 //!     and Election, made of KV, Lease and Watch calls in `v3rpc::concurrency` as etcd's are)
 //!     over tonic. Each handler checks the request and who sent it, then reads the store or
 //!     calls the member, and fills the response header; it never sees Raft. Errors are
-//!     translated through the one table in `v3rpc::status`.
+//!     translated through the one table in `error` (`v3rpc::status` makes them statuses).
 //!   - `etcdhttp`: the HTTP endpoints beside gRPC and the gRPC call counting in front of the
 //!     routes (`etcdhttp::http`, `etcdhttp::metrics` over `metrics::grpc`), the JSON gateway.
 //!   - `embed`: the listeners (TLS for https ones from `tls`), the services on them and the

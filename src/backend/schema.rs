@@ -482,7 +482,7 @@ impl AuthState {
     }
 }
 
-/// `state` as a mem_etcd backup (what Maintenance.Snapshot streams).
+/// `state` as a mem_etcd backup (`wal::backup`'s format), for a Raft snapshot.
 pub fn to_backup(state: &EtcdState) -> Vec<u8> {
     // What this builds goes into a Raft snapshot, whose machine state carries the auth state
     // (see `snapshot_cmd`).

@@ -1,5 +1,5 @@
-//! The gRPC call counters `/metrics` reports (etcd's `grpc_server_*`), kept by the member and counted by the HTTP
-//! layer in front of every route for each call and its status code.
+//! The gRPC call counters `/metrics` reports (etcd's `grpc_server_*`), kept by the member and
+//! counted by the HTTP layer in front of every route for each call and its status code.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

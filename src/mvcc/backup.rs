@@ -1,6 +1,9 @@
-//! Backups of the store (what Maintenance.Snapshot streams): the state at one revision, every
-//! key's history since the compaction and the leases, encoded as `wal::backup` describes;
-//! and the auth state, if the caller adds it (as bytes: the store knows nothing of auth).
+//! Backups of the store: the state at one revision, every key's history since the compaction
+//! and the leases. A Raft snapshot writes one in the `wal::backup` format (without the auth
+//! state, which the machine state beside it carries; a caller may add it, as bytes: the store
+//! knows nothing of auth), and [`Store::install_backup`] reads that format back.
+//! Maintenance.Snapshot takes its versions and leases instead (`Backup::versions`) and streams
+//! them as etcd's bbolt snapshot.db (`backend::schema`).
 //!
 //! A backup reads the partitions in chunks, as a WAL snapshot does, so writers wait for one
 //! chunk at a time, never for the whole dump; it reads only versions at or below its revision,

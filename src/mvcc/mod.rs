@@ -10,7 +10,8 @@
 //! - [`event_log`]: every committed revision's events, for watchers;
 //! - [`crc_combine`]: joining CRCs of versions into HashKV's hash;
 //! - [`persist`]: recovery from the WAL into the store, and snapshots of the store;
-//! - [`backup`]: backups of the store at one revision (Maintenance.Snapshot).
+//! - [`backup`]: backups of the store at one revision (Raft snapshots, Maintenance.Snapshot);
+//! - `tests`: store tests that attack the invariants.
 
 pub mod backup;
 pub mod crc_combine;

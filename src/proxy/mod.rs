@@ -1,7 +1,8 @@
 //! etcd's two proxies, which the `etcd` binary also runs: `etcd gateway start` (`tcp`, a
 //! layer-4 pipe to the cluster's client endpoints) and `etcd grpc-proxy start` (`grpc`, a
 //! gRPC server in front of the cluster). Each is a client of the cluster and holds no data;
-//! they sit beside `server`, not on its write path.
+//! they sit beside `server`, not on its write path. `flag` reads flag values as Go's flag
+//! package does.
 
 mod flag;
 pub mod grpc;

@@ -1,7 +1,7 @@
-//! Reaching the other members (etcd's `rafthttp`, client side): one HTTP/2 connection per peer
-//! over its peer URL, shared by openraft's replication, votes and snapshots and by the
-//! follower-to-leader requests of `node`. Replication to a follower runs on one `Append` stream
-//! at a time, with a few requests in flight ([`APPEND_WINDOW`]). Every call is stamped with
+//! Reaching the other members (etcd's `rafthttp`, client side): one HTTP/2 connection per peer over
+//! its peer URL, shared by openraft's replication, votes and snapshots and by the
+//! follower-to-leader requests of `to_leader`. Replication to a follower runs on one `Append`
+//! stream at a time, with a few requests in flight ([`APPEND_WINDOW`]). Every call is stamped with
 //! this member's cluster id and member id, which the receiving peer checks ([`check_stamp`]).
 //!
 //! Raft's messages travel only while a link works both ways, as etcd's do (etcd sends each

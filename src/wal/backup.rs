@@ -24,10 +24,11 @@
 //! Versions 1 and 2 are both read; they differ only by the SnapAuth record, which version 2
 //! always has and version 1 never has: the auth state (users with their password hashes, roles
 //! with their permissions, whether auth is enabled, the auth revision), opaque bytes here that
-//! `auth::codec` encodes. Maintenance.Snapshot writes version 2. A Raft snapshot's backup stays
-//! version 1, since the machine state beside it carries the auth state: members of an older
-//! mem_etcd still install it, and an older mem_etcd refuses a version-2 file by its version
-//! rather than by a record it cannot decode.
+//! `auth::codec` encodes. An encoder given the auth state writes version 2: what
+//! Maintenance.Snapshot streamed while it streamed this format, so saved files have it. A Raft
+//! snapshot's backup is version 1, since the machine state beside it carries the auth state:
+//! members of an older mem_etcd still install it, and an older mem_etcd refuses a version-2
+//! file by its version rather than by a record it cannot decode.
 //!
 //! The padding is for etcdctl: it takes a saved file's size modulo 512 being 32 as the sign
 //! that a sha256 follows (etcd's bbolt files are page-aligned) and deletes the file otherwise.

@@ -1,5 +1,11 @@
 //! The write-ahead log (etcd's `wal` package, one log per resource kind).
 //!
+//! Files: [`record`] (the record format), [`frame`] (the one reader of framed records),
+//! [`segment`] (segment files: naming, listing, torn tails), [`snapshot`] (the retained state at
+//! one revision), [`recover`] (the newest snapshot and the revisions logged after it, back into
+//! the store), [`backup`] (the whole store at one revision as one file: Raft snapshots, and
+//! backups older mem_etcds saved).
+//!
 //! # Layout (of [`DataDir`])
 //! ```text
 //! <data-dir>/LOCK                      held while a server runs on the directory

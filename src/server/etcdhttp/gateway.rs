@@ -174,7 +174,7 @@ pub async fn serve(mut grpc: impl Grpc, req: Request<Body>, max_body: usize) -> 
         let msg = match first_message(&json, &method.input()) {
             Ok(Some((m, _))) => m,
             Ok(None) => DynamicMessage::new(method.input()),
-            Err(e) => return error(tonic::Code::InvalidArgument, &e),
+            Err(e) => return error(tonic::Code::InvalidArgument, &e.to_string()),
         };
         let _ = tx.try_send(frame(&msg));
         drop(tx);
@@ -342,7 +342,7 @@ async fn stream_requests(
                     buf.clear();
                     break;
                 }
-                Err(_) if incomplete(&buf) => break,
+                Err(BodyError::Incomplete) => break,
                 Err(e) => {
                     tracing::debug!(error = %e, "gateway: a stream request does not parse");
                     return;
@@ -375,10 +375,24 @@ async fn client_gone(rx: tokio::sync::oneshot::Receiver<()>) {
     }
 }
 
-/// Whether `buf` is a JSON value cut short (more of the body may complete it).
-fn incomplete(buf: &[u8]) -> bool {
-    let mut it = serde_json::Deserializer::from_slice(buf).into_iter::<serde_json::Value>();
-    matches!(it.next(), Some(Err(e)) if e.is_eof())
+/// Why a request body does not hold a request: a streamed body's reader waits for more of it
+/// on one, and gives up on the other.
+#[derive(Debug)]
+enum BodyError {
+    /// A JSON value cut short (more of the body may complete it).
+    Incomplete,
+    /// Anything else, in the words etcd's gateway answers with.
+    Invalid(String),
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            // Go's `encoding/json` for a value cut short.
+            BodyError::Incomplete => f.write_str("unexpected EOF"),
+            BodyError::Invalid(m) => f.write_str(m),
+        }
+    }
 }
 
 /// The first JSON value of `buf` as a message of type `desc`, and the bytes it took; `None`
@@ -387,12 +401,13 @@ fn incomplete(buf: &[u8]) -> bool {
 fn first_message(
     buf: &[u8],
     desc: &MessageDescriptor,
-) -> Result<Option<(DynamicMessage, usize)>, String> {
+) -> Result<Option<(DynamicMessage, usize)>, BodyError> {
     let mut it = serde_json::Deserializer::from_slice(buf).into_iter::<serde_json::Value>();
     let value = match it.next() {
         None => return Ok(None),
         Some(Ok(v)) => v,
-        Some(Err(e)) => return Err(go_json_error(buf, &e)),
+        Some(Err(e)) if e.is_eof() => return Err(BodyError::Incomplete),
+        Some(Err(e)) => return Err(BodyError::Invalid(go_json_error(buf, &e))),
     };
     let used = it.byte_offset();
     let token = match &value {
@@ -402,20 +417,20 @@ fn first_message(
         other => Some(other.to_string()),
     };
     if let Some(t) = token {
-        return Err(format!("proto: syntax error (line 1:1): unexpected token {t}"));
+        return Err(BodyError::Invalid(format!(
+            "proto: syntax error (line 1:1): unexpected token {t}"
+        )));
     }
     let options = DeserializeOptions::new().deny_unknown_fields(false);
     let msg = DynamicMessage::deserialize_with_options(desc.clone(), value, &options)
-        .map_err(|e| format!("proto: {e}"))?;
+        .map_err(|e| BodyError::Invalid(format!("proto: {e}")))?;
     Ok(Some((msg, used)))
 }
 
 /// A JSON syntax error as Go's `encoding/json` words it (etcd's gateway reads the body with it
-/// before the protobuf mapping): "unexpected EOF", "invalid character 'x' looking for ...".
+/// before the protobuf mapping): "invalid character 'x' looking for ..." (a value cut short is
+/// [`BodyError::Incomplete`]).
 fn go_json_error(buf: &[u8], e: &serde_json::Error) -> String {
-    if e.is_eof() {
-        return "unexpected EOF".to_string();
-    }
     let text = e.to_string();
     let context = [
         ("key must be a string", "looking for beginning of object key string"),

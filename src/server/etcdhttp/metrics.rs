@@ -1,7 +1,8 @@
 //! `/metrics`: etcd's metric names where the meaning matches, so that etcd dashboards and
 //! alerts work, plus mem_etcd's own (`mem_etcd_*`): keys and bytes per partition, WAL batching,
-//! leases. Gauges are read from the store, hub, lessor and WAL when scraped; the gRPC counters
-//! are kept here, updated by the HTTP layer for every call.
+//! leases. Gauges are read from the store, hub, lessor and WAL when scraped; the gRPC call
+//! counters are `metrics::grpc`'s, kept by the member and counted by `etcdhttp::http` in front
+//! of every route, and only reported here.
 //!
 //! Where mem_etcd counts differently from etcd: `etcd_mvcc_{range,put,delete,txn}_total` count
 //! client calls of each kind (etcd counts its internal reads too), and the db size metrics are

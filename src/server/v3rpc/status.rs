@@ -1,79 +1,12 @@
-//! The one table from internal errors to gRPC statuses. etcd clients map errors back by their
-//! message text and retry by code, so both must be etcd's exactly.
+//! Internal errors as gRPC statuses. The table of each error's code and text is
+//! [`crate::error`]'s; etcd clients map errors back by their message text and retry by code, so
+//! both must be etcd's exactly.
 
 use tonic::{Code, Status};
 
 use crate::error::Error;
 use crate::server::etcdserver::grow::GrowError;
 use crate::server::etcdserver::membership::ChangeError;
-
-/// etcd's gRPC code for each error (`api/v3rpc/rpctypes/error.go`); the text is
-/// [`Error::message`].
-pub fn code(e: &Error) -> Code {
-    match e {
-        Error::EmptyKey
-        | Error::KeyNotFound
-        | Error::ValueProvided
-        | Error::LeaseProvided
-        | Error::TooManyOps
-        | Error::DuplicateKey
-        | Error::InvalidSortOption
-        | Error::RequestTooLarge
-        | Error::WrongDowngradeVersionFormat
-        | Error::InvalidDowngradeTargetVersion => Code::InvalidArgument,
-        Error::Compacted | Error::FutureRev | Error::LeaseTtlTooLarge => Code::OutOfRange,
-        Error::LeaseNotFound => Code::NotFound,
-        Error::AuthNotEnabled | Error::MemberChangeUnsupported | Error::LeaseExists => {
-            Code::FailedPrecondition
-        }
-        // Unavailable: clients retry elsewhere or later, as for a member that lost its disk.
-        Error::WalUnavailable
-        | Error::NoLeader
-        | Error::Timeout
-        | Error::TimeoutLeaderFail
-        | Error::LeaderChanged
-        | Error::Stopped
-        | Error::NotLeader
-        | Error::UnhealthyCluster => Code::Unavailable,
-        Error::NoSpace => Code::ResourceExhausted,
-        Error::Corrupt => Code::DataLoss,
-        Error::SnapshotFailed | Error::Internal => Code::Internal,
-        Error::MemberNotFound => Code::NotFound,
-        Error::PeerUrlExists
-        | Error::MemberNotLearner
-        | Error::LearnerNotReady
-        | Error::TooManyLearners
-        | Error::NotLeaderMoveLeader
-        | Error::BadLeaderTransferee => Code::FailedPrecondition,
-        // etcd's code for a learner's refusal: its Go client recognises exactly this status
-        // (code and text) and, given other endpoints, retries the call on the next one.
-        Error::LearnerRpc => Code::FailedPrecondition,
-        Error::RootUserNotExist
-        | Error::RootRoleNotExist
-        | Error::UserAlreadyExist
-        | Error::UserNotFound
-        | Error::RoleAlreadyExist
-        | Error::RoleNotFound
-        | Error::RoleNotGranted
-        | Error::PermissionNotGranted => Code::FailedPrecondition,
-        Error::UserEmpty
-        | Error::RoleEmpty
-        | Error::AuthFailed
-        | Error::PermissionNotGiven
-        | Error::InvalidAuthMgmt
-        | Error::AuthOldRevision => Code::InvalidArgument,
-        Error::PermissionDenied => Code::PermissionDenied,
-        Error::InvalidAuthToken => Code::Unauthenticated,
-        Error::NoPasswordUser | Error::VerifyOnly | Error::UnknownMethod => Code::Unknown,
-        Error::MissingLeaderKey
-        | Error::ElectionNotLeader
-        | Error::ElectionNoLeader
-        | Error::SessionExpired => Code::Unknown,
-        // etcd's table maps it to the client side's error value, not to a gRPC status, so
-        // gRPC answers it with code Unknown (and the text): what etcd 3.6's clients see.
-        Error::NotEnoughStartedMembers => Code::Unknown,
-    }
-}
 
 /// An error of the Lock and Election services. etcd serves them as clients of its own KV,
 /// Lease and Watch, and its client turns every etcd error it gets into a plain error value, so
@@ -88,7 +21,7 @@ pub fn through_client(e: Error) -> Status {
 
 impl From<Error> for Status {
     fn from(e: Error) -> Self {
-        Status::new(code(&e), e.message())
+        Status::new(Code::from_i32(e.grpc_code() as i32), e.message())
     }
 }
 
@@ -109,5 +42,22 @@ impl From<ChangeError> for Status {
             ChangeError::Etcd(e) => e.into(),
             ChangeError::Grow(e) => e.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`crate::error::GrpcCode`]'s numbers are gRPC's: each turns into the `Code` of its name.
+    #[test]
+    fn grpc_codes_are_tonic_codes() {
+        let mut n = 0;
+        while let Some(e) = Error::from_code(n) {
+            let c = e.grpc_code();
+            assert_eq!(format!("{:?}", Code::from_i32(c as i32)), format!("{c:?}"), "{e:?}");
+            n += 1;
+        }
+        assert!(n > 0);
     }
 }
