@@ -1359,8 +1359,9 @@ async fn leases_survive_restart_with_their_keys() {
     put_leased(&mut raw, "/registry/pods/ns/b1", bl).await;
     put_leased(&mut raw, "/registry/leases/ns/c1", c).await;
     l.lease_revoke(pb::LeaseRevokeRequest { id: bl }).await.expect("revoke");
-    // Let c's TTL run down, so that a full TTL after the restart is told from what was left.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Let c's TTL run down, so that a full TTL after the restart is told from what was left:
+    // 3 s of its 5 gone leaves at most 2, a second below the full TTL's least.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     grant(&mut l, e, 2).await;
     put_leased(&mut raw, "/registry/pods/ns/e1", e).await;
     let (before, state) = range_all(&mut raw, 0).await;
@@ -1375,7 +1376,7 @@ async fn leases_survive_restart_with_their_keys() {
     let since = restarted.elapsed();
     assert!(
         ttl_c.ttl >= 3 && ttl_c.granted_ttl == 5,
-        "lease {c} (TTL 5, 2.5 s of it gone before the crash) should have its full TTL again \
+        "lease {c} (TTL 5, 3 s of it gone before the crash) should have its full TTL again \
          after the restart ({since:?} ago): {ttl_c:?}"
     );
     assert_eq!(ttl_c.keys, vec![b("/registry/leases/ns/c1")]);
