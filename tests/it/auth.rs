@@ -427,15 +427,11 @@ async fn cluster_shares_users_and_tokens() {
     let mut leased = put("/app/leased");
     leased.lease = g.unwrap().into_inner().id;
     r0.kv.put(with_token(&alice, leased)).await.unwrap();
-    let start = std::time::Instant::now();
-    loop {
+    wait_until("the leased key to go on member 1 (TTL 3)", Duration::from_secs(15), || async {
         let r = c.raw(1).await.kv.range(with_token(&root, range("/app/leased"))).await.unwrap();
-        if r.get_ref().kvs.is_empty() {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(15), "the lease never expired");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        r.get_ref().kvs.is_empty()
+    })
+    .await;
     // A user added on member 2 exists everywhere, with the same hash (it authenticates on
     // every member).
     let mut r2 = c.raw(2).await;
@@ -709,10 +705,9 @@ async fn tokens_work(c: &Cluster, tokens: &[(&str, &str)], on: &[usize]) -> Vec<
 /// [`Cluster::leader`] does, but asking as root: Status needs a user while auth is enabled.
 /// Each member is asked with a token it issued itself.
 async fn agreed_leader(c: &Cluster) {
-    let start = std::time::Instant::now();
-    let mut last = String::new();
-    loop {
+    wait_until("an agreed leader", Duration::from_secs(30), || async {
         let mut leaders = Vec::new();
+        let mut last = String::new();
         for i in c.running() {
             let mut r = c.raw(i).await;
             let auth = pb::AuthenticateRequest { name: "root".into(), password: "rootpw".into() };
@@ -730,14 +725,12 @@ async fn agreed_leader(c: &Cluster) {
         }
         if leaders.len() == c.running().len() && leaders.iter().all(|l| *l != 0 && *l == leaders[0])
         {
-            return;
+            Ok(())
+        } else {
+            Err(format!("{leaders:x?}; {last}"))
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "no agreed leader: {leaders:x?}; {last}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await
 }
 
 /// Simple tokens across a growth and restarts, on `kind`: a member alone with auth enabled
@@ -758,7 +751,7 @@ async fn tokens_session(kind: Kind) -> Option<Vec<String>> {
         let req = with_token(&root, add);
         tokio::spawn(async move { cl.member_add(req).await })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.wait_listed(0, s1, Some(&root)).await;
     c.join(s1).await;
     adding.await.unwrap().unwrap_or_else(|e| panic!("{kind:?}: member add: {e}"));
     agreed_leader(&c).await;

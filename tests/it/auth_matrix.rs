@@ -826,7 +826,6 @@ async fn auth_matrix_on_a_member_alone() {
 }
 
 async fn matrix_follower(kind: Kind) -> Option<(Cluster, Vec<(Rpc, [String; 4])>)> {
-    let started = Instant::now();
     let c = Cluster::start(kind, 3, &[]).await?;
     // Found before auth is on: the harness asks Status without credentials.
     let follower = (c.leader().await + 1) % 3;
@@ -837,8 +836,7 @@ async fn matrix_follower(kind: Kind) -> Option<(Cluster, Vec<(Rpc, [String; 4])>
     };
     let ctx = set_up(raw, peer).await;
     // Membership changes need every member connected for etcd's health interval (5 s).
-    let healthy = started + Duration::from_secs(7);
-    tokio::time::sleep_until(healthy.into()).await;
+    c.healthy().await;
     let rows = run(ctx).await;
     Some((c, rows))
 }

@@ -250,7 +250,7 @@ async fn etcdctl_session(kind: Kind) -> Option<Vec<String>> {
     log.push(format!("endpoint status --cluster\n{}", view.join("\n")));
     // Membership errors, then a learner added and removed. etcd changes membership only once
     // every member has been connected for 5 s (its "health interval").
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    c.healthy().await;
     let voter = format!("{:x}", c.member_id(0).await);
     run(&mut log, &c, &ids, &all, &["member", "promote", &voter]);
     run(&mut log, &c, &ids, &all, &["member", "remove", "1234"]);
@@ -348,7 +348,7 @@ async fn member_killed(mode: &str, leader_dies: bool) {
         let cl = Client::connect(eps, None).await.unwrap();
         writers.push(tokio::spawn(writer(cl, format!("w{i}"), stop.clone())));
     }
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    c.writes_go_on(0, 100, "the writers' first writes").await;
     let leader = c.leader().await;
     let victim = if leader_dies { leader } else { (leader + 1) % 3 };
     let killed_at = Instant::now();
@@ -368,9 +368,9 @@ async fn member_killed(mode: &str, leader_dies: bool) {
     }
     let failover = killed_at.elapsed();
     assert!(failover < Duration::from_secs(6), "{mode}: a new leader took {failover:?}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.writes_go_on(survivor, 100, "the writers' writes with a member down").await;
     c.restart(victim).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.writes_go_on(survivor, 100, "the writers' writes once the member is back").await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut acked = Vec::new();
     for w in writers {
@@ -552,20 +552,8 @@ async fn members_are_added_promoted_and_removed_and_a_new_member_catches_up_from
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let slot = c.add_slot();
-    let peer = c.peer_url(slot);
     // etcd adds members only once every member has been connected for 5 s.
-    let start = Instant::now();
-    let added = loop {
-        let opts = etcd_client::MemberAddOptions::new().with_is_learner();
-        match cl.member_add([peer.as_str()], Some(opts)).await {
-            Ok(a) => break a,
-            Err(e) => {
-                assert_eq!(status_of(&e).1, "etcdserver: unhealthy cluster");
-                assert!(start.elapsed() < Duration::from_secs(15), "member add: {e}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        }
-    };
+    let added = c.add_learner(&cl, slot, Duration::from_secs(15)).await;
     let new_id = added.member().unwrap().id();
     assert!(added.member().unwrap().is_learner());
     // Not started yet: not in sync.
@@ -579,14 +567,11 @@ async fn members_are_added_promoted_and_removed_and_a_new_member_catches_up_from
     );
     c.join(slot).await;
     // Caught up (from a snapshot): promoted.
-    let start = Instant::now();
-    loop {
-        match cl.member_promote(new_id).await {
-            Ok(_) => break,
-            Err(e) => assert!(start.elapsed() < Duration::from_secs(30), "promote: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_until("the new member's promotion", Duration::from_secs(30), || {
+        let mut cl = cl.clone();
+        async move { cl.member_promote(new_id).await }
+    })
+    .await;
     let new = c.members[slot].server.as_ref().unwrap();
     assert!(
         !new.grep_log("snapshot installed").is_empty(),
@@ -595,16 +580,17 @@ async fn members_are_added_promoted_and_removed_and_a_new_member_catches_up_from
     );
     // Every member lists it as a voter once it has applied the change.
     for i in c.running() {
-        let mut on = c.client(i).await;
-        let start = Instant::now();
-        loop {
-            let list = on.member_list().await.unwrap();
-            if list.members().len() == 4 && list.members().iter().all(|m| !m.is_learner()) {
-                break;
+        let on = c.client(i).await;
+        wait_until(&format!("m{i} to list 4 voters"), Duration::from_secs(10), || {
+            let mut on = on.clone();
+            async move {
+                let list = on.member_list().await.unwrap();
+                let voters =
+                    list.members().len() == 4 && list.members().iter().all(|m| !m.is_learner());
+                if voters { Ok(()) } else { Err(format!("{:?}", list.members())) }
             }
-            assert!(start.elapsed() < Duration::from_secs(10), "m{i}: {:?}", list.members());
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await;
     }
     let rev = c.converged().await;
     let mut on_new = c.client(slot).await;
@@ -642,11 +628,11 @@ async fn a_lease_outlives_a_leader_change_and_expires_after_it() {
     let ttl = cl.lease_time_to_live(lease, None).await.unwrap();
     assert!(ttl.ttl() > 0 && ttl.ttl() <= 4, "TTL from the new leader: {}", ttl.ttl());
     // ... and expires about 4 s after the new leader took over, on every member.
-    let start = Instant::now();
-    while get(&mut cl, "/leased", false).await.is_some() {
-        assert!(start.elapsed() < Duration::from_secs(10), "the lease never expired");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until("the lease to expire", Duration::from_secs(10), || {
+        let mut cl = cl.clone();
+        async move { get(&mut cl, "/leased", false).await.is_none() }
+    })
+    .await;
     let after = changed.elapsed();
     assert!(after >= Duration::from_secs(3), "expired {after:?} after the leader change");
     c.restart(leader).await;
@@ -705,21 +691,9 @@ async fn join_with_peer_tls(kind: Kind) -> Option<Vec<String>> {
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut c = Cluster::start_on(kind, 3, &flags, "https").await?;
     let slot = c.add_slot();
-    let peer = c.peer_url(slot);
-    let mut cl = c.client(c.leader().await).await;
+    let cl = c.client(c.leader().await).await;
     // Both refuse an add until every member has been up a while ("unhealthy cluster").
-    let start = Instant::now();
-    loop {
-        let opts = etcd_client::MemberAddOptions::new().with_is_learner();
-        match cl.member_add([peer.as_str()], Some(opts)).await {
-            Ok(_) => break,
-            Err(e) => {
-                assert_eq!(status_of(&e).1, "etcdserver: unhealthy cluster");
-                assert!(start.elapsed() < Duration::from_secs(20), "member add: {e}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        }
-    }
+    c.add_learner(&cl, slot, Duration::from_secs(20)).await;
     let mut outcomes = Vec::new();
     // A joiner that gives up at once (both; mem_etcd retried for 30 s before), saying why
     // (mem_etcd: the TLS error; etcd: "could not retrieve cluster information").
@@ -752,12 +726,12 @@ async fn join_with_peer_tls(kind: Kind) -> Option<Vec<String>> {
     c.members[slot].dir = DataDir::new();
     c.join(slot).await;
     let r = put(&mut c.client(0).await, "joined", "over tls").await;
-    let mut on_new = c.client(slot).await;
-    let start = Instant::now();
-    while get(&mut on_new, "joined", true).await.map(|v| v.1) != Some(r) {
-        assert!(start.elapsed() < Duration::from_secs(20), "the joiner never caught up");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let on_new = c.client(slot).await;
+    wait_until("the joiner to catch up", Duration::from_secs(20), || {
+        let mut on_new = on_new.clone();
+        async move { get(&mut on_new, "joined", true).await.map(|v| v.1) == Some(r) }
+    })
+    .await;
     outcomes.push("the running members' settings: joined".into());
     Some(outcomes)
 }
@@ -825,16 +799,12 @@ async fn without_a_leader_health_turns_red_and_leader_requiring_watches_end() {
         assert!(has_family(&later, name), "{name} missing from /metrics:\n{later}");
     }
     let active = "etcd_network_active_peers{";
-    let start = std::time::Instant::now();
-    loop {
+    wait_until("both peers active", Duration::from_secs(10), || async {
         let page = crate::operations::http_get(addr, "/metrics").await.body;
         let up = page.lines().filter(|l| l.starts_with(active) && l.ends_with(" 1")).count();
-        if up == 2 {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "peers not active:\n{page}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if up == 2 { Ok(()) } else { Err(format!("peers not active:\n{page}")) }
+    })
+    .await;
     // A watch that requires a leader, opened now, ends once the leader is gone.
     let opts = etcd_client::ConnectOptions::new().with_require_leader(true);
     let mut rl = Client::connect([c.endpoint(0)], Some(opts.clone())).await.unwrap();
@@ -965,11 +935,11 @@ async fn a_restarted_member_whose_data_differs_from_its_peers_fails_the_initial_
     // The same data: the check runs and passes.
     c.members[2].server.take().unwrap().stop(Duration::from_secs(10)).await;
     let s = c.members[2].dir.start_kind(Kind::MemEtcd, &args).await;
-    let start = Instant::now();
-    while s.grep_log("initial corruption checking passed; no corruption").is_empty() {
-        assert!(start.elapsed() < Duration::from_secs(5), "no check logged:\n{}", s.log_tail());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until("the initial corruption check to pass", Duration::from_secs(5), || {
+        let passed = s.grep_log("initial corruption checking passed; no corruption");
+        std::future::ready(!passed.is_empty())
+    })
+    .await;
     assert!(s.grep_log("found different hash values").is_empty(), "{}", s.log_tail());
     c.members[2].server = Some(s);
     c.converged().await;
@@ -1082,16 +1052,12 @@ async fn a_member_whose_store_differs_gets_the_corrupt_alarm(kind: Kind, compact
 
     // The next checks find it.
     let corrupt = pb::AlarmType::Corrupt as i32;
-    let start = Instant::now();
-    loop {
-        let a = alarms(&mut raw).await;
-        if !a.is_empty() {
-            assert_eq!(a, vec![(id, corrupt)], "the alarm names the member whose store differs");
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(15), "no CORRUPT alarm");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let a = wait_until("a CORRUPT alarm", Duration::from_secs(15), || {
+        let mut raw = raw.clone();
+        async move { Some(alarms(&mut raw).await).filter(|a| !a.is_empty()) }
+    })
+    .await;
+    assert_eq!(a, vec![(id, corrupt)], "the alarm names the member whose store differs");
     // Writes are refused on every member, reads go on.
     let err = raw
         .kv

@@ -31,7 +31,15 @@ pub struct Cluster {
     /// Proxies in front of members' peer ports, by member, which the others reach them
     /// through ([`Cluster::start_with_peer_proxies`]).
     pub peer_proxies: std::collections::BTreeMap<usize, PeerProxy>,
+    /// When the founding members first agreed on a leader (connected to each other by then),
+    /// for a cluster that [`Cluster::start`] (or `start_on`, `start_with_peer_proxies`,
+    /// `restored`) started.
+    formed: Instant,
 }
+
+/// etcd changes membership only once every member has been connected for 5 s (its health
+/// interval), and mem_etcd does as etcd: that and a second of margin.
+pub const HEALTH_INTERVAL: Duration = Duration::from_secs(6);
 
 /// A TCP proxy in front of a member's peer port, as etcd's e2e tests put one (`WithPeerProxy`):
 /// what the other members send the member, and its answers, go through it, while the member's
@@ -176,7 +184,15 @@ impl Cluster {
         }
         c.restart_all(&(0..n).collect::<Vec<_>>()).await;
         c.leader().await;
+        c.formed = Instant::now();
         Some(c)
+    }
+
+    /// Once the founding members have been connected for etcd's health interval (sleeps out
+    /// what is left of [`HEALTH_INTERVAL`] since they formed the cluster), membership changes
+    /// are not refused as "unhealthy cluster".
+    pub async fn healthy(&self) {
+        tokio::time::sleep_until((self.formed + HEALTH_INTERVAL).into()).await;
     }
 
     /// Member `i`'s proxy.
@@ -213,6 +229,7 @@ impl Cluster {
         let mut c = Self::unstarted(kind, n, extra, peer_scheme);
         c.restart_all(&(0..n).collect::<Vec<_>>()).await;
         c.leader().await;
+        c.formed = Instant::now();
         Some(c)
     }
 
@@ -230,8 +247,15 @@ impl Cluster {
             .collect();
         let token = format!("it-{}", ports[0]);
         let extra = extra.iter().map(|s| s.to_string()).collect();
-        let c =
-            Cluster { kind, members, extra, token, peer_scheme, peer_proxies: Default::default() };
+        let c = Cluster {
+            kind,
+            members,
+            extra,
+            token,
+            peer_scheme,
+            peer_proxies: Default::default(),
+            formed: Instant::now(),
+        };
         if peer_scheme.starts_with("unix") {
             c.link_unix_sockets();
         }
@@ -295,8 +319,9 @@ impl Cluster {
     /// member's data directory restored with `mem_etcd snapshot restore --initial-cluster`,
     /// then the members started on them.
     pub async fn restored(file: &std::path::Path, n: usize, extra: &[&str]) -> Cluster {
-        let c = Self::restored_unchecked(file, n, extra).await;
+        let mut c = Self::restored_unchecked(file, n, extra).await;
         c.leader().await;
+        c.formed = Instant::now();
         c
     }
 
@@ -427,6 +452,54 @@ impl Cluster {
         self.members[i].server = Some(s);
     }
 
+    /// Waits until member `via` lists member slot `i` (by its peer URL): the `member add` of it,
+    /// sent on another task, has taken effect, and it may join. `token`: the credentials, while
+    /// auth is enabled.
+    pub async fn wait_listed(&self, via: usize, i: usize, token: Option<&str>) {
+        let peer = self.peer_url(i);
+        let raw = self.raw(via).await;
+        let what = format!("m{via} to list {peer} (the member add of m{i})");
+        wait_until(&what, Duration::from_secs(30), || async {
+            let mut cluster = raw.cluster.clone();
+            let mut req = tonic::Request::new(pb::MemberListRequest { linearizable: false });
+            if let Some(t) = token {
+                req.metadata_mut().insert("token", t.parse().unwrap());
+            }
+            let list = cluster.member_list(req).await.map_err(|e| e.message().to_string())?;
+            let members = list.into_inner().members;
+            match members.iter().any(|m| m.peer_ur_ls.contains(&peer)) {
+                true => Ok(()),
+                false => Err(format!("{members:?}")),
+            }
+        })
+        .await
+    }
+
+    /// `member add --learner` of member slot `i`'s peer URL through `cl`, asked again while it
+    /// is refused as "unhealthy cluster" (until every member has been connected for etcd's
+    /// health interval), for at most `within`; any other refusal fails the test.
+    pub async fn add_learner(
+        &self,
+        cl: &etcd_client::Client,
+        i: usize,
+        within: Duration,
+    ) -> etcd_client::MemberAddResponse {
+        let peer = self.peer_url(i);
+        let what = format!("member add --learner {peer} (refused while the cluster is unhealthy)");
+        wait_until(&what, within, || {
+            let (mut cl, peer) = (cl.clone(), peer.clone());
+            async move {
+                let opts = etcd_client::MemberAddOptions::new().with_is_learner();
+                let r = cl.member_add([peer.as_str()], Some(opts)).await;
+                if let Err(e) = &r {
+                    assert_eq!(status_of(e).1, "etcdserver: unhealthy cluster", "member add: {e}");
+                }
+                r
+            }
+        })
+        .await
+    }
+
     /// The flags [`Cluster::join`] starts member `i` with.
     pub fn join_args(&self, i: usize) -> Vec<String> {
         let initial = self
@@ -447,7 +520,7 @@ impl Cluster {
 
     /// Cuts member `alone` off from every other member, both ways (mem_etcd only): each side
     /// refuses the other's peer calls, as if the network dropped them. Returns once every member
-    /// has read its failpoint file (it polls it every 20 ms).
+    /// has taken its failpoint file in (it reads it every 20 ms and logs each change).
     pub async fn partition(&self, alone: usize) {
         let ids: Vec<(usize, u64)> = {
             let mut v = Vec::new();
@@ -459,23 +532,46 @@ impl Cluster {
             v
         };
         let alone_id = ids.iter().find(|(i, _)| *i == alone).expect("running").1;
+        let mut refusing = Vec::new();
         for (i, _) in &ids {
-            let refused: Vec<String> = if *i == alone {
-                ids.iter().filter(|(j, _)| j != i).map(|(_, id)| format!("{id:x}")).collect()
+            let refused: Vec<u64> = if *i == alone {
+                ids.iter().filter(|(j, _)| j != i).map(|(_, id)| *id).collect()
             } else {
-                vec![format!("{alone_id:x}")]
+                vec![alone_id]
             };
-            crate::durability::set_failpoint(&self.failpoint(*i), &refused.join(" "));
+            let hex: Vec<String> = refused.iter().map(|id| format!("{id:x}")).collect();
+            crate::durability::set_failpoint(&self.failpoint(*i), &hex.join(" "));
+            refusing.push((*i, refused));
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        self.failpoints_taken(&refusing).await;
     }
 
-    /// Ends every partition.
+    /// Ends every partition, once every running member has taken it in.
     pub async fn heal(&self) {
         for i in 0..self.members.len() {
             crate::durability::set_failpoint(&self.failpoint(i), "");
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        let refusing: Vec<(usize, Vec<u64>)> =
+            self.running().into_iter().map(|i| (i, Vec::new())).collect();
+        self.failpoints_taken(&refusing).await;
+    }
+
+    /// Waits until each member `i` of `refusing` refuses exactly the member ids listed with it:
+    /// the last change of its peer failpoint it logged lists them (none logged: it refuses
+    /// none).
+    async fn failpoints_taken(&self, refusing: &[(usize, Vec<u64>)]) {
+        let taken = |i: usize, refused: &[u64]| {
+            let server = self.members[i].server.as_ref().expect("running");
+            match server.grep_log("peer failpoint: refusing calls").last() {
+                Some(line) => line.contains(&format!("{refused:?}")),
+                None => refused.is_empty(),
+            }
+        };
+        let what = "every member to take its peer failpoint in";
+        wait_until(what, Duration::from_secs(5), || {
+            std::future::ready(refusing.iter().all(|(i, refused)| taken(*i, refused)))
+        })
+        .await;
     }
 
     /// Sends member `i` a signal (`STOP` pauses it, `CONT` resumes it).
@@ -534,8 +630,8 @@ impl Cluster {
 
     /// The running member that leads, once every running member agrees on it (at most 30 s).
     pub async fn leader(&self) -> usize {
-        let start = Instant::now();
-        loop {
+        let what = format!("{:?} cluster: an agreed leader among {:?}", self.kind, self.running());
+        wait_until(&what, Duration::from_secs(30), || async {
             let mut leaders = Vec::new();
             let mut ids = Vec::new();
             for i in self.running() {
@@ -549,17 +645,24 @@ impl Cluster {
             }
             let agreed = leaders.len() == self.running().len()
                 && leaders.iter().all(|l| *l != 0 && *l == leaders[0]);
-            if agreed && let Some((_, i)) = ids.iter().find(|(id, _)| *id == leaders[0]) {
-                return *i;
+            match ids.iter().find(|(id, _)| agreed && *id == leaders[0]) {
+                Some((_, i)) => Ok(*i),
+                None => Err(format!("leaders {leaders:x?}")),
             }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "{:?} cluster: no agreed leader among {:?} after 30 s: {leaders:x?}",
-                self.kind,
-                self.running()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await
+    }
+
+    /// Waits until `n` more revisions have been written (by a load the test runs), as member
+    /// `via` sees them: the step before goes on under writes.
+    pub async fn writes_go_on(&self, via: usize, n: i64, what: &str) {
+        let cl = self.client(via).await;
+        let since = current_rev(&mut cl.clone()).await;
+        wait_until(what, Duration::from_secs(30), || {
+            let mut cl = cl.clone();
+            async move { current_rev(&mut cl).await >= since + n }
+        })
+        .await;
     }
 
     /// Member ids by index, from each running member's Status.
@@ -571,8 +674,7 @@ impl Cluster {
     /// Waits until every running member has the same revision and HashKV at it (at most
     /// 30 s); returns the revision.
     pub async fn converged(&self) -> i64 {
-        let start = Instant::now();
-        loop {
+        wait_until("the members to converge", Duration::from_secs(30), || async {
             let mut seen = Vec::new();
             for i in self.running() {
                 let mut raw = self.raw(i).await;
@@ -588,22 +690,21 @@ impl Cluster {
                     .unwrap_or(-1);
                 seen.push(rev);
             }
-            if seen.iter().all(|r| *r > 0 && *r == seen[0]) {
-                let mut hashes = Vec::new();
-                for i in self.running() {
-                    let mut raw = self.raw(i).await;
-                    let h = raw.maint.hash_kv(pb::HashKvRequest { revision: seen[0] }).await;
-                    hashes.push(h.map(|h| h.into_inner().hash).ok());
-                }
-                if hashes.iter().all(|h| h.is_some() && *h == hashes[0]) {
-                    return seen[0];
-                }
+            if !seen.iter().all(|r| *r > 0 && *r == seen[0]) {
+                return Err(format!("revisions {seen:?}"));
             }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "members did not converge in 30 s: revisions {seen:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            let mut hashes = Vec::new();
+            for i in self.running() {
+                let mut raw = self.raw(i).await;
+                let h = raw.maint.hash_kv(pb::HashKvRequest { revision: seen[0] }).await;
+                hashes.push(h.map(|h| h.into_inner().hash).ok());
+            }
+            if hashes.iter().all(|h| h.is_some() && *h == hashes[0]) {
+                Ok(seen[0])
+            } else {
+                Err(format!("at {}: hashes {hashes:?}", seen[0]))
+            }
+        })
+        .await
     }
 }

@@ -45,13 +45,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use serde_json::Value;
 
 use crate::operations::http_get;
-use crate::support::{Kind, Server, free_ports_on, loud, peer_binary};
+use crate::support::{Kind, Server, free_ports_on, loud, peer_binary, wait_until};
 
 const MEM_ETCD: &str = env!("CARGO_BIN_EXE_mem_etcd");
 /// How long a member may take to log a line the test waits for.
@@ -246,10 +246,10 @@ impl Proc {
     /// Waits until the process logged a line containing `needle`; panics with its output if it
     /// exits or takes longer than [`START_TIMEOUT`].
     async fn wait_for(&mut self, needle: &str) {
-        let start = Instant::now();
-        loop {
+        let what = format!("{}: {needle:?} logged", self.what);
+        wait_until(&what, START_TIMEOUT, || {
             if self.log.lock().unwrap().iter().any(|l| l.contains(needle)) {
-                return;
+                return std::future::ready(Ok(()));
             }
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!(
@@ -258,29 +258,21 @@ impl Proc {
                     self.output()
                 );
             }
-            assert!(
-                start.elapsed() < START_TIMEOUT,
-                "{}: no {needle:?} within {START_TIMEOUT:?}:\n{}",
-                self.what,
-                self.output()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            std::future::ready(Err(format!("its output:\n{}", self.output())))
+        })
+        .await
     }
 
     /// SIGTERM, and waits (at most 20 s) for a clean exit.
     async fn stop(mut self) {
         let pid = self.child.id().to_string();
         assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                assert!(status.success(), "{} exited with {status}:\n{}", self.what, self.output());
-                return;
-            }
-            assert!(start.elapsed() < Duration::from_secs(20), "{} ignored SIGTERM", self.what);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let what = format!("{} to exit after SIGTERM", self.what);
+        let status = wait_until(&what, Duration::from_secs(20), || {
+            std::future::ready(self.child.try_wait().unwrap())
+        })
+        .await;
+        assert!(status.success(), "{} exited with {status}:\n{}", self.what, self.output());
     }
 }
 
@@ -332,31 +324,22 @@ fn ctl_ok(bin: &Path, endpoints: &str, tls: &[String], args: &[&str]) -> String 
 /// they would leave the cluster short of members connected for 5 s (`etcdserver: unhealthy
 /// cluster`), and a promotion while the learner is behind; the README says to retry.
 async fn ctl_retry(bin: &Path, endpoints: &str, args: &[&str]) -> String {
-    let start = Instant::now();
-    loop {
+    wait_until(&format!("etcdctl {args:?} to succeed"), Duration::from_secs(20), || {
         let (ok, out, err) = ctl(bin, endpoints, &[], args);
-        if ok {
-            return out;
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "etcdctl {args:?} kept failing: {err}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        std::future::ready(if ok { Ok(out) } else { Err(err) })
+    })
+    .await
 }
 
 /// Retries `etcdctl endpoint health --cluster` until every member (`n`) reports healthy.
 async fn wait_healthy(bin: &Path, endpoints: &str, tls: &[String], n: usize) -> String {
-    let start = Instant::now();
-    loop {
+    let what = format!("endpoint health --cluster to report {n} healthy members");
+    wait_until(&what, Duration::from_secs(30), || {
         let (ok, out, err) = ctl(bin, endpoints, tls, &["endpoint", "health", "--cluster"]);
-        if ok && out.matches("is healthy").count() == n {
-            return out;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "endpoint health --cluster never reported {n} healthy members:\n{out}\n{err}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        let healthy = ok && out.matches("is healthy").count() == n;
+        std::future::ready(if healthy { Ok(out) } else { Err(format!("{out}\n{err}")) })
+    })
+    .await
 }
 
 /// Every member's `endpoint status` (`-w json`): (member id, leader id, raft index, applied
@@ -384,19 +367,14 @@ fn statuses(bin: &Path, endpoints: &str) -> Vec<(String, u64, u64, u64, u64, boo
 /// Waits until the member at `endpoint` has applied everything the leader has (README,
 /// "Rolling restart" step 2 and "Replacing a failed member" step 5).
 async fn wait_caught_up(bin: &Path, endpoints: &str, endpoint: &str) {
-    let start = Instant::now();
-    loop {
+    wait_until(&format!("{endpoint} to catch up"), Duration::from_secs(30), || {
         let all = statuses(bin, endpoints);
         let leader = all.iter().find(|s| s.1 == s.2);
         let me = all.iter().find(|s| s.0 == endpoint);
-        if let (Some(leader), Some(me)) = (leader, me)
-            && me.4 >= leader.4
-        {
-            return;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "{endpoint} never caught up: {all:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        let caught_up = leader.zip(me).is_some_and(|(leader, me)| me.4 >= leader.4);
+        std::future::ready(if caught_up { Ok(()) } else { Err(format!("{all:?}")) })
+    })
+    .await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -890,22 +868,17 @@ impl Apiserver {
     }
 
     async fn wait_ready(&mut self) {
-        let start = Instant::now();
-        loop {
+        wait_until("kube-apiserver to be ready", Duration::from_secs(120), || {
             let (ok, out, _) = self.kubectl(&["get", "--raw", "/readyz"]);
             if ok && out.trim() == "ok" {
-                return;
+                return std::future::ready(Ok(()));
             }
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("kube-apiserver exited ({status}):\n{}", self.log_tail());
             }
-            assert!(
-                start.elapsed() < Duration::from_secs(120),
-                "kube-apiserver not ready in 120 s:\n{}",
-                self.log_tail()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            std::future::ready(Err(format!("its log:\n{}", self.log_tail())))
+        })
+        .await
     }
 
     fn log_tail(&self) -> String {

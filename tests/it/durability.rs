@@ -156,15 +156,6 @@ fn range_rq(k: &str) -> pb::RequestOp {
     }
 }
 
-/// Waits (polling) until `f` holds, or panics after `within`.
-async fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < within, "timed out after {within:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Writes `content` to the failpoint file atomically (the server reads it before each batch).
 pub(crate) fn set_failpoint(path: &Path, content: &str) {
     let tmp = path.with_extension("tmp");
@@ -1368,8 +1359,9 @@ async fn leases_survive_restart_with_their_keys() {
     put_leased(&mut raw, "/registry/pods/ns/b1", bl).await;
     put_leased(&mut raw, "/registry/leases/ns/c1", c).await;
     l.lease_revoke(pb::LeaseRevokeRequest { id: bl }).await.expect("revoke");
-    // Let c's TTL run down, so that a full TTL after the restart is told from what was left.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Let c's TTL run down, so that a full TTL after the restart is told from what was left:
+    // 3 s of its 5 gone leaves at most 2, a second below the full TTL's least.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     grant(&mut l, e, 2).await;
     put_leased(&mut raw, "/registry/pods/ns/e1", e).await;
     let (before, state) = range_all(&mut raw, 0).await;
@@ -1384,7 +1376,7 @@ async fn leases_survive_restart_with_their_keys() {
     let since = restarted.elapsed();
     assert!(
         ttl_c.ttl >= 3 && ttl_c.granted_ttl == 5,
-        "lease {c} (TTL 5, 2.5 s of it gone before the crash) should have its full TTL again \
+        "lease {c} (TTL 5, 3 s of it gone before the crash) should have its full TTL again \
          after the restart ({since:?} ago): {ttl_c:?}"
     );
     assert_eq!(ttl_c.keys, vec![b("/registry/leases/ns/c1")]);
@@ -1422,16 +1414,16 @@ async fn leases_survive_restart_with_their_keys() {
     assert_status(r, Code::NotFound, E_LEASE_NOT_FOUND);
 
     // e (TTL 2) expires after the restart, deleting its key; a keeps its keys.
-    let deadline = Instant::now() + Duration::from_secs(6);
-    loop {
-        let (_, m) = range_all(&mut raw, 0).await;
-        if !m.contains_key("/registry/pods/ns/e1") {
-            assert!(m.contains_key("/registry/pods/ns/a1"));
-            break;
+    let what = format!("lease {e}'s key to go after the restart (TTL 2)");
+    let m = wait_until(&what, Duration::from_secs(6), || {
+        let mut raw = raw.clone();
+        async move {
+            let (_, m) = range_all(&mut raw, 0).await;
+            (!m.contains_key("/registry/pods/ns/e1")).then_some(m)
         }
-        assert!(Instant::now() < deadline, "lease {e}'s key outlived its TTL after the restart");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    assert!(m.contains_key("/registry/pods/ns/a1"));
     let (expired_at, state) = range_all(&mut raw, 0).await;
     let _ = s.kill9();
 
@@ -1556,7 +1548,7 @@ async fn hold_compaction(
         held.kv.compact(pb::CompactionRequest { revision: rev, physical: false }).await
     });
     wait_until("the WAL to report the fault", WAIT, || {
-        s.grep_log("wal: write failed").len() > reported
+        std::future::ready(s.grep_log("wal: write failed").len() > reported)
     })
     .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -1845,7 +1837,10 @@ async fn disk_full(test: &str, failure: &str, mode: &[&str]) {
         probe.new_round();
         let mut raw = s.raw_clients().await;
         let n = ctl.acked.load(SeqCst) + 100;
-        wait_until("100 acknowledged writes", WAIT, || ctl.acked.load(SeqCst) >= n).await;
+        wait_until("100 acknowledged writes", WAIT, || {
+            std::future::ready(ctl.acked.load(SeqCst) >= n)
+        })
+        .await;
 
         // Wait for the server to meet the fault (its log says so right after it starts
         // refusing writes) rather than a fixed time: on a loaded machine an fdatasync can take
@@ -1853,7 +1848,7 @@ async fn disk_full(test: &str, failure: &str, mode: &[&str]) {
         let reported = s.grep_log("wal: write failed").len();
         set_failpoint(&fp, failure);
         wait_until("the WAL to report the fault", WAIT, || {
-            s.grep_log("wal: write failed").len() > reported
+            std::future::ready(s.grep_log("wal: write failed").len() > reported)
         })
         .await;
         // A new write fails fast.
@@ -1931,7 +1926,11 @@ async fn disk_full(test: &str, failure: &str, mode: &[&str]) {
         wait_until(
             "every writer's next acknowledgement after the disk works again",
             Duration::from_secs(5),
-            || ctl.acked_by.iter().zip(&held).all(|(n, h)| n.load(SeqCst) >= h + 2),
+            || {
+                std::future::ready(
+                    ctl.acked_by.iter().zip(&held).all(|(n, h)| n.load(SeqCst) >= h + 2),
+                )
+            },
         )
         .await;
         let held = ctl.held_acked.load(SeqCst);

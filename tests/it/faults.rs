@@ -86,20 +86,17 @@ async fn a_leader_cut_off_acknowledges_nothing_and_the_majority_goes_on() {
     // The old leader: a write and a linearizable read both fail (in flight together).
     let mut on_l2 = c.raw(l).await;
     let other = (0..3).find(|i| *i != l).unwrap();
-    let mut on_other = c.raw(other).await;
+    let on_other = c.raw(other).await;
     // Meanwhile the majority: a write through a follower goes through once it has elected a
     // leader.
     let majority = async {
-        loop {
-            match on_other.kv.put(put_req("/f/k", "after")).await {
-                Ok(r) => break (r.into_inner().header.unwrap().revision, cut.elapsed()),
-                Err(e) => assert!(
-                    cut.elapsed() < Duration::from_secs(15),
-                    "the majority took no write: {e}"
-                ),
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let within = Duration::from_secs(15).saturating_sub(cut.elapsed());
+        let r = wait_until("the majority to take a write", within, || {
+            let mut kv = on_other.kv.clone();
+            async move { kv.put(put_req("/f/k", "after")).await }
+        })
+        .await;
+        (r.into_inner().header.unwrap().revision, cut.elapsed())
     };
     let (w, r, (after_rev, majority_after)) = tokio::join!(
         tokio::time::timeout(Duration::from_secs(20), on_l.kv.put(put_req("/f/k", "cut-off"))),
@@ -126,15 +123,12 @@ async fn a_leader_cut_off_acknowledges_nothing_and_the_majority_goes_on() {
 
     c.heal().await;
     // The old leader follows the new one: a linearizable read there sees the majority's write.
-    let start = Instant::now();
-    loop {
-        if let Ok(r) = on_l.kv.range(range_req("/f/k", false)).await {
-            assert_eq!(value(r.get_ref()).as_deref(), Some("after"), "stale read after healing");
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(15), "the old leader never rejoined");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let r = wait_until("the old leader to rejoin", Duration::from_secs(15), || {
+        let mut kv = on_l.kv.clone();
+        async move { kv.range(range_req("/f/k", false)).await }
+    })
+    .await;
+    assert_eq!(value(r.get_ref()).as_deref(), Some("after"), "stale read after healing");
     let rev = c.converged().await;
     assert!(rev >= after_rev);
     // The refused write took effect nowhere.
@@ -165,20 +159,24 @@ async fn a_paused_leader_that_wakes_serves_no_stale_read_and_acknowledges_no_los
         c.signal(l, "STOP");
         // The others elect a leader and take a write.
         let others: Vec<usize> = (0..3).filter(|i| *i != l).collect();
-        let mut on_other = c.raw(others[0]).await;
+        let on_other = c.raw(others[0]).await;
         let paused = Instant::now();
-        let newer_rev = loop {
-            let st = on_other.maint.status(pb::StatusRequest {}).await.map(|s| s.into_inner());
-            if let Ok(st) = st
-                && st.leader != 0
-                && st.leader != l_id
-                && let Ok(r) = on_other.kv.put(put_req(&key, "newer")).await
-            {
-                break r.into_inner().header.unwrap().revision;
+        let what = format!("a new leader without m{l} to take a write");
+        let newer_rev = wait_until(&what, Duration::from_secs(15), || {
+            let (mut on_other, key) = (on_other.clone(), key.clone());
+            async move {
+                let st = on_other.maint.status(pb::StatusRequest {}).await.map(|s| s.into_inner());
+                if let Ok(st) = st
+                    && st.leader != 0
+                    && st.leader != l_id
+                    && let Ok(r) = on_other.kv.put(put_req(&key, "newer")).await
+                {
+                    return Some(r.into_inner().header.unwrap().revision);
+                }
+                None
             }
-            assert!(paused.elapsed() < Duration::from_secs(15), "no new leader without m{l}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+        })
+        .await;
         let replaced_after = paused.elapsed();
 
         c.signal(l, "CONT");
@@ -322,29 +320,24 @@ async fn a_follower_far_behind_catches_up_from_a_snapshot_while_writes_go_on() {
     let top = before.iter().map(|(_, r)| *r).max().unwrap();
     c.client(l).await.compact(top, None).await.expect("compact");
     // The leader snapshots and purges its log past the cut-off member's last entry.
-    let start = Instant::now();
     let leader = c.members[l].server.as_ref().unwrap();
-    while leader.grep_log("raft log: purged").is_empty() {
-        assert!(start.elapsed() < Duration::from_secs(15), "no purge:\n{}", leader.log_tail());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until("the leader to purge its log", Duration::from_secs(15), || {
+        std::future::ready(!leader.grep_log("raft log: purged").is_empty())
+    })
+    .await;
     let fs = c.members[f].server.as_ref().unwrap();
     assert!(fs.grep_log("snapshot installed").is_empty(), "a snapshot reached the cut-off member");
     // Healed under load.
     let during = load(live, "during", (4, 1_000_000), 40_000, stop.clone());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.writes_go_on(l, 100, "the load before healing").await;
     c.heal().await;
     let start = Instant::now();
-    while fs.grep_log("snapshot installed").is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "no snapshot installed:\n{}",
-            fs.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until("the healed member to install a snapshot", Duration::from_secs(20), || {
+        std::future::ready(!fs.grep_log("snapshot installed").is_empty())
+    })
+    .await;
     let caught = start.elapsed();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    c.writes_go_on(l, 500, "the load once the member caught up").await;
     stop.store(true, Ordering::Relaxed);
     let during = during.await.expect("load");
     assert!(!during.is_empty());
@@ -373,61 +366,42 @@ async fn membership_changes_under_load_lose_nothing() {
     let live: Vec<String> = (0..3).filter(|i| *i != gone).map(|i| c.endpoint(i)).collect();
     let stop = Arc::new(AtomicBool::new(false));
     let writes = load(live.clone(), "members", (4, 1_000_000), 200_000, stop.clone());
-    let mut ctl = etcd_client::Client::connect(&live, None).await.expect("connect");
+    let ctl = etcd_client::Client::connect(&live, None).await.expect("connect");
 
     let slot = c.add_slot();
     // Refused as "unhealthy cluster" until every member has been connected for 5 s, as in etcd.
-    let start = Instant::now();
-    let added = loop {
-        let learner = etcd_client::MemberAddOptions::new().with_is_learner();
-        match ctl.member_add([c.peer_url(slot)], Some(learner)).await {
-            Ok(r) => break r,
-            Err(e) => assert!(
-                start.elapsed() < Duration::from_secs(15) && e.to_string().contains("unhealthy"),
-                "member add --learner: {e}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let added = c.add_learner(&ctl, slot, Duration::from_secs(15)).await;
     let new_id = added.member().unwrap().id();
     c.join(slot).await;
     let start = Instant::now();
-    loop {
-        match ctl.member_promote(new_id).await {
-            Ok(_) => break,
-            Err(e) => assert!(
-                start.elapsed() < Duration::from_secs(30) && e.to_string().contains("in sync"),
-                "promote: {e}"
-            ),
+    wait_until("the learner's promotion", Duration::from_secs(30), || {
+        let mut ctl = ctl.clone();
+        async move {
+            let r = ctl.member_promote(new_id).await;
+            if let Err(e) = &r {
+                assert!(e.to_string().contains("in sync"), "promote: {e}");
+            }
+            r
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
     let promoted = start.elapsed();
     let gone_id = c.member_id(gone).await;
-    let start = Instant::now();
-    loop {
-        match ctl.member_remove(gone_id).await {
-            Ok(_) => break,
-            Err(e) => assert!(start.elapsed() < Duration::from_secs(15), "remove: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_until("the removal", Duration::from_secs(15), || {
+        let mut ctl = ctl.clone();
+        async move { ctl.member_remove(gone_id).await }
+    })
+    .await;
+    c.writes_go_on(l, 100, "the load once the member is removed").await;
     stop.store(true, Ordering::Relaxed);
     let acked = writes.await.expect("load");
     // As etcd's, the removed member stops by itself once it learns of its removal.
     let mut removed = c.members[gone].server.take().expect("the removed member was running");
-    let start = Instant::now();
-    let exited = loop {
-        match removed.ended() {
-            Ok(e) => break e,
-            Err(still) => {
-                assert!(start.elapsed() < Duration::from_secs(15), "the removed member runs on");
-                removed = still;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
+    wait_until("the removed member to stop", Duration::from_secs(15), || {
+        std::future::ready(removed.exited())
+    })
+    .await;
+    let exited = removed.ended().expect("the removed member has exited");
     assert!(exited.status.success(), "the removed member's exit: {}", exited.output());
     let rev = c.converged().await;
     for i in c.running() {
@@ -456,7 +430,7 @@ async fn every_member_killed_at_once_loses_nothing_acknowledged() {
         let stop = Arc::new(AtomicBool::new(false));
         let endpoints: Vec<String> = (0..3).map(|i| c.endpoint(i)).collect();
         let writes = load(endpoints, "all", (8, 1_000_000), 100_000, stop.clone());
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        c.writes_go_on(0, 1000, "the load").await;
         for i in 0..3 {
             c.kill9(i);
         }

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -34,14 +34,10 @@ async fn member_names(s: &Server) -> Vec<String> {
 
 /// The address a log line with `marker` names (waits for it up to 10 s).
 async fn logged_address(s: &Server, marker: &str) -> SocketAddr {
-    let start = Instant::now();
-    loop {
-        if let Some(a) = s.grep_log(marker).iter().find_map(|l| parse_address(l)) {
-            return a;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "no {marker:?} line:\n{}", s.log_tail());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(&format!("a {marker:?} line"), Duration::from_secs(10), || {
+        std::future::ready(s.grep_log(marker).iter().find_map(|l| parse_address(l)))
+    })
+    .await
 }
 
 /// A plain HTTP/1.1 `GET path`; the whole answer.
@@ -266,14 +262,13 @@ async fn start_with_env(env: &[(&str, &str)], args: &[&str]) -> EnvServer {
         .stderr(Stdio::null());
     let child = cmd.spawn().expect("spawn mem_etcd");
     let mut s = EnvServer { child, addr, _dir: dir };
-    let start = Instant::now();
-    while !grpc_answers(addr).await {
+    wait_until("mem_etcd to answer", Duration::from_secs(20), || {
         if let Some(status) = s.child.try_wait().unwrap() {
             panic!("mem_etcd {args:?} with {env:?} exited: {status}");
         }
-        assert!(start.elapsed() < Duration::from_secs(20), "mem_etcd never answered");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        grpc_answers(addr)
+    })
+    .await;
     s
 }
 
@@ -489,16 +484,15 @@ async fn auto_tls_serves_https_with_a_self_signed_certificate() {
     assert_eq!(seen.seen.lock().unwrap().clone(), Some(on_disk.to_vec()), "reused");
 }
 
-async fn second_listener(s: &Server) -> SocketAddr {
-    let start = Instant::now();
-    loop {
+/// The address of a client listener the server logged besides its first (waits up to 10 s:
+/// the harness returns once the first answers; the second's line may still be on its way
+/// through the log reader).
+pub async fn second_listener(s: &Server) -> SocketAddr {
+    wait_until("a second listener's ready line", Duration::from_secs(10), || {
         let lines = s.grep_log("ready to serve client requests");
-        if let Some(a) = lines.iter().filter_map(|l| parse_address(l)).find(|a| *a != s.addr()) {
-            return a;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "{}", s.log_tail());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        std::future::ready(lines.iter().filter_map(|l| parse_address(l)).find(|a| *a != s.addr()))
+    })
+    .await
 }
 
 /// --config-file: etcd's YAML, whose settings start the member; the command line is ignored.
@@ -734,19 +728,19 @@ async fn alone_on_any_address(ns: &Netns, bin: &Path, etcdctl: &Path) -> (u64, u
         .stderr(Stdio::null())
         .spawn()
         .expect("start the server in the namespace");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let listed = loop {
+    let listed = wait_until("the member list in the namespace", Duration::from_secs(20), || {
         let out = ns
             .command(etcdctl)
             .args(["--endpoints=127.0.0.1:2379", "member", "list", "-w", "json"])
             .output()
             .expect("etcdctl");
-        if out.status.success() {
-            break out.stdout;
-        }
-        assert!(Instant::now() < deadline, "{}", String::from_utf8_lossy(&out.stderr));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        let listed = match out.status.success() {
+            true => Ok(out.stdout),
+            false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+        };
+        std::future::ready(listed)
+    })
+    .await;
     let _ = server.kill();
     let _ = server.wait();
     let v: serde_json::Value = serde_json::from_slice(&listed).expect("json");

@@ -741,7 +741,16 @@ async fn gateway_lock_election_match_etcd() {
     };
     let etcd_campaign = campaign_on(gw.etcd.addr(), second.clone());
     let mem_campaign = campaign_on(gw.mem.addr(), second);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Once in line (its key written), a candidate waits: no answer comes, however long.
+    for s in [&gw.etcd, &gw.mem] {
+        let c = s.client().await;
+        wait_until("the second candidate's key", Duration::from_secs(10), || {
+            let mut c = c.clone();
+            async move { c.get("ge/101", None).await.is_ok_and(|r| r.count() == 1) }
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!etcd_campaign.is_finished() && !mem_campaign.is_finished(), "a candidate waits");
     gw.post("/v3/election/resign", &json!({ "leader": leader }).to_string()).await;
     let (want, got) = (etcd_campaign.await.unwrap(), mem_campaign.await.unwrap());
@@ -787,11 +796,10 @@ async fn gateway_watch_ends_with_its_client() {
     assert_eq!(created["result"]["created"], json!(true));
     assert_eq!(watchers().await, "1");
     drop(s);
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while watchers().await != "0" {
-        assert!(std::time::Instant::now() < deadline, "the watch outlived its client");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until("the watch to end with its client", Duration::from_secs(5), || async {
+        watchers().await == "0"
+    })
+    .await;
 }
 
 /// A minimal WebSocket client (RFC 6455) for the gateway's WebSocket paths: it masks what it

@@ -78,21 +78,12 @@ pub async fn local(c: &mut Client, key: &str) -> Option<(String, i64)> {
 
 /// Retries a membership change while the cluster is not ready for it yet (etcd wants every
 /// member connected for 5 s first), for at most 30 s.
-pub async fn when_ready<T, F, Fut>(what: &str, mut f: F) -> T
+pub async fn when_ready<T, F, Fut>(what: &str, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
 {
-    let start = Instant::now();
-    loop {
-        match f().await {
-            Ok(v) => return v,
-            Err(e) => {
-                assert!(start.elapsed() < Duration::from_secs(30), "{what}: {e}");
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-        }
-    }
+    wait_until(what, Duration::from_secs(30), f).await
 }
 
 /// The flow, on `kind`; returns what a client saw, to compare.
@@ -118,7 +109,11 @@ async fn grow_session(kind: Kind) -> Option<Vec<String>> {
 
     let stop = Arc::new(AtomicBool::new(false));
     let writing = tokio::spawn(writer(c.client(0).await, stop.clone()));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until("the writer's first writes", Duration::from_secs(10), || {
+        let mut cl = cl.clone();
+        async move { current_rev(&mut cl).await >= leased_rev + 20 }
+    })
+    .await;
 
     // The first member add: a voter. A cluster of one that adds a voter needs it to commit
     // anything from then on, so it is started while the add is answered.
@@ -128,7 +123,7 @@ async fn grow_session(kind: Kind) -> Option<Vec<String>> {
         let mut cl = cl.clone();
         tokio::spawn(async move { cl.member_add([peer1.as_str()], None).await })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.wait_listed(0, s1, None).await;
     c.join(s1).await;
     let added = add.await.unwrap().unwrap_or_else(|e| panic!("{kind:?}: member add: {e}"));
     let h = added.header().unwrap();
@@ -171,7 +166,13 @@ async fn grow_session(kind: Kind) -> Option<Vec<String>> {
         async move { cl.member_promote(m2).await }
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The writer goes on in the grown cluster.
+    let promoted = current_rev(&mut cl).await;
+    wait_until("the writer's writes after the promotion", Duration::from_secs(10), || {
+        let mut cl = cl.clone();
+        async move { current_rev(&mut cl).await >= promoted + 20 }
+    })
+    .await;
     stop.store(true, Ordering::Relaxed);
     let acked = writing.await.unwrap();
     assert!(acked.len() > 20, "{kind:?}: the writer got through: {}", acked.len());
@@ -338,7 +339,7 @@ async fn a_member_killed_while_growing_restarts_consistent() {
     assert_eq!(rev(r.header()), acked.last().unwrap().1 + 2, "revisions go on (after the lease's)");
     // The add goes through now: the member is already a cluster of one.
     let add = spawn_add(&c, &cl, s1);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.wait_listed(0, s1, None).await;
     c.join(s1).await;
     add.await.unwrap().expect("member add after the restart");
     c.converged().await;
@@ -364,11 +365,10 @@ async fn a_member_alone_whose_add_is_abandoned_while_growing_keeps_serving() {
     let s1 = c.add_slot();
     let add = spawn_add(&c, &cl, s1);
     let server = c.members[0].server.as_ref().unwrap();
-    let start = Instant::now();
-    while server.grep_log("holding the growth").is_empty() {
-        assert!(start.elapsed() < Duration::from_secs(10), "the growth reached its failpoint");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until("the growth to reach its failpoint", Duration::from_secs(10), || {
+        std::future::ready(!server.grep_log("holding the growth").is_empty())
+    })
+    .await;
     // The caller gives up half-way: its call is cancelled, and the server drops the handler.
     add.abort();
     assert!(add.await.is_err_and(|e| e.is_cancelled()));
@@ -382,7 +382,7 @@ async fn a_member_alone_whose_add_is_abandoned_while_growing_keeps_serving() {
         server.log_tail()
     );
     let add = spawn_add(&c, &cl, s1);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.wait_listed(0, s1, None).await;
     c.join(s1).await;
     add.await.unwrap().expect("member add, asked again");
     c.converged().await;

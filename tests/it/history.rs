@@ -2292,7 +2292,8 @@ async fn inject_cluster(
 /// another leader, at most 15 s (the majority must go on); returns how long that took.
 async fn replaced(c: &Cluster, gone: usize, ids: &[u64]) -> Duration {
     let t = Instant::now();
-    loop {
+    let what = format!("a leader but m{gone} ({:x}) among the others", ids[gone]);
+    wait_until(&what, Duration::from_secs(15), || async {
         for j in (0..MEMBERS).filter(|&j| j != gone) {
             let Some(server) = c.members[j].server.as_ref() else { continue };
             let Ok(mut raw) = server.raw().await else { continue };
@@ -2302,16 +2303,13 @@ async fn replaced(c: &Cluster, gone: usize, ids: &[u64]) -> Duration {
                 && st.leader != 0
                 && st.leader != ids[gone]
             {
-                return t.elapsed();
+                return true;
             }
         }
-        assert!(
-            t.elapsed() < Duration::from_secs(15),
-            "no leader but m{gone} ({:x}) among the others after 15 s",
-            ids[gone]
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        false
+    })
+    .await;
+    t.elapsed()
 }
 
 /// One cluster run: a fresh cluster of `MEMBERS` members of the suite's target, `CLIENTS`

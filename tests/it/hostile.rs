@@ -1076,18 +1076,12 @@ async fn metric(addr: std::net::SocketAddr, name: &str) -> f64 {
 
 /// Waits up to `within` for `name` to read `want`.
 async fn wait_metric(addr: std::net::SocketAddr, name: &str, want: f64, within: Duration) {
-    let start = Instant::now();
-    loop {
+    let what = format!("{name} to read {want} once the clients left");
+    wait_until(&what, within, || async {
         let got = metric(addr, name).await;
-        if got == want {
-            return;
-        }
-        assert!(
-            start.elapsed() < within,
-            "{name} is {got}, expected {want} within {within:?} of the clients leaving"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if got == want { Ok(()) } else { Err(format!("{name} is {got}")) }
+    })
+    .await
 }
 
 /// mem_etcd's count of tasks alive in its runtime (one per connection, per stream, per
@@ -1120,19 +1114,15 @@ async fn idle_tasks(addr: std::net::SocketAddr) -> f64 {
 /// count before the scenario: a task left behind per connection or stream (a stream task
 /// waiting for a client that is gone) never comes back.
 async fn assert_tasks_back(addr: std::net::SocketAddr, idle: f64, after: &str) {
-    let start = Instant::now();
-    loop {
+    let what = format!(
+        "the tasks alive in the server to come back to at most {TASK_SLACK} more than the \
+         {idle} before {after} (else: tasks leaked)"
+    );
+    wait_until(&what, Duration::from_secs(10), || async {
         let now = metric(addr, ALIVE_TASKS).await;
-        if now <= idle + TASK_SLACK {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{now} tasks alive in the server 10 s after {after}, {idle} before: tasks leaked \
-             (at most {TASK_SLACK} more expected)"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if now <= idle + TASK_SLACK { Ok(()) } else { Err(format!("{now} tasks alive")) }
+    })
+    .await
 }
 
 /// Polls RSS for a while after clients leave: freed memory goes back to the system lazily.
@@ -1206,15 +1196,11 @@ async fn connection_wave(s: &mut Server, pid: u32, threads0: u64) -> u64 {
         r.expect("a connection task panicked");
     }
     // The server notices the closed sockets within moments.
-    let start = Instant::now();
-    while open_fds(pid) >= 200 {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{} descriptors still open in the server 10 s after every client left",
-            open_fds(pid)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until("the server to close the clients' sockets", Duration::from_secs(10), || {
+        let fds = open_fds(pid);
+        std::future::ready(if fds < 200 { Ok(()) } else { Err(format!("{fds} descriptors open")) })
+    })
+    .await;
     let (_, threads) = rss_and_threads(pid);
     assert!(threads <= threads0 + 8, "threads {threads} after the clients left (was {threads0})");
     assert_serving(s, "the connections closed").await;
@@ -2012,19 +1998,11 @@ async fn snapshot_abandoned_mid_stream() {
         }
         drop(st);
     }
-    let start = Instant::now();
-    loop {
+    wait_until("every abandoned snapshot to be noticed", Duration::from_secs(10), || {
         let gone = s.grep_log("the client went away").len();
-        if gone == ROUNDS {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{gone} of {ROUNDS} abandoned snapshots were noticed within 10 s\n{}",
-            s.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        std::future::ready(if gone == ROUNDS { Ok(()) } else { Err(format!("{gone} of {ROUNDS}")) })
+    })
+    .await;
     // Nothing holds off compaction any more.
     let rev = raw.kv.range(range("a", "")).await.expect("range").into_inner().header.unwrap();
     tokio::time::timeout(
@@ -2374,17 +2352,12 @@ async fn http2_frame_fuzz() {
         tokio::spawn(h2_raw(addr, [h2_hello(), flood].concat(), false, Duration::from_secs(5)));
     // Each open stream is a task in the server: the count shows they all arrived (and, once the
     // connection is gone, that they all went).
-    let start = Instant::now();
-    let mut most = 0.0;
-    while most < tasks0 + streams as f64 {
-        assert!(
-            start.elapsed() < Duration::from_secs(4),
-            "{streams} streams opened on one connection, but the server's tasks peaked at {most} \
-             ({tasks0} idle)"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        most = metric(addr, ALIVE_TASKS).await;
-    }
+    let what = format!("a task in the server for each of {streams} streams ({tasks0} idle)");
+    let most = wait_until(&what, Duration::from_secs(4), || async {
+        let most = metric(addr, ALIVE_TASKS).await;
+        if most >= tasks0 + streams as f64 { Ok(most) } else { Err(format!("{most} tasks")) }
+    })
+    .await;
     eprintln!("{most} tasks in the server with {streams} streams open ({tasks0} idle)");
 
     let mut cases: Vec<(String, Vec<u8>, bool, Option<bool>)> = Vec::new();

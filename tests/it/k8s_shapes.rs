@@ -260,9 +260,14 @@ async fn paged_list_at_a_pinned_revision_while_writes_continue() {
 
     let mut last_key = got.last().unwrap().key.clone();
     let mut pages = 1;
+    let mut seen = pinned;
     loop {
         // Make sure writes land between pages.
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        wait_until("a write since the last page", std::time::Duration::from_secs(10), || {
+            let mut c = c.clone();
+            async move { current_rev(&mut c).await > seen }
+        })
+        .await;
         let mut next = last_key.clone();
         next.push(0);
         let page = c
@@ -280,6 +285,7 @@ async fn paged_list_at_a_pinned_revision_while_writes_continue() {
         assert_eq!(page.count(), remaining.len() as i64, "page {pages} count");
         assert_eq!(page.more(), remaining.len() > limit as usize, "page {pages} more");
         assert!(rev(page.header()) > pinned, "the header carries the current revision");
+        seen = rev(page.header());
         got.extend(kvs(page.kvs()));
         if !page.more() {
             break;

@@ -105,15 +105,15 @@ async fn lease_set(l: &mut LeaseClient<Channel>) -> BTreeSet<i64> {
 
 /// Waits until TimeToLive says the lease is gone (TTL -1).
 async fn wait_gone(l: &mut LeaseClient<Channel>, id: i64, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        let r = time_to_live(l, id, false).await;
-        if r.ttl == -1 {
-            return;
+    let what = format!("lease {id} to go (TimeToLive -1)");
+    wait_until(&what, within, || {
+        let mut l = l.clone();
+        async move {
+            let r = time_to_live(&mut l, id, false).await;
+            if r.ttl == -1 { Ok(()) } else { Err(format!("{r:?}")) }
         }
-        assert!(Instant::now() < deadline, "lease {id} still alive after {within:?}: {r:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 fn with_lease(id: i64) -> Option<PutOptions> {
@@ -530,10 +530,11 @@ async fn keep_alive_renews_to_the_full_ttl() {
     assert_eq!((first.id, first.ttl), (lease, 3));
     assert!(first.header.is_some_and(|h| h.revision == 2), "header with the current revision");
 
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Halfway between the TTL reading 1 (over 1 s gone) and the lease expiring (3 s).
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let left = time_to_live(&mut l, lease, false).await;
     assert_eq!((left.id, left.granted_ttl), (lease, 3));
-    assert!(left.ttl <= 1, "3 s lease, renewed 1.5 s ago: {left:?}");
+    assert!(left.ttl <= 1, "3 s lease, renewed 2 s ago: {left:?}");
     let r = ka.renew(lease).await;
     assert_eq!((r.id, r.ttl), (lease, 3));
     let left = time_to_live(&mut l, lease, false).await;
@@ -1608,12 +1609,12 @@ async fn expiry_of_10k_leases_figures() {
     // Correctness: every key and lease is gone, nothing else was deleted.
     let left = c.get(PREFIX, Some(GetOptions::new().with_prefix().with_count_only())).await;
     assert_eq!(left.unwrap().count(), 0);
-    let mut lc = l.clone();
-    let deadline = Instant::now() + WAIT;
-    while !lease_ids(&mut lc).await.is_empty() {
-        assert!(Instant::now() < deadline, "leases listed after their keys went");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let lc = l.clone();
+    wait_until("no lease listed once their keys went", WAIT, || {
+        let mut lc = lc.clone();
+        async move { lease_ids(&mut lc).await.is_empty() }
+    })
+    .await;
     assert!(get_one(&mut c, "/bench/writer").await.is_some());
     assert!(all_gone >= first_deadline, "keys went before their leases' deadline");
 

@@ -7,7 +7,7 @@
 //!
 //! Plus a cluster case: Lock, Campaign and Observe through followers of a 3-member mem_etcd.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mem_etcd::proto::v3electionpb as epb;
 use mem_etcd::proto::v3lockpb as lpb;
@@ -96,7 +96,8 @@ async fn exists(c: &mut Clients, key: &str) -> bool {
     r.await.expect("range").into_inner().count == 1
 }
 
-/// A Lock in its own task, on its own connection (so that its wait blocks nothing else).
+/// A Lock in its own task, on its own connection (so that its wait blocks nothing else),
+/// returned once it is in line (its key written).
 async fn lock_in_background(
     srv: &Server,
     name: &str,
@@ -104,7 +105,23 @@ async fn lock_in_background(
 ) -> tokio::task::JoinHandle<Result<tonic::Response<lpb::LockResponse>, Status>> {
     let mut l = Lock::new(srv.channel().await.expect("connect"));
     let req = lock_req(name, lease);
-    tokio::spawn(async move { l.lock(req).await })
+    let t = tokio::spawn(async move { l.lock(req).await });
+    in_line(srv, &format!("{name}/{lease:x}")).await;
+    t
+}
+
+/// Waits until `key` exists on `srv`: the Lock or Campaign that writes it, sent on another
+/// task, is in line.
+async fn in_line(srv: &Server, key: &str) {
+    let raw = srv.raw_clients().await;
+    wait_until(&format!("{key} to be in line"), WITHIN, || {
+        let (mut kv, key) = (raw.kv.clone(), key.to_string());
+        async move {
+            let r = kv.range(pb::RangeRequest { key: key.into(), ..Default::default() }).await;
+            r.expect("range").into_inner().count == 1
+        }
+    })
+    .await
 }
 
 /// Asserts that `t` is still waiting `for_` from now.
@@ -176,14 +193,16 @@ async fn lock_transcript(srv: &Server) -> Vec<String> {
     // A waiter whose client goes away: its key is deleted.
     t.push(lock_line(&c.lock.lock(lock_req("c", 0x11)).await));
     let waiter = lock_in_background(srv, "c", 0x51).await;
-    tokio::time::sleep(WAIT).await;
     assert!(exists(&mut c, "c/51").await, "a waiting Lock's key exists");
     waiter.abort();
-    let start = Instant::now();
-    while exists(&mut c, "c/51").await {
-        assert!(start.elapsed() < WITHIN, "a canceled Lock's key was not deleted");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until("a canceled Lock's key to be deleted", WITHIN, || {
+        let mut c = c.raw.kv.clone();
+        async move {
+            let r = c.range(pb::RangeRequest { key: "c/51".into(), ..Default::default() }).await;
+            r.expect("range").into_inner().count == 0
+        }
+    })
+    .await;
     t.push("canceled waiter's key deleted".into());
     t.push(unlock(&mut c, "c/11").await);
 
@@ -329,6 +348,7 @@ async fn election_transcript(srv: &Server) -> Vec<String> {
         let req = epb::CampaignRequest { name: "e".into(), lease: 0x62, value: "two".into() };
         e2.campaign(req).await
     });
+    in_line(srv, "e/62").await;
     still_waiting(&second, "the second candidate", WAIT).await;
 
     // The leader proclaims; one that is not the leader cannot.
@@ -478,6 +498,7 @@ async fn lock_and_election_through_followers() {
         let req = epb::CampaignRequest { name: "ce".into(), lease: 0x72, value: "b".into() };
         e2.campaign(req).await
     });
+    in_line(server(f2), "ce/72").await;
     still_waiting(&second, "a candidate on the other follower", WAIT).await;
     let resign = epb::ResignRequest { leader: first.leader };
     a.election.resign(resign).await.expect("resign through a follower");

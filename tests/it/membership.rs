@@ -11,10 +11,6 @@ use crate::cluster_harness::Cluster;
 use crate::etcdctl::etcdctl;
 use crate::support::*;
 
-/// etcd's "health interval": membership changes wait until members have been connected this
-/// long (plus a margin).
-const HEALTH_INTERVAL: Duration = Duration::from_secs(6);
-
 /// Both kinds, mem_etcd first; the etcd cluster needs the peer binary (a missing one fails in
 /// CI, see `peer_binary`).
 async fn both<F, Fut>(run: F) -> (Vec<String>, Vec<String>)
@@ -73,7 +69,7 @@ const REMOVED_STOPS_WITHIN: Duration = Duration::from_secs(4);
 
 async fn shrink(kind: Kind) -> Option<Vec<String>> {
     let mut c = Cluster::start(kind, 3, &[]).await?;
-    tokio::time::sleep(HEALTH_INTERVAL).await;
+    c.healthy().await;
     let mut log = Vec::new();
     for step in 0..2 {
         let leader = c.leader().await;
@@ -157,7 +153,7 @@ where
 
 async fn replace_leader_with_learner(kind: Kind) -> Option<Vec<String>> {
     let mut c = Cluster::start(kind, 3, &[]).await?;
-    tokio::time::sleep(HEALTH_INTERVAL).await;
+    c.healthy().await;
     let leader = c.leader().await;
     let others: Vec<usize> = c.running().into_iter().filter(|i| *i != leader).collect();
     let mut cl = etcd_client::Client::connect(
@@ -218,7 +214,7 @@ async fn the_removed_leader_is_replaced_by_a_learner_at_once_as_with_etcd() {
 
 async fn learner_with_one_down(kind: Kind) -> Option<Vec<String>> {
     let mut c = Cluster::start(kind, 4, &[]).await?;
-    tokio::time::sleep(HEALTH_INTERVAL).await;
+    c.healthy().await;
     let leader = c.leader().await;
     let down = (leader + 1) % 4;
     let _ = c.kill9(down);
@@ -274,21 +270,9 @@ async fn put_via_learner(kind: Kind) -> Option<Vec<String>> {
     let ctl = peer_binary("etcdctl")?;
     let mut c = Cluster::start(kind, 3, &[]).await?;
     let leader = c.leader().await;
-    let mut cl = c.client(leader).await;
+    let cl = c.client(leader).await;
     let slot = c.add_slot();
-    let peer = c.peer_url(slot);
-    let start = Instant::now();
-    loop {
-        let opts = etcd_client::MemberAddOptions::new().with_is_learner();
-        match cl.member_add([peer.as_str()], Some(opts)).await {
-            Ok(_) => break,
-            Err(e) => {
-                assert_eq!(status_of(&e).1, "etcdserver: unhealthy cluster");
-                assert!(start.elapsed() < Duration::from_secs(20), "member add: {e}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        }
-    }
+    c.add_learner(&cl, slot, Duration::from_secs(20)).await;
     c.join(slot).await;
     let mut log = Vec::new();
     // The learner first: the Go client tries it, is refused, and retries on the voter.

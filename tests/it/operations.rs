@@ -11,17 +11,19 @@ use crate::support::*;
 /// Polls until a read at `rev` answers "compacted", or panics after `within`.
 async fn wait_compacted(c: &mut etcd_client::Client, rev: i64, within: Duration) -> Duration {
     let start = Instant::now();
-    loop {
-        let opts = etcd_client::GetOptions::new().with_revision(rev);
-        match c.get("k", Some(opts)).await {
-            Err(e) if status_of(&e).1 == E_COMPACTED => return start.elapsed(),
-            Err(e) => panic!("read at {rev}: {e:?}"),
-            Ok(_) if start.elapsed() > within => {
-                panic!("revision {rev} still readable {within:?} later")
+    wait_until(&format!("revision {rev} to be compacted"), within, || {
+        let mut c = c.clone();
+        async move {
+            let opts = etcd_client::GetOptions::new().with_revision(rev);
+            match c.get("k", Some(opts)).await {
+                Err(e) if status_of(&e).1 == E_COMPACTED => true,
+                Err(e) => panic!("read at {rev}: {e:?}"),
+                Ok(_) => false,
             }
-            Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
-    }
+    })
+    .await;
+    start.elapsed()
 }
 
 /// `--auto-compaction-retention=2s` (periodic): history older than the period goes, history
@@ -508,15 +510,11 @@ async fn a_closed_watch_stream_is_counted_as_handled() {
     drop(watch);
     drop(c);
     let prefix = "grpc_server_handled_total{grpc_code=\"Canceled\",grpc_method=\"Watch\"";
-    let start = Instant::now();
-    loop {
+    wait_until(&format!("a {prefix} line on /metrics"), Duration::from_secs(10), || async {
         let page = http_get(s.addr(), "/metrics").await.body;
-        if !lines_with(&page, prefix).is_empty() {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "no {prefix} line:\n{page}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if lines_with(&page, prefix).is_empty() { Err(page) } else { Ok(()) }
+    })
+    .await;
 }
 
 /// `--listen-metrics-urls`: /metrics and the probes on their own port, nothing else.
@@ -525,16 +523,11 @@ async fn a_metrics_listener_serves_metrics_and_probes_only() {
     let s = server!(["--listen-metrics-urls=http://127.0.0.1:0"]);
     // The harness returns once the client listener answers; the metrics listener's line may
     // still be on its way through the log reader.
-    let start = Instant::now();
-    let addr: SocketAddr = loop {
+    let addr: SocketAddr = wait_until("the metrics address", Duration::from_secs(10), || {
         let line = s.grep_log("serving /metrics and health probes");
-        let addr = line.first().and_then(|l| parse_field_address(l, "metrics_address"));
-        if let Some(a) = addr {
-            break a;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "no metrics address:\n{}", s.log_tail());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        std::future::ready(line.first().and_then(|l| parse_field_address(l, "metrics_address")))
+    })
+    .await;
     assert_ne!(addr, s.addr());
     let m = http_get(addr, "/metrics").await;
     assert_eq!(m.status, 200);
@@ -566,11 +559,10 @@ async fn health_fails_while_the_wal_cannot_write() {
     std::fs::write(&fp, "enospc").unwrap();
     // This write meets the full disk and waits for it to clear.
     let pending = tokio::spawn(async move { c.put("b", "2", None).await });
-    let start = Instant::now();
-    while s.grep_log("wal: write failed").is_empty() {
-        assert!(start.elapsed() < Duration::from_secs(10), "no WAL failure:\n{}", s.log_tail());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until("the WAL to fail", Duration::from_secs(10), || {
+        std::future::ready(!s.grep_log("wal: write failed").is_empty())
+    })
+    .await;
     let h = http_get(s.addr(), "/health").await;
     assert_eq!(
         (h.status, h.body.as_str()),
@@ -886,15 +878,12 @@ async fn quota_raises_nospace_until_disarmed_as_etcd_does() {
 
 /// The first JSON log line whose message is `msg` and which contains `also` (waits up to 15 s).
 async fn log_line(s: &Server, msg: &str, also: &str) -> serde_json::Value {
-    let start = Instant::now();
     let needle = format!("\"msg\":\"{msg}\"");
-    loop {
-        if let Some(l) = s.grep_log(&needle).into_iter().find(|l| l.contains(also)) {
-            return serde_json::from_str(&l).unwrap_or_else(|e| panic!("{l}: {e}"));
-        }
-        assert!(start.elapsed() < Duration::from_secs(15), "no {msg:?} line:\n{}", s.log_tail());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let l = wait_until(&format!("a {msg:?} line"), Duration::from_secs(15), || {
+        std::future::ready(s.grep_log(&needle).into_iter().find(|l| l.contains(also)))
+    })
+    .await;
+    serde_json::from_str(&l).unwrap_or_else(|e| panic!("{l}: {e}"))
 }
 
 /// A JSON value's type, for fields whose values differ between implementations.

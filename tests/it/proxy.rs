@@ -167,7 +167,16 @@ async fn grpc_proxy_session(kind: Kind) -> Vec<String> {
     let (code, out, err, s) = {
         let listen = listen.clone();
         let put = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(1500)).await;
+            // Once etcdctl's watch is open: the proxy watches on the server for it.
+            let what = "the watch through the proxy to reach the server";
+            wait_until(what, Duration::from_secs(10), || async {
+                let page = crate::operations::http_get(s.addr(), "/metrics").await.body;
+                page.lines().any(|l| {
+                    let n = l.strip_prefix("etcd_debugging_mvcc_watcher_total ");
+                    n.and_then(|n| n.trim().parse::<f64>().ok()).is_some_and(|n| n >= 1.0)
+                })
+            })
+            .await;
             let (code, _, err) = ctl(&s.endpoint(), &["put", "w", "x"]);
             assert_eq!(code, Some(0), "{err}");
             s

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use etcd_client::{EventType, GetOptions, LeaseTimeToLiveOptions, WatchOptions};
 use tokio_stream::StreamExt;
@@ -194,16 +194,25 @@ async fn a_compaction_during_a_snapshot_takes_effect_at_once_and_frees_once_the_
     );
     assert!(db_size(&mut raw).await >= before, "freed while the snapshot still streams");
     drop(stream);
-    let start = Instant::now();
-    while db_size(&mut raw).await > before - (3 << 20) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "nothing freed 10 s after the client left (db size {} of {before})\n{}",
-            db_size(&mut raw).await,
-            s.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!("3 MiB of the {before} bytes freed once the client left");
+    wait_until(&what, Duration::from_secs(10), || {
+        let size = db_size(&mut raw);
+        async move {
+            let size = size.await;
+            if size <= before - (3 << 20) { Ok(()) } else { Err(format!("db size {size}")) }
+        }
+    })
+    .await;
+}
+
+/// Waits until writers (of the test) have written 200 revisions more, read through `c`.
+async fn writes_go_on(c: &etcd_client::Client, what: &str) {
+    let since = current_rev(&mut c.clone()).await;
+    wait_until(what, Duration::from_secs(10), || {
+        let mut c = c.clone();
+        async move { current_rev(&mut c).await >= since + 200 }
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -262,11 +271,11 @@ async fn a_restored_snapshot_is_the_source_at_the_snapshots_revision() {
             n
         }));
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    writes_go_on(&c, "the writers' writes before the snapshot").await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("s.db");
     save(&ctl, &src, &file).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    writes_go_on(&c, "the writers' writes after the snapshot").await;
     stop.store(true, Ordering::Relaxed);
     for w in writers {
         assert!(w.await.unwrap() > 10, "the writers did write");
@@ -636,11 +645,10 @@ fn auth_answers(bin: &Path, ep: &str) -> (String, String) {
 /// Waits (30 s at most) until a cluster restored with auth enabled serves alice at `ep`: the
 /// harness cannot ask it for its leader without credentials.
 async fn until_alice_reads(bin: &Path, ep: &str) {
-    let start = Instant::now();
-    while !etcdctl_ok(bin, ep, &["--user=alice:alicepw", "get", "/app/x"]).0 {
-        assert!(start.elapsed() < Duration::from_secs(30), "the restored cluster never served");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_until("the restored cluster to serve alice", Duration::from_secs(30), || {
+        std::future::ready(etcdctl_ok(bin, ep, &["--user=alice:alicepw", "get", "/app/x"]).0)
+    })
+    .await;
 }
 
 #[tokio::test]

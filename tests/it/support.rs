@@ -532,28 +532,22 @@ impl Server {
         server
     }
 
+    /// Waits until the server answers Status (its log tail shows, from [`Server`]'s drop, if
+    /// it never does).
     async fn wait_until_answering(&self, deadline: Duration) {
-        let start = Instant::now();
-        loop {
-            let err = match self.raw().await {
+        let what = format!("{:?} at {} to answer Status", self.kind, self.addr);
+        wait_until(&what, deadline, || async {
+            match self.raw().await {
                 Ok(mut raw) => match raw.maint.status(pb::StatusRequest {}).await {
-                    Ok(_) => return,
+                    Ok(_) => Ok(()),
                     // Auth is enabled (recovered from the data dir): it answers, to users only.
-                    Err(e) if e.message() == "etcdserver: user name is empty" => return,
-                    Err(e) => format!("{e:?}"),
+                    Err(e) if e.message() == "etcdserver: user name is empty" => Ok(()),
+                    Err(e) => Err(format!("{e:?}")),
                 },
-                Err(e) => format!("{e:?}"),
-            };
-            if start.elapsed() > deadline {
-                panic!(
-                    "{:?} at {} never answered Status: {err}\n{}",
-                    self.kind,
-                    self.addr,
-                    self.log_tail()
-                );
+                Err(e) => Err(format!("{e:?}")),
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -848,6 +842,73 @@ impl Raw {
             auth: pb::auth_client::AuthClient::new(channel.clone()).max_decoding_message_size(BIG),
             channel,
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Waiting for a condition
+
+/// How often [`wait_until`] asks its probe.
+pub const POLL: Duration = Duration::from_millis(20);
+
+/// What a probe of [`wait_until`] answers: ready (with a value), or not yet (with what it saw,
+/// for the message if the wait runs out).
+pub trait Probe {
+    type Value;
+    fn ready(self) -> Result<Self::Value, Option<String>>;
+}
+
+impl Probe for bool {
+    type Value = ();
+    fn ready(self) -> Result<(), Option<String>> {
+        if self { Ok(()) } else { Err(None) }
+    }
+}
+
+impl<T> Probe for Option<T> {
+    type Value = T;
+    fn ready(self) -> Result<T, Option<String>> {
+        self.ok_or(None)
+    }
+}
+
+impl<T, E: std::fmt::Display> Probe for Result<T, E> {
+    type Value = T;
+    fn ready(self) -> Result<T, Option<String>> {
+        self.map_err(|e| Some(e.to_string()))
+    }
+}
+
+/// Waits until the condition the next step of a test needs holds, instead of sleeping for a
+/// time it is assumed to take: asks `probe` every [`POLL`] until it is ready (`true`, `Some`
+/// or `Ok`) and returns its value. Panics naming `what`, how long it waited and the probe's
+/// last answer when `within` runs out (a probe that hangs is cut off there too).
+///
+/// `probe` makes a new future for each try (`|| async { .. }`, cloning the clients it calls):
+/// the helper is called from spawned tasks, whose futures must be `Send`, which an async
+/// closure's future cannot be shown to be.
+pub async fn wait_until<P: Probe, F: std::future::Future<Output = P>>(
+    what: &str,
+    within: Duration,
+    mut probe: impl FnMut() -> F,
+) -> P::Value {
+    let start = Instant::now();
+    let mut last = None;
+    loop {
+        let left = within.saturating_sub(start.elapsed());
+        match tokio::time::timeout(left, probe()).await.map(Probe::ready) {
+            Ok(Ok(v)) => return v,
+            Ok(Err(seen)) => last = seen.or(last),
+            Err(_) => last = Some("the probe itself did not answer in time".into()),
+        }
+        if start.elapsed() >= within {
+            let last = last.map(|l| format!("; last: {l}")).unwrap_or_default();
+            panic!(
+                "timed out waiting for {what}: not within {within:?} (waited {:?}){last}",
+                start.elapsed()
+            );
+        }
+        tokio::time::sleep(POLL).await;
     }
 }
 

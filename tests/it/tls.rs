@@ -87,19 +87,8 @@ pub async fn start_tls(flags: &[String]) -> (Server, SocketAddr) {
     args.extend(flags.iter().cloned());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let s = Server::start(Kind::MemEtcd, &args).await.expect("mem_etcd");
-    // The harness returns once the first listener answers; the second one's line may still be
-    // on its way through the log reader.
-    let start = std::time::Instant::now();
-    loop {
-        let lines = s.grep_log("ready to serve client requests");
-        if let Some(a) = lines.iter().filter_map(|l| parse_address(l)).find(|a| *a != s.addr()) {
-            return (s, a);
-        }
-        if start.elapsed() > std::time::Duration::from_secs(10) {
-            panic!("no second listener in the log:\n{}", s.log_tail());
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let second = crate::flags::second_listener(&s).await;
+    (s, second)
 }
 
 /// etcdctl over https with `auth` (pairs of flag and file), e.g. `put k v`; returns the exit
@@ -439,11 +428,11 @@ async fn etcdctl_works_over_a_unixs_socket() {
     args.extend(certs.server_flags(true));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let s = Server::start(Kind::MemEtcd, &args).await.expect("mem_etcd");
-    let start = std::time::Instant::now();
-    while !s.grep_log("ready to serve client requests").iter().any(|l| l.contains("unixs://")) {
-        assert!(start.elapsed() < std::time::Duration::from_secs(10), "{}", s.log_tail());
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    wait_until("the unixs listener's ready line", std::time::Duration::from_secs(10), || {
+        let ready = s.grep_log("ready to serve client requests");
+        std::future::ready(ready.iter().any(|l| l.contains("unixs://")))
+    })
+    .await;
     let ctl = |endpoint: &str, auth: &[(&str, &str)], args: &[&str]| {
         let mut all: Vec<String> = auth.iter().map(|(f, n)| certs.arg(f, n)).collect();
         all.extend(args.iter().map(|a| a.to_string()));
@@ -515,14 +504,12 @@ async fn alone_peer_url(kind: Kind, certs: &Certs, port: u16) -> Option<Vec<Stri
     let mut out = Vec::new();
     let refused = https_get_without_certificate(certs, addr, "/members").await;
     out.push(format!("answered without a certificate: {}", !refused.is_empty()));
-    let start = std::time::Instant::now();
-    let line = loop {
-        if let Some(l) = s.grep_log("rejected connection on peer endpoint").first() {
-            break serde_json::from_str::<serde_json::Value>(l).expect("a JSON line");
-        }
-        assert!(start.elapsed() < std::time::Duration::from_secs(10), "{}", s.log_tail());
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let what = "a rejected connection logged";
+    let line = wait_until(what, std::time::Duration::from_secs(10), || {
+        std::future::ready(s.grep_log("rejected connection on peer endpoint").first().cloned())
+    })
+    .await;
+    let line = serde_json::from_str::<serde_json::Value>(&line).expect("a JSON line");
     out.push(format!(
         "rejection logged: level {}, remote-addr on 127.0.0.1: {}, server-name {}, error: {}",
         line["level"],

@@ -484,15 +484,6 @@ pub async fn current(kv: &mut Raw) -> i64 {
     r.expect("range").into_inner().header.expect("header").revision
 }
 
-/// Waits (polling) until `f` holds, or panics after [`WAIT`].
-pub async fn eventually<F: AsyncFnMut() -> bool>(what: &str, mut f: F) {
-    let start = Instant::now();
-    while !f().await {
-        assert!(start.elapsed() < WAIT, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // The server process, for CPU accounting
 
@@ -690,7 +681,7 @@ async fn start_revision_now_past_and_future() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_turns_live_without_gap_or_duplicate() {
     let s = server!();
-    let mut raw = s.raw_clients().await;
+    let raw = s.raw_clients().await;
     let writes = 600;
     let writer = {
         let mut raw = s.raw_clients().await;
@@ -705,7 +696,11 @@ async fn a_replay_turns_live_without_gap_or_duplicate() {
     // Start watches from the past while the writer runs, at different points of its history.
     let mut streams = Vec::new();
     for (n, at) in [(0, 50), (1, 200), (2, 400)] {
-        eventually("the writer's progress", async || current(&mut raw).await >= at).await;
+        wait_until("the writer's progress", WAIT, || {
+            let mut raw = raw.clone();
+            async move { current(&mut raw).await >= at }
+        })
+        .await;
         let mut ws = Ws::open(&s).await;
         ws.watch(on_prefix("/r/").since(1 + n * 7).prev()).await;
         streams.push((1 + n * 7, ws));
@@ -1246,8 +1241,14 @@ async fn disconnects_clean_up_and_leave_the_server_idle() {
     assert_eq!(ws.events_until(0, r).await.len(), 1);
     drop(ws);
 
-    // And does nothing once the clients are gone: no task spins on a dead stream.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // And does nothing once the clients are gone: no task spins on a dead stream. (First the
+    // server closes the connections its clients left: only `raw`'s stays open or half-closed.)
+    let port = format!(":{:04X}", s.addr().port());
+    wait_until("the server to close the connections its clients left", WAIT, || {
+        let open = socket_inodes(|f| f[1].ends_with(&port) && matches!(f[3], "01" | "08"));
+        std::future::ready(open.len() <= 1)
+    })
+    .await;
     let before = cpu_time(pid);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let used = cpu_time(pid) - before;

@@ -506,7 +506,11 @@ async fn concurrent_writers_and_watchers_agree_with_the_history() {
 
     // More streams while the writers run, from past revisions and from now.
     let before = current(&mut raw).await;
-    eventually("the writers to start", async || current(&mut raw).await > before + 30).await;
+    wait_until("the writers to start", WAIT, || {
+        let mut raw = raw.clone();
+        async move { current(&mut raw).await > before + 30 }
+    })
+    .await;
     let now = current(&mut raw).await;
     streams.push(start_stream(
         "B",
