@@ -236,15 +236,21 @@ impl Ws {
     }
 
     /// Sends a progress request and waits for its answer (`watch_id -1`, no events), which must
-    /// come next; returns its revision.
+    /// come next, but for periodic progress notifications (`--watch-progress-notify-interval`
+    /// may fire while the request is on its way, on a loaded machine); returns its revision.
     #[track_caller]
     pub fn progress_now(&mut self) -> impl Future<Output = i64> + '_ {
         let caller = std::panic::Location::caller();
         async move {
             self.progress();
-            let r = self.next().await;
-            assert!(is_progress(&r) && r.watch_id == -1, "{caller}: got {}", show(&r));
-            hrev(&r)
+            loop {
+                let r = self.next().await;
+                if is_progress(&r) && r.watch_id != -1 {
+                    continue;
+                }
+                assert!(is_progress(&r) && r.watch_id == -1, "{caller}: got {}", show(&r));
+                return hrev(&r);
+            }
         }
     }
 }
