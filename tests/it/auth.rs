@@ -154,9 +154,17 @@ async fn etcdctl_battery_same_as_etcd() {
     let (e_ep, t_ep) = (etcd.addr().to_string(), tgt.addr().to_string());
     let results = tokio::task::spawn_blocking(move || {
         let mut results = Vec::new();
+        // Each command runs on both servers at once: they share nothing, and an etcdctl run
+        // mostly waits (its start, bcrypt on the server).
+        let both = |f: &(dyn Fn(&str) -> Out + Sync)| {
+            std::thread::scope(|s| {
+                let want = s.spawn(|| f(&e_ep));
+                let got = f(&t_ep);
+                (want.join().expect("etcdctl against etcd"), got)
+            })
+        };
         for (args, stdin) in battery() {
-            let mut want = masked(etcdctl(&bin, &e_ep, &args, stdin));
-            let mut got = masked(etcdctl(&bin, &t_ep, &args, stdin));
+            let (mut want, mut got) = both(&|ep| masked(etcdctl(&bin, ep, &args, stdin)));
             if args[..2] == ["endpoint", "status"] {
                 // Sizes and indexes differ by nature: whether it is allowed is the point.
                 want.stdout.clear();
@@ -166,8 +174,7 @@ async fn etcdctl_battery_same_as_etcd() {
             // Right after `auth enable` and the grants: the watches.
             if args == ["get", "/w/a", ALICE] {
                 for w in [vec!["/other", ALICE], vec!["/other"], vec!["/x", "--user=alice:bad"]] {
-                    let want = watch_briefly(&bin, &e_ep, &w);
-                    let got = watch_briefly(&bin, &t_ep, &w);
+                    let (want, got) = both(&|ep| watch_briefly(&bin, ep, &w));
                     results.push((format!("watch {}", w.join(" ")), want, got));
                 }
             }
@@ -575,13 +582,16 @@ async fn jwt_tokens_move_between_etcd_and_mem_etcd() {
     ];
     for (method, private, public) in methods {
         let flag = jwt_flag(method, private, public, "5m");
-        let etcd = server_of!(Kind::Etcd, [flag.as_str()]);
-        let tgt = server_of!(Kind::MemEtcd, [flag.as_str()]);
+        // Both servers start and are set up at once (they share nothing; bcrypt and the
+        // starts are most of this test's time).
+        let args = [flag.as_str()];
+        let (etcd, tgt) =
+            tokio::join!(Server::start(Kind::Etcd, &args), Server::start(Kind::MemEtcd, &args));
+        let (Some(etcd), Some(tgt)) = (etcd, tgt) else { return };
         let (mut e, mut t) = (etcd.raw_clients().await, tgt.raw_clients().await);
-        set_up(&mut e).await;
-        set_up(&mut t).await;
-        let from_etcd = token(&mut e, "alice", "alicepw").await;
-        let from_tgt = token(&mut t, "alice", "alicepw").await;
+        tokio::join!(set_up(&mut e), set_up(&mut t));
+        let (from_etcd, from_tgt) =
+            tokio::join!(token(&mut e, "alice", "alicepw"), token(&mut t, "alice", "alicepw"));
         let (ce, ct) = (claims(&from_etcd), claims(&from_tgt));
         assert_eq!(ce["username"], ct["username"], "{method}");
         assert_eq!(ce["revision"], ct["revision"], "{method}");
