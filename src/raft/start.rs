@@ -166,7 +166,19 @@ impl RaftNode {
             node.id,
             node.opts.heartbeat,
             node.opts.election,
-            move || weak.upgrade().map(|n| n.membership().1),
+            // A member without a membership yet (founding, joining, or back without its
+            // state) probes the members it was started with: a leader re-admitting it sends
+            // it nothing once its probes stop (`network`), and it learns the membership only
+            // from what the leader sends.
+            move || {
+                weak.upgrade().map(|n| {
+                    let (_, nodes) = n.membership();
+                    if !nodes.is_empty() {
+                        return nodes;
+                    }
+                    n.opts.initial.iter().map(|(id, m)| (*id, m.peer_urls.clone())).collect()
+                })
+            },
             Arc::new(move |by: u64| {
                 // etcd's member stops at once when a peer answers that it was removed.
                 let first = removed.send_if_modified(|r| {
