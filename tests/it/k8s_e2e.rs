@@ -1,15 +1,15 @@
 //! End to end: a real kube-apiserver (1.36, from `tests/peers/install_k8s.sh`) on mem_etcd,
 //! driven with kubectl, the way a cluster uses it.
 //!
-//! * [`kube_apiserver_on_mem_etcd_and_etcd`]: the whole flow (namespaces; ConfigMaps and Secrets
+//! * [`kube_apiserver_on_mem_etcd_over_mutual_tls_and_on_etcd`]: the whole flow (namespaces; ConfigMaps and Secrets
 //!   create/get/update/patch/delete; paged lists and continue tokens; server-side apply and its
 //!   conflicts; a stale resourceVersion refused with 409; node Leases renewed; Events expiring
 //!   with `--event-ttl`; a CRD and custom resources; `kubectl get -w`; a watch replaying from a
 //!   resourceVersion; 410 Gone once compaction passed an old resourceVersion (an uncached
 //!   watch, a continue token, an exact-RV list); `/healthz/etcd`;
 //!   consistent reads served from the watch cache; no "RequestWatchProgress is not supported" in
-//!   the apiserver's log) against mem_etcd (buffered WAL), then the same flow against a real
-//!   etcd 3.6, and prints how long each took on both.
+//!   the apiserver's log) against mem_etcd (buffered WAL, over mutual TLS as kubeadm connects),
+//!   then the same flow against a real etcd 3.6, and prints how long each took on both.
 //! * [`kube_apiserver_shards_leases_and_events`]: two mem_etcd instances, kube-apiserver with
 //!   `--etcd-servers-overrides` sending `coordination.k8s.io/leases` and core `/events` (which
 //!   events.k8s.io shares) to the second: node Leases created, renewed, watched, replayed and
@@ -977,11 +977,23 @@ fn table_event(ty: &'static str, name: &'static str) -> impl Fn(&str) -> bool {
     }
 }
 
-/// Runs the flow on a fresh kube-apiserver over `etcd`; returns the timings.
-fn flow_on(peers: &Peers, etcd: &Server, backend: &str) -> Timings {
-    let mut api = Apiserver::start(peers, &etcd.endpoint());
+/// Runs the flow on a fresh kube-apiserver over `etcd` at `endpoint` (kube-apiserver's `extra`
+/// flags with it); returns the timings.
+fn flow_on(
+    peers: &Peers,
+    etcd: &Server,
+    endpoint: &str,
+    extra: &[String],
+    backend: &str,
+) -> Timings {
+    let mut api = Apiserver::start_with(peers, endpoint, extra);
     let mut t = Timings::default();
     t.record("kube-apiserver ready (spawn to /readyz ok)", api.wait_ready());
+    let healthz = api.check("/healthz?verbose", api.raw("/healthz?verbose"));
+    assert!(
+        healthz.contains("[+]etcd ok"),
+        "{backend}: no etcd check in /healthz?verbose:\n{healthz}"
+    );
     exercise(&api, backend, &mut t);
     let errors = api.error_lines();
     eprintln!("kube-apiserver on {backend}: {} error lines in its log", errors.len());
@@ -1004,19 +1016,40 @@ fn ms(d: Duration) -> String {
     format!("{:.0} ms", d.as_secs_f64() * 1000.0)
 }
 
+/// kube-apiserver's flow on mem_etcd, then on a real etcd 3.6 for the comparison (and to prove
+/// the expectations). mem_etcd is reached over mutual TLS (`--etcd-cafile`, `--etcd-certfile`,
+/// `--etcd-keyfile` against an `https://` listener with `--client-cert-auth`), as kubeadm runs
+/// it: grpc-go negotiates h2 over ALPN and every request carries the client certificate. (One
+/// kube-apiserver serves both checks: each start costs tens of seconds of CI.)
 #[tokio::test]
-async fn kube_apiserver_on_mem_etcd_and_etcd() {
+async fn kube_apiserver_on_mem_etcd_over_mutual_tls_and_on_etcd() {
     let _serial = SERIAL.lock().await;
     let Some(peers) = peers() else { return };
 
-    let mem = Server::start(Kind::MemEtcd, &["--wal-mode=buffered"]).await.expect("mem_etcd");
-    let on_mem = flow_on(&peers, &mem, "mem_etcd");
+    let certs = crate::tls::Certs::new();
+    let mut flags = vec!["--wal-mode=buffered".to_string()];
+    flags.extend(certs.server_flags(true));
+    let (mem, https) = crate::tls::start_tls(&flags).await;
+    let extra = [
+        certs.arg("--etcd-cafile", "ca.crt"),
+        certs.arg("--etcd-certfile", "client.crt"),
+        certs.arg("--etcd-keyfile", "client.key"),
+    ];
+    let on_mem = flow_on(&peers, &mem, &format!("https://{https}"), &extra, "mem_etcd");
+    // Stored in mem_etcd, which its plain listener shows.
+    let mut c = mem.client().await;
+    let keys = keys_under(&mut c, "/registry/namespaces/").await;
+    assert!(!keys.is_empty(), "no namespace in mem_etcd after kube-apiserver's flow");
+    // No handshake was refused: every connection kube-apiserver made carried its certificate.
+    assert!(mem.grep_log("rejected connection").is_empty(), "{}", mem.log_tail());
     drop(mem);
 
-    // The same flow on a real etcd 3.6, for the comparison (and to prove the expectations).
-    let on_etcd = Server::start(Kind::Etcd, &[]).await.map(|etcd| flow_on(&peers, &etcd, "etcd"));
+    let on_etcd = Server::start(Kind::Etcd, &[])
+        .await
+        .map(|etcd| flow_on(&peers, &etcd, &etcd.endpoint(), &[], "etcd"));
 
-    let mut table = String::from("\nkube-apiserver 1.36 end to end | mem_etcd | etcd 3.6\n");
+    let mut table =
+        String::from("\nkube-apiserver 1.36 end to end | mem_etcd (mutual TLS) | etcd 3.6\n");
     table.push_str("--- | --: | --:\n");
     for (i, (name, d)) in on_mem.0.iter().enumerate() {
         let theirs = on_etcd.as_ref().map(|e| ms(e.0[i].1)).unwrap_or_else(|| "skipped".into());
@@ -1120,39 +1153,6 @@ async fn keys_under(c: &mut etcd_client::Client, prefix: &str) -> Vec<Kv> {
 /// The keys of `list`, as strings.
 fn key_names(list: &[Kv]) -> Vec<String> {
     list.iter().map(|k| String::from_utf8_lossy(&k.key).into_owned()).collect()
-}
-
-/// kube-apiserver on mem_etcd over mutual TLS (`--etcd-cafile`, `--etcd-certfile`,
-/// `--etcd-keyfile` against an `https://` listener with `--client-cert-auth`), as kubeadm runs
-/// it: grpc-go negotiates h2 over ALPN, every request carries the client certificate.
-#[tokio::test]
-async fn kube_apiserver_over_mutual_tls() {
-    let _serial = SERIAL.lock().await;
-    let Some(peers) = peers() else { return };
-    let certs = crate::tls::Certs::new();
-    let mut flags = vec!["--wal-mode=buffered".to_string()];
-    flags.extend(certs.server_flags(true));
-    let (mem, https) = crate::tls::start_tls(&flags).await;
-    let extra = [
-        certs.arg("--etcd-cafile", "ca.crt"),
-        certs.arg("--etcd-certfile", "client.crt"),
-        certs.arg("--etcd-keyfile", "client.key"),
-    ];
-    let mut api = Apiserver::start_with(&peers, &format!("https://{https}"), &extra);
-    let ready = api.wait_ready();
-    let healthz = api.check("/healthz?verbose", api.raw("/healthz?verbose"));
-    assert!(healthz.contains("[+]etcd ok"), "no etcd check in /healthz?verbose:\n{healthz}");
-    api.ok("create namespace tls");
-    api.ok_with("create configmap c1 -n tls", &["--from-literal=a=b"], None);
-    let got = api.ok("get configmap c1 -n tls -o jsonpath={.data.a}");
-    assert_eq!(got.trim(), "b");
-    // Stored in mem_etcd, which the plain listener shows.
-    let mut c = mem.client().await;
-    let keys = keys_under(&mut c, "/registry/configmaps/tls/").await;
-    assert_eq!(key_names(&keys), ["/registry/configmaps/tls/c1"]);
-    // No handshake was refused: every connection kube-apiserver made carried its certificate.
-    assert!(mem.grep_log("rejected connection").is_empty(), "{}", mem.log_tail());
-    say(&format!("kube-apiserver over mutual TLS: ready in {}", ms(ready)));
 }
 
 #[tokio::test]
@@ -1430,40 +1430,14 @@ fn helpers_encode_as_go_expects() {
     assert!(lines[1].starts_with("MDECAQEEI"), "{pem}");
 }
 
-/// kube-apiserver with `--etcd-servers` listing the three members of a mem_etcd cluster runs
-/// the same end-to-end flows as on one member (its client spreads requests over all three).
+/// Two kube-apiservers on a 3-member mem_etcd cluster: the whole flow through one (as on a
+/// member alone), then both keep serving kubectl while the leader is killed and comes back:
+/// every object created is there afterwards (read through the other apiserver), a watch through
+/// the other apiserver sees every creation, node Lease renewals go on, and the errors last at
+/// most a few seconds. Prints the flow's timings and the timeline. (One cluster and one pair
+/// of kube-apiservers for both: each start costs tens of seconds of CI.)
 #[tokio::test]
-async fn kube_apiserver_on_a_three_member_cluster() {
-    let _serial = SERIAL.lock().await;
-    let Some(peers) = peers() else { return };
-    let c = crate::cluster_harness::Cluster::start(Kind::MemEtcd, 3, &["--wal-mode=buffered"])
-        .await
-        .expect("mem_etcd cluster");
-    let servers = c.endpoints();
-    let mut api = Apiserver::start(&peers, &servers);
-    let mut t = Timings::default();
-    t.record("kube-apiserver ready (spawn to /readyz ok)", api.wait_ready());
-    exercise(&api, "mem_etcd", &mut t);
-    let errors = api.error_lines();
-    eprintln!("kube-apiserver on a 3-member cluster: {} error lines in its log", errors.len());
-    for l in errors.iter().take(30) {
-        eprintln!("  {l}");
-    }
-    let mut table = String::from("\nkube-apiserver 1.36 on 3 mem_etcd members\n");
-    for (name, d) in &t.0 {
-        table.push_str(&format!("{name} | {}\n", ms(*d)));
-    }
-    say(&table);
-    drop(api);
-    c.converged().await;
-}
-
-/// Two kube-apiservers on a 3-member mem_etcd cluster keep serving kubectl while the leader is
-/// killed and comes back: every object created is there afterwards (read through the other
-/// apiserver), a watch through the other apiserver sees every creation, node Lease renewals
-/// go on, and the errors last at most a few seconds. Prints the timeline.
-#[tokio::test]
-async fn kube_apiservers_ride_out_the_leader_being_killed() {
+async fn kube_apiservers_on_a_three_member_cluster_ride_out_the_leader_being_killed() {
     let _serial = SERIAL.lock().await;
     let Some(peers) = peers() else { return };
     let mut c = crate::cluster_harness::Cluster::start(Kind::MemEtcd, 3, &["--wal-mode=buffered"])
@@ -1472,8 +1446,17 @@ async fn kube_apiservers_ride_out_the_leader_being_killed() {
     let servers = c.endpoints();
     let mut a = Apiserver::start(&peers, &servers);
     let mut b = Apiserver::start(&peers, &servers);
-    a.wait_ready();
+    let mut t = Timings::default();
+    t.record("kube-apiserver ready (spawn to /readyz ok)", a.wait_ready());
     b.wait_ready();
+    exercise(&a, "mem_etcd", &mut t);
+    let mut table = String::from("\nkube-apiserver 1.36 on 3 mem_etcd members\n");
+    for (name, d) in &t.0 {
+        table.push_str(&format!("{name} | {}\n", ms(*d)));
+    }
+    say(&table);
+    c.converged().await;
+
     a.ok("create namespace ha");
     // b sees what a writes, and the reverse.
     b.ok("create configmap from-b -n ha --from-literal=k=v");
