@@ -15,7 +15,7 @@
 //! <data-dir>/raft.old/     the replaced one, until it is removed
 //! <data-dir>/fixtures/     --auto-tls and --peer-auto-tls certificates (`client/`, `peer/`)
 //! <data-dir>/member/       an etcd member's data, if mem_etcd was started on an etcd data
-//!                          directory (`etcdserver::etcd_data_dir` imports it once, then leaves it)
+//!                          directory (`etcdserver::bootstrap::etcd_data_dir` imports it once, then leaves it)
 //! ```
 //! The files inside `wal/`, `snap/` and `raft/{log,snap}/` are named by the modules that write
 //! them (`wal::segment`, `wal::snapshot`, `raft::log_store`, `raft::state_machine`).
@@ -103,7 +103,7 @@ impl DataDir {
     }
 
     /// Whether this holds an etcd member's data (its WAL is `member/wal`) and none of
-    /// mem_etcd's yet (`etcdserver::etcd_data_dir` imports it).
+    /// mem_etcd's yet (`etcdserver::bootstrap::etcd_data_dir` imports it).
     pub fn is_etcd(&self) -> bool {
         self.etcd_wal().exists()
             && !self.wal().exists()

@@ -37,7 +37,7 @@ impl Store {
         if opts.dir.is_etcd() {
             return Err(format!(
                 "{} holds an etcd member's data, which only a member alone imports \
-                 (`server::etcdserver::etcd_data_dir`)",
+                 (`server::etcdserver::bootstrap::etcd_data_dir`)",
                 opts.dir.display()
             )
             .into());

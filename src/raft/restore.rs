@@ -9,7 +9,7 @@
 //!   and go on from the backup's revision; nothing is replicated to found it.
 //! - A member alone growing into a cluster of itself (`etcdserver::grow`), from the state it
 //!   serves.
-//! - `--force-new-cluster` (`etcdserver::force_new_cluster`): a cluster member's own committed
+//! - `--force-new-cluster` (`etcdserver::bootstrap::force_new_cluster`): a cluster member's own committed
 //!   state ([`replay_committed`]) becomes a cluster of itself alone, at the log position it
 //!   had reached, its Raft state replaced as a whole ([`replace_member`], [`settle`]).
 

@@ -1,11 +1,11 @@
 //! The member (etcd's `etcdserver`): the state its services share and every change of it.
 //!
-//! - `member`: the member itself (etcd's `EtcdServer`); `bootstrap`: opening it from its data
-//!   directory and starting its Raft node; `etcd_data_dir`: starting on an etcd member's data
-//!   directory; `force_new_cluster`: etcd's `--force-new-cluster`.
-//! - `submit`: the one entry point of changes of state; `apply`: applying them (in place on a
-//!   member alone, from the Raft log in a cluster); `apply_auth`: their permission checks;
-//!   `convert`: wire types to the store's.
+//! - `member`: the member itself (etcd's `EtcdServer`); `bootstrap/`: opening it from its data
+//!   directory and starting its Raft node, starting on an etcd member's data directory
+//!   (`etcd_data_dir`), etcd's `--force-new-cluster` (`force_new_cluster`).
+//! - `submit`: the one entry point of changes of state; `apply/`: applying them (in place on a
+//!   member alone, from the Raft log in a cluster), and their permission checks (`auth`, etcd's
+//!   `apply_auth`); `convert`: wire types to the store's.
 //! - `alarm`: alarms and the space quota; `compactor`: auto-compaction; `blocking`: long
 //!   store walks off the async runtime.
 //! - `grow`: a member alone growing into a cluster; `forward`: what the leader serves of the
@@ -13,13 +13,10 @@
 
 pub(crate) mod alarm;
 pub(crate) mod apply;
-pub(crate) mod apply_auth;
 pub(crate) mod blocking;
 pub(crate) mod bootstrap;
 pub(crate) mod compactor;
 pub(crate) mod convert;
-pub(crate) mod etcd_data_dir;
-pub(crate) mod force_new_cluster;
 pub(crate) mod forward;
 pub(crate) mod grow;
 pub(crate) mod leader;

@@ -7,7 +7,7 @@
 //!
 //! Each change has two roads ([`Change`]), side by side below:
 //! - **A member alone** applies it in place, through the store's parallel write path: nothing
-//!   is encoded, the permission checks (`etcdserver::apply_auth`) run just before the write under
+//!   is encoded, the permission checks (`etcdserver::apply::auth`) run just before the write under
 //!   the auth state's write gate, and what the store does not log itself (lease grants and
 //!   revocations, the auth state) is logged here before the answer.
 //! - **A cluster member** checks what must hold before a request enters the log (its shape, its
@@ -38,7 +38,7 @@ use crate::proto::etcdserverpb as pb;
 use crate::proto::memetcdpb as mpb;
 use crate::server::etcdserver::alarm;
 use crate::server::etcdserver::apply;
-use crate::server::etcdserver::apply_auth;
+
 use crate::server::etcdserver::convert;
 use crate::server::etcdserver::member::Member;
 use crate::wal::record::Record;
@@ -172,7 +172,7 @@ impl Change for pb::PutRequest {
         let applied = {
             let gate = s.auth.write_gate();
             if gate.is_some() {
-                apply_auth::check_put(s, who.as_ref(), &self)?;
+                apply::auth::check_put(s, who.as_ref(), &self)?;
             }
             let started = std::time::Instant::now();
             let applied = s.store.put(convert::put_request(self), size);
@@ -208,7 +208,7 @@ impl Change for pb::DeleteRangeRequest {
         let applied = {
             let gate = s.auth.write_gate();
             if gate.is_some() {
-                apply_auth::check_delete(s, who.as_ref(), &self)?;
+                apply::auth::check_delete(s, who.as_ref(), &self)?;
             }
             let started = std::time::Instant::now();
             let applied = s.store.delete_range(convert::delete_request(self), size);
@@ -242,7 +242,7 @@ impl Change for pb::TxnRequest {
         let applied = {
             let gate = s.auth.write_gate();
             if gate.is_some() {
-                apply_auth::check_txn(s, who.as_ref(), &self)?;
+                apply::auth::check_txn(s, who.as_ref(), &self)?;
             }
             let started = std::time::Instant::now();
             let applied = s.store.txn(convert::txn_request(self)?, size);
@@ -270,7 +270,7 @@ impl Change for pb::TxnRequest {
                 apply::linearizable(s).await?;
             }
             if s.auth.is_enabled() {
-                apply_auth::check_txn(s, who.as_ref(), &self)?;
+                apply::auth::check_txn(s, who.as_ref(), &self)?;
             }
             // Read-only: never handed back (only writes are).
             let applied = s.store.txn(t, size).map_err(|r| match r {
@@ -373,7 +373,7 @@ impl Change for pb::LeaseRevokeRequest {
         let id = self.id;
         let first = {
             let _gate = s.auth.write_gate();
-            apply_auth::check_lease_revoke(s, who.as_ref(), id)?;
+            apply::auth::check_lease_revoke(s, who.as_ref(), id)?;
             s.lessor.revoke_first(id)
         };
         if first != Ok(true) {

@@ -2,6 +2,9 @@
 //! directory, the services' state wired around it, and, for a cluster member, its Raft node
 //! started on it (with `--force-new-cluster`, as the only member of a new cluster).
 
+pub(crate) mod etcd_data_dir;
+pub(crate) mod force_new_cluster;
+
 use std::sync::Arc;
 
 use crate::config::Config;
@@ -10,8 +13,6 @@ use crate::metrics::grpc::GrpcStats;
 use crate::mvcc::{Store, StoreConfig};
 use crate::server::etcdserver::alarm;
 use crate::server::etcdserver::apply;
-use crate::server::etcdserver::etcd_data_dir;
-use crate::server::etcdserver::force_new_cluster;
 use crate::server::etcdserver::forward;
 use crate::server::etcdserver::grow;
 use crate::server::etcdserver::member::Member;

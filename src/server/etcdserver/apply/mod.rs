@@ -7,7 +7,9 @@
 //! order, so that every member holds the same revisions, histories and events; on a member
 //! alone `etcdserver::submit` applies it in place through the same write path (the parallel one),
 //! sharing the pieces below that do not depend on the log: the permission checks
-//! (`etcdserver::apply_auth`), [`revoke`] and [`alarm`].
+//! (`etcdserver::apply::auth`), [`revoke`] and [`alarm`].
+
+pub(crate) mod auth;
 
 use std::io::{self, Read, Write};
 use std::path::Path;
@@ -22,7 +24,7 @@ use crate::metrics::ApplyOp;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::memetcdpb as mpb;
 use crate::raft::{SnapshotJob, StateMachine};
-use crate::server::etcdserver::apply_auth;
+
 use crate::server::etcdserver::convert;
 use crate::server::etcdserver::member::Member;
 
@@ -177,7 +179,7 @@ fn apply_request(s: &Arc<Member>, req: Req, header: Option<mpb::AuthHeader>) -> 
     Ok(match req {
         Req::Put(p) => {
             if auth {
-                apply_auth::check_put(s, who.as_ref(), &p)?;
+                auth::check_put(s, who.as_ref(), &p)?;
             }
             s.alarms.check_corrupt()?;
             if capped && crate::server::etcdserver::alarm::put_cost(&p) > 0 {
@@ -187,14 +189,14 @@ fn apply_request(s: &Arc<Member>, req: Req, header: Option<mpb::AuthHeader>) -> 
         }
         Req::DeleteRange(d) => {
             if auth {
-                apply_auth::check_delete(s, who.as_ref(), &d)?;
+                auth::check_delete(s, who.as_ref(), &d)?;
             }
             s.alarms.check_corrupt()?;
             Resp::DeleteRange(delete_range(s, d)?)
         }
         Req::Txn(t) => {
             if auth {
-                apply_auth::check_txn(s, who.as_ref(), &t)?;
+                auth::check_txn(s, who.as_ref(), &t)?;
             }
             s.alarms.check_corrupt()?;
             if capped && crate::server::etcdserver::alarm::txn_cost(&t) > 0 {
@@ -224,7 +226,7 @@ fn apply_request(s: &Arc<Member>, req: Req, header: Option<mpb::AuthHeader>) -> 
             })
         }
         Req::LeaseRevoke(r) => {
-            apply_auth::check_lease_revoke(s, who.as_ref(), r.id)?;
+            auth::check_lease_revoke(s, who.as_ref(), r.id)?;
             s.alarms.check_corrupt()?;
             let revoked = revoke(s, vec![r.id]);
             if revoked.gone.is_empty() {
