@@ -475,7 +475,7 @@ async fn stop(shared: Arc<Member>) {
         _ = &mut signal => raft.hand_over().await,
         _ = raft.removed() => {
             // etcd's two lines as its server stops on its removal.
-            tracing::warn!(error = mem_etcd::raft::network::MEMBER_REMOVED, "server error");
+            tracing::warn!(error = mem_etcd::raft::rafthttp::network::MEMBER_REMOVED, "server error");
             tracing::warn!("data-dir used by this member must be removed");
         }
     }

@@ -36,7 +36,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
 use crate::config::{Config, TlsVersion};
-use crate::raft::tls::read_certs;
+use crate::raft::rafthttp::tls::read_certs;
 
 /// How long a client may take to finish its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -86,7 +86,7 @@ pub fn peer_server_config(config: &Config) -> Result<Option<Arc<ServerConfig>>, 
 /// certificate. With `--peer-auto-tls` (a certificate of its own making) it takes any
 /// certificate from the members it calls (each made its own, so there is no CA to check them
 /// against), still checking that the peer holds its key.
-pub fn peer_client(config: &Config) -> Result<Option<crate::raft::tls::PeerTls>, String> {
+pub fn peer_client(config: &Config) -> Result<Option<crate::raft::rafthttp::tls::PeerTls>, String> {
     let (cert, key) = match (&config.peer_cert_file, &config.peer_key_file) {
         (Some(c), Some(k)) => match (&config.peer_client_cert_file, &config.peer_client_key_file) {
             (Some(cc), Some(ck)) => (cc, ck),
@@ -130,7 +130,7 @@ pub fn peer_client(config: &Config) -> Result<Option<crate::raft::tls::PeerTls>,
         tls.dangerous().set_certificate_verifier(v);
     }
     tls.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(Some(crate::raft::tls::PeerTls::new(tls)))
+    Ok(Some(crate::raft::rafthttp::tls::PeerTls::new(tls)))
 }
 
 /// The certificate of a called member, as etcd's peer client checks it: the chain and host
@@ -304,7 +304,9 @@ fn provider(
 /// `--discovery-insecure-transport=false`, or when verification is skipped; `None` otherwise.
 /// The service's certificate is checked against `--discovery-cacert`, or not at all with
 /// `--discovery-insecure-skip-tls-verify` (the handshake's signatures still are).
-pub fn discovery_client(config: &Config) -> Result<Option<crate::raft::tls::PeerTls>, String> {
+pub fn discovery_client(
+    config: &Config,
+) -> Result<Option<crate::raft::rafthttp::tls::PeerTls>, String> {
     let wanted = config.discovery_cert.is_some()
         || config.discovery_key.is_some()
         || config.discovery_cacert.is_some()
@@ -336,7 +338,7 @@ pub fn discovery_client(config: &Config) -> Result<Option<crate::raft::tls::Peer
         tls.dangerous().set_certificate_verifier(Arc::new(any));
     }
     tls.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(Some(crate::raft::tls::PeerTls::new(tls)))
+    Ok(Some(crate::raft::rafthttp::tls::PeerTls::new(tls)))
 }
 
 /// The certificates of the CA file `ca` (given with `flag`) as a root store; empty without one.

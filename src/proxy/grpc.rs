@@ -35,7 +35,7 @@ use tower::ServiceExt;
 
 use super::flag::{go_bool, go_duration};
 use crate::proto::etcdserverpb as pb;
-use crate::raft::tls::PeerTls;
+use crate::raft::rafthttp::tls::PeerTls;
 use pb::cluster_client::ClusterClient;
 use pb::cluster_server::{Cluster, ClusterServer};
 
@@ -291,7 +291,7 @@ impl Flags {
         // etcd's proxy asks for a certificate without a common name: the members would take
         // its common name as the user of every call it passes on (see `auth::cert`).
         if let Some(cert) = &self.cert {
-            let der = crate::raft::tls::read_certs(std::path::Path::new(cert), "--cert")?;
+            let der = crate::raft::rafthttp::tls::read_certs(std::path::Path::new(cert), "--cert")?;
             if let Some(cn) = der.first().and_then(|c| crate::auth::cert::common_name(c))
                 && !cn.is_empty()
             {

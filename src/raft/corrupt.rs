@@ -28,7 +28,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use prost::Message;
 
-use super::network::RaftClient;
+use super::rafthttp::network::RaftClient;
 use super::state_machine::KvHash;
 use crate::error::Error;
 use crate::proto::etcdserverpb as epb;

@@ -14,7 +14,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use super::network::RaftClient;
+use super::rafthttp::network::RaftClient;
 use crate::error::Error;
 use crate::proto::memetcdpb as pb;
 
@@ -251,7 +251,7 @@ mod tests {
         let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", closed.local_addr().unwrap());
         drop(closed);
-        let peers = super::super::network::Peers::new(1, 2, None, Duration::from_secs(1));
+        let peers = crate::raft::rafthttp::network::Peers::new(1, 2, None, Duration::from_secs(1));
         let stream = LeaderStream::open(peers.raft_client(3, &[url]).unwrap());
         let propose = Forwarded::Propose(pb::Proposals { requests: Vec::new() });
         let failed = stream.call(propose, Duration::from_secs(5)).await.unwrap_err();

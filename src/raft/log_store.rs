@@ -49,7 +49,7 @@ use openraft::{EntryPayload, LogState, RaftLogReader};
 use parking_lot::{Condvar, Mutex};
 use prost::Message;
 
-use super::codec;
+use super::rafthttp::codec;
 use super::types::{CommittedLeaderId, Entry, LogId, Proposal, TypeConfig, Vote};
 use crate::data_dir::sync_dir;
 use crate::proto::memetcdpb as pb;

@@ -17,47 +17,39 @@
 //! -ahead log in a cluster ([`log_store`]); the store keeps no WAL of its own there, so nothing
 //! is written twice, and snapshots of the store ([`state_machine`]) bound the log.
 //!
-//! Files:
-//! - the node, one concern a file: [`node`] (its state and accessors), [`start`] (starting,
-//!   founding or joining a cluster), [`to_leader`] (proposals and read barriers: the one road
-//!   to the leader), [`conf_change`] (membership changes, leader transfer), [`role_watch`]
-//!   (leader and role; finding out about removals), [`status`] (Raft status, peers' progress);
+//! Files, in two rooms and beside them:
+//! - [`node`]: the node, one concern a file (its state and accessors in `node/mod.rs`;
+//!   starting, founding or joining a cluster; proposals and read barriers, the one road to the
+//!   leader; membership changes and leader transfer; leader and role; Raft status);
+//! - [`rafthttp`] (etcd's name for it): between members: the peer transport's client and
+//!   server sides, openraft's types on the wire, peer TLS, which peers are reachable, network
+//!   faults for tests;
 //! - what goes to the leader: [`forward`] (the requests only the leader serves), [`batch`]
 //!   (proposals in batches), [`read_index`] (one quorum confirmation for every read waiting);
 //! - storage: [`log_store`] (the Raft log), [`state_machine`] (what it is applied to, and
 //!   snapshots), [`restore`] (founding a cluster from a state held outside Raft);
-//! - between members: [`network`] and [`peer`] (the peer transport's client and server sides),
-//!   [`codec`] (openraft's types on the wire), [`tls`], [`probing`] (which peers are
-//!   reachable), [`corrupt`] (comparing members' hashes), [`faults`] (network faults, tests);
-//! - [`membership`] (`--initial-cluster` and ids, as etcd derives them), [`types`] (the types
-//!   openraft is instantiated with).
+//! - [`corrupt`] (comparing members' hashes), [`membership`] (`--initial-cluster` and ids, as
+//!   etcd derives them), [`types`] (the types openraft is instantiated with).
+//!
+//! `node` and `rafthttp` call each other, as etcd's `raft` and `rafthttp` do: the node sends
+//! through the transport, and the transport's server side hands what arrives to the node.
 
 pub mod batch;
-pub mod codec;
-pub mod conf_change;
 pub mod corrupt;
-pub mod faults;
 pub mod forward;
 pub mod log_store;
 pub mod membership;
-pub mod network;
 pub mod node;
-pub mod peer;
-pub mod probing;
+pub mod rafthttp;
 pub mod read_index;
 pub mod restore;
-pub mod role_watch;
-pub mod start;
 pub mod state_machine;
-pub mod status;
-pub mod tls;
-pub mod to_leader;
 pub mod types;
 
 pub use forward::{Answer, Forwarded, LeaderRequests};
+pub use node::status::RaftStatus;
 pub use node::{NodeOptions, Raft, RaftNode, Role};
 pub use state_machine::{KvHash, Snapshot, SnapshotJob, StateMachine};
-pub use status::RaftStatus;
 
 pub use types::{
     CommittedLeaderId, Entry, LogId, Membership, PeerNode, Proposal, SnapshotMeta,

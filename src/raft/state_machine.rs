@@ -33,7 +33,7 @@ use openraft::{EntryPayload, RaftSnapshotBuilder};
 use prost::Message;
 use tokio_stream::{Stream, StreamExt};
 
-use super::codec;
+use super::rafthttp::codec;
 use super::types::{
     CommittedLeaderId, LogId, PeerNode, SnapshotMeta, StoredMembership, TypeConfig,
 };

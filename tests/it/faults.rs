@@ -3,7 +3,7 @@
 //! replaced and then woken, a follower far behind that catches up from a snapshot while writes
 //! go on, a membership change under load, and every member killed at once.
 //!
-//! The partition is the members' `--peer-failpoint` (see `src/raft/faults.rs`): both sides
+//! The partition is the members' `--peer-failpoint` (see `src/raft/rafthttp/faults.rs`): both sides
 //! refuse each other's peer calls, as if the network dropped them. What is checked under each
 //! fault: no request reports success for a write that did not commit (every acknowledged write
 //! is read back at its revision from every member afterwards), no linearizable read returns a

@@ -10,9 +10,9 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{ChangeMembers, EntryPayload, Membership, Precondition};
 use tokio::time::Instant;
 
-use super::node::{RaftNode, Result, matched_in};
-use super::types::{PeerNode, TypeConfig};
+use super::{RaftNode, Result, matched_in};
 use crate::error::Error;
+use crate::raft::types::{PeerNode, TypeConfig};
 
 impl RaftNode {
     /// On the leader: a member that lost its state becomes a learner, catches up, and becomes

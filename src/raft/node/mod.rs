@@ -1,10 +1,16 @@
 //! This member's Raft node (etcd's `raftNode` and the parts of `EtcdServer` that talk to it):
-//! the node's state and its small accessors. Its methods are spread over the files beside it,
-//! one concern each, which is why its fields are `pub(super)`: [`super::start`] (starting or
-//! joining a cluster), [`super::to_leader`] (proposals and read barriers, the one road to the
-//! leader), [`super::conf_change`] (membership changes and leader transfer),
-//! [`super::role_watch`] (the leader and role watch; finding out this member was removed) and
-//! [`super::status`] (what this member knows of its peers' progress).
+//! the node's state and its small accessors. Its methods are spread over the files of this
+//! room, one concern each: [`start`] (starting or joining a cluster), [`to_leader`] (proposals
+//! and read barriers, the one road to the leader), [`conf_change`] (membership changes and
+//! leader transfer), [`role_watch`] (the leader and role watch; finding out this member was
+//! removed) and [`status`] (what this member knows of its peers' progress). Its fields are
+//! `pub(super)`, seen by all of `raft` (the transport's server side reads them too).
+
+pub mod conf_change;
+pub mod role_watch;
+pub mod start;
+pub mod status;
+pub mod to_leader;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -18,7 +24,7 @@ use tokio::sync::watch;
 use super::forward::{LeaderRequests, LeaderStream};
 use super::log_store::LogStore;
 use super::membership::InitialMember;
-use super::network::{Peers, RaftClient};
+use super::rafthttp::network::{Peers, RaftClient};
 use super::state_machine::{StateMachine, StateMachineStore};
 use super::types::TypeConfig;
 use crate::data_dir::RaftDir;
@@ -52,7 +58,7 @@ pub struct NodeOptions {
     pub keep_in_memory: u64,
     pub heartbeat: Duration,
     pub election: Duration,
-    pub tls: Option<super::tls::PeerTls>,
+    pub tls: Option<super::rafthttp::tls::PeerTls>,
     /// `--peer-failpoint`: the file listing members whose calls to refuse (tests only).
     pub failpoint: Option<std::path::PathBuf>,
     /// The InitialCorruptCheck feature gate: a restarted member compares its store's hash with
@@ -110,13 +116,13 @@ pub struct RaftNode {
     pub(super) leader_heard_ms: AtomicU64,
     pub(super) started: std::time::Instant,
     /// Injected network faults (`--peer-failpoint`); `None` outside fault tests.
-    pub(super) faults: Option<Arc<super::faults::PeerFaults>>,
+    pub(super) faults: Option<Arc<super::rafthttp::faults::PeerFaults>>,
     /// Set once this member learns it was removed from the cluster (written by the role
     /// watcher and the prober, awaited by the daemon, which then stops as etcd's member does):
     /// how long to wait before stopping.
     pub(super) removed: watch::Sender<Option<Duration>>,
     /// The members this one saw leave the applied membership while it ran (etcd's
-    /// `IsIDRemoved`): their peer calls are refused with [`super::network::MEMBER_REMOVED`],
+    /// `IsIDRemoved`): their peer calls are refused with [`super::rafthttp::network::MEMBER_REMOVED`],
     /// which tells a removed member that missed its removal to stop.
     pub(super) removed_members: parking_lot::Mutex<BTreeSet<u64>>,
     /// The server's side of the forwarded requests it serves when this member leads (see
@@ -162,13 +168,13 @@ impl RaftNode {
         self.metrics().local_committed.map_or(0, |l| l.index)
     }
 
-    /// Admits a peer call: from a member of this cluster ([`super::network::check_stamp`])
+    /// Admits a peer call: from a member of this cluster ([`super::rafthttp::network::check_stamp`])
     /// whose calls are not being dropped by an injected fault. Returns the caller's member id.
     pub fn check_peer<T>(
         &self,
         req: &tonic::Request<T>,
     ) -> std::result::Result<u64, tonic::Status> {
-        let from = super::network::check_stamp(req, self.cluster_id)?;
+        let from = super::rafthttp::network::check_stamp(req, self.cluster_id)?;
         self.admit(from)?;
         Ok(from)
     }
@@ -178,7 +184,7 @@ impl RaftNode {
     pub fn admit(&self, from: u64) -> std::result::Result<(), tonic::Status> {
         self.check_fault(from)?;
         if self.is_member_removed(from) {
-            return Err(super::network::member_removed());
+            return Err(super::rafthttp::network::member_removed());
         }
         Ok(())
     }
@@ -198,7 +204,7 @@ impl RaftNode {
     }
 
     /// Traffic with the other members.
-    pub fn peer_stats(&self) -> &super::network::PeerStats {
+    pub fn peer_stats(&self) -> &super::rafthttp::network::PeerStats {
         &self.peers.stats
     }
 

@@ -12,9 +12,9 @@ use openraft::async_runtime::WatchReceiver;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::node::{RaftNode, Role};
-use super::types::TypeConfig;
+use super::{RaftNode, Role};
 use crate::proto::memetcdpb as pb;
+use crate::raft::types::TypeConfig;
 
 impl RaftNode {
     /// Follows openraft's metrics: leader, term and role changes.

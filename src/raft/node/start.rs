@@ -11,12 +11,12 @@ use openraft::error::RaftError;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::log_store::{LogOptions, LogStore};
-use super::network::{Network, Peers};
-use super::node::{NodeOptions, Raft, RaftNode, Role, request_timeout};
-use super::state_machine::{StateMachine, StateMachineStore};
-use super::types::PeerNode;
+use super::{NodeOptions, Raft, RaftNode, Role, request_timeout};
 use crate::proto::memetcdpb as pb;
+use crate::raft::log_store::{LogOptions, LogStore};
+use crate::raft::rafthttp::network::{Network, Peers};
+use crate::raft::state_machine::{StateMachine, StateMachineStore};
+use crate::raft::types::PeerNode;
 use crate::wal::Mode;
 
 fn raft_config(o: &NodeOptions) -> std::result::Result<openraft::Config, String> {
@@ -69,7 +69,7 @@ impl RaftNode {
     }
 
     /// Starts the node of a member whose `<data-dir>/raft` was just founded from the state
-    /// `machine` already holds (by [`super::restore::write_member`]: a member alone grown into
+    /// `machine` already holds (by [`crate::raft::restore::write_member`]: a member alone grown into
     /// a cluster of itself, or a member forced into a new cluster), so the founding snapshot is
     /// not loaded again. Its first vote is for `term`, so that the term its headers carry does
     /// not go back: its election takes the next.
@@ -103,7 +103,7 @@ impl RaftNode {
             && log.is_pristine()
         {
             use openraft::storage::RaftLogStorage;
-            let vote = super::types::Vote::new(term, opts.member_id);
+            let vote = crate::raft::types::Vote::new(term, opts.member_id);
             log.clone().save_vote(&vote).await.map_err(|e| format!("raft log: {e}"))?;
         }
         let (applied_tx, applied) = watch::channel(0);
@@ -149,7 +149,7 @@ impl RaftNode {
             voting_blocked: AtomicBool::new(false),
             leader_heard_ms: AtomicU64::new(0),
             started: std::time::Instant::now(),
-            faults: opts.failpoint.clone().map(super::faults::PeerFaults::start),
+            faults: opts.failpoint.clone().map(crate::raft::rafthttp::faults::PeerFaults::start),
             removed: watch::channel(None).0,
             removed_members: Default::default(),
             leader_requests: OnceLock::new(),
@@ -161,7 +161,7 @@ impl RaftNode {
         tokio::spawn(node.clone().watch_metrics(role.0));
         let weak = Arc::downgrade(&node);
         let removed = node.removed.clone();
-        tokio::spawn(super::probing::run(
+        tokio::spawn(crate::raft::rafthttp::probing::run(
             node.peers.clone(),
             node.id,
             node.opts.heartbeat,
@@ -249,12 +249,12 @@ impl RaftNode {
             )
             .await;
             let timeout = request_timeout(node.opts.election);
-            super::corrupt::initial_check(&*node, timeout).await?;
+            crate::raft::corrupt::initial_check(&*node, timeout).await?;
             node.raft.runtime_config().elect(true);
         }
         if node.opts.corrupt_check.is_some() || node.opts.compact_hash_check.is_some() {
             let (every, compact) = (node.opts.corrupt_check, node.opts.compact_hash_check);
-            tokio::spawn(super::corrupt::monitor(Arc::downgrade(&node), every, compact));
+            tokio::spawn(crate::raft::corrupt::monitor(Arc::downgrade(&node), every, compact));
         }
         Ok(node)
     }

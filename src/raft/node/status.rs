@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::node::{RaftNode, matched_in};
+use super::{RaftNode, matched_in};
 
 /// A member's Raft status (Maintenance.Status's raft fields).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,7 +44,7 @@ impl RaftNode {
         matched as f64 >= leader_last as f64 * fraction && (matched > 0 || leader_last == 0)
     }
 
-    /// Since when member `id` has answered every probe of this member ([`super::probing`];
+    /// Since when member `id` has answered every probe of this member ([`crate::raft::rafthttp::probing`];
     /// `None`: unreachable, or not probed yet; this member itself: always).
     pub fn active_since(&self, id: u64) -> Option<std::time::Instant> {
         if id == self.id {
@@ -56,7 +56,7 @@ impl RaftNode {
     /// Whether a quorum of voters reaches this member: waits until enough voters (this member
     /// counting for itself) have each sent it two probes since it was called, until
     /// `deadline`. Every member probes every other once per heartbeat, and sends its next
-    /// probe only once the last was answered ([`super::probing`]), so the second proves that
+    /// probe only once the last was answered ([`crate::raft::rafthttp::probing`]), so the second proves that
     /// the link carried a probe, its answer and another probe after this began (one probe
     /// alone could have been on its way before). A member whose incoming peer traffic is cut
     /// still reaches the others with its own calls, and may still confirm a read index for a

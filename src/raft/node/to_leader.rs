@@ -1,6 +1,6 @@
 //! The road to the leader: proposals (batched, forwarded from a follower), the requests only
-//! the leader serves ([`super::forward`]), and linearizable read barriers (read index rounds
-//! shared by every read waiting, [`super::read_index`]).
+//! the leader serves ([`crate::raft::forward`]), and linearizable read barriers (read index rounds
+//! shared by every read waiting, [`crate::raft::read_index`]).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -13,16 +13,16 @@ use openraft::{ReadPolicy, ServerState};
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 
-use super::forward::{Answer, Forwarded, LeaderRequests, LeaderStream};
-use super::node::{RaftNode, Result};
-use super::types::Proposal;
+use super::{RaftNode, Result};
 use crate::error::Error;
 use crate::proto::memetcdpb as pb;
+use crate::raft::forward::{Answer, Forwarded, LeaderRequests, LeaderStream};
+use crate::raft::types::Proposal;
 
 impl RaftNode {
     /// Proposes an encoded request and returns the log index it was applied at and the
     /// encoded answer. The request goes to the leader in the next batch of this member's
-    /// proposals ([`super::batch`]), and the answer comes back once this member has applied it
+    /// proposals ([`crate::raft::batch`]), and the answer comes back once this member has applied it
     /// too (so a client reading from this member next sees its write). A failure never hides
     /// a commit: an answer is success only once committed.
     pub async fn propose(&self, request: Bytes) -> Result<(u64, Bytes)> {
@@ -65,7 +65,7 @@ impl RaftNode {
     pub(super) async fn forward_proposals(
         &self,
         requests: Vec<Bytes>,
-    ) -> Result<Vec<super::batch::Answer>> {
+    ) -> Result<Vec<crate::raft::batch::Answer>> {
         let answer = self.at_leader(Forwarded::Propose(pb::Proposals { requests })).await?;
         let Answer::Propose(proposed) = answer else { return Err(Error::Internal) };
         Ok(proposed
@@ -86,19 +86,19 @@ impl RaftNode {
     /// The one road to the leader, for every request only the leader can serve: runs
     /// `request` on this member if it leads, else forwards it to the leader, within the request
     /// timeout (etcd's). Without a leader the request waits for one, as etcd's do, and fails by
-    /// the deadline as etcd's do (see [`super::forward::errors`]; "etcdserver: no leader" for a
+    /// the deadline as etcd's do (see [`crate::raft::forward::errors`]; "etcdserver: no leader" for a
     /// proposal is for clients that asked to require one). A request that was not delivered
     /// (the leader does not lead, or could not be reached at all) is sent again to whoever
     /// leads; any other failure of a call to the leader is answered with the leader's error if
     /// it is one of etcd's, else as `errors` says. A call whose leader another member replaced
     /// meanwhile ends at once: sent again to the new leader if repeating it changes nothing
-    /// ([`super::forward::resendable`]), else answered as a failed call (a proposal, which
+    /// ([`crate::raft::forward::resendable`]), else answered as a failed call (a proposal, which
     /// may still commit, is never sent twice). A proposal the leader answered is answered
     /// here once this member has applied it too, as etcd's followers answer from their own
     /// apply (so a client reading from this member next sees its write).
     pub async fn at_leader(&self, request: Forwarded) -> Result<Answer> {
         let deadline = Instant::now() + self.request_timeout();
-        let (no_leader, failed) = super::forward::errors(&request);
+        let (no_leader, failed) = crate::raft::forward::errors(&request);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let leader = match self.leader() {
@@ -133,7 +133,7 @@ impl RaftNode {
             let answered = tokio::select! {
                 answered = stream.call(request.clone(), left) => answered,
                 () = self.replaced(leader) => {
-                    if super::forward::resendable(&request) {
+                    if crate::raft::forward::resendable(&request) {
                         continue;
                     }
                     return Err(failed);
@@ -173,7 +173,7 @@ impl RaftNode {
     }
 
     /// Serves a request a follower forwarded. Its read index joins this leader's own shared
-    /// round (see [`super::read_index`]): one quorum confirmation then serves this member's
+    /// round (see [`crate::raft::read_index`]): one quorum confirmation then serves this member's
     /// reads and every follower's waiting at that moment, where each follower's call used to
     /// cost one of its own. The round starts after the call arrived, as a round of its own
     /// would; the round itself confirms through [`RaftNode::serve_forwarded`].
@@ -275,7 +275,7 @@ impl RaftNode {
     }
 
     /// The index a linearizable read must wait for: the next shared round's
-    /// ([`super::read_index`]), within the request timeout.
+    /// ([`crate::raft::read_index`]), within the request timeout.
     pub async fn read_index(&self) -> Result<u64> {
         tokio::time::timeout(self.request_timeout(), self.reads.read_index())
             .await
@@ -316,5 +316,5 @@ impl RaftNode {
 /// Whether a call to the leader was certainly not delivered (it never left this member, see
 /// `forward::NOT_SENT`): safe to send again, a proposal too.
 fn not_delivered(s: &tonic::Status) -> bool {
-    s.code() == tonic::Code::Unavailable && s.message() == super::forward::NOT_SENT
+    s.code() == tonic::Code::Unavailable && s.message() == crate::raft::forward::NOT_SENT
 }

@@ -14,11 +14,11 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 
-use super::types::{
+use crate::proto::memetcdpb as pb;
+use crate::raft::types::{
     CommittedLeaderId, Entry, LogId, Membership, PeerNode, Proposal, SnapshotMeta,
     StoredMembership, TypeConfig, Vote,
 };
-use crate::proto::memetcdpb as pb;
 
 /// A message from a peer lacked a field its type requires.
 #[derive(Debug)]

@@ -34,11 +34,11 @@ use tonic::transport::{Channel, Endpoint};
 use prost::Message;
 
 use super::codec;
-use super::state_machine::Snapshot;
-use super::state_machine::SnapshotFile;
-use super::types::{PeerNode, TypeConfig, Vote};
 use crate::metrics::{Histogram, header};
 use crate::proto::memetcdpb as pb;
+use crate::raft::state_machine::Snapshot;
+use crate::raft::state_machine::SnapshotFile;
+use crate::raft::types::{PeerNode, TypeConfig, Vote};
 
 /// Metadata keys of the stamp on every peer call.
 pub const CLUSTER_ID_KEY: &str = "memetcd-cluster-id";
@@ -239,7 +239,7 @@ impl Peers {
             return Some(ch.clone());
         }
         let url = urls.first()?;
-        let socket = super::membership::unix_socket_path(url);
+        let socket = crate::raft::membership::unix_socket_path(url);
         // A unix socket's URL is no URI a connection can take its authority from: the channel
         // gets a placeholder, and the connector dials the socket.
         let uri = if socket.is_some() { "http://localhost".to_string() } else { url.clone() };

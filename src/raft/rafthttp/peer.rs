@@ -11,12 +11,12 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::codec;
-use super::forward::Forwarded;
 use super::network::MEMBER_ID_KEY;
-use super::node::RaftNode;
-use super::state_machine::{SnapshotFile, open_snapshot, temp_path};
 use crate::error::Error;
 use crate::proto::memetcdpb as pb;
+use crate::raft::forward::Forwarded;
+use crate::raft::node::RaftNode;
+use crate::raft::state_machine::{SnapshotFile, open_snapshot, temp_path};
 
 /// The answers of an `Append` stream.
 pub type AppendResults =
@@ -72,7 +72,7 @@ async fn serve_forward_call(
     from: u64,
     request: Option<pb::ForwardRequest>,
     timeout_ms: u64,
-) -> Result<super::forward::Answer, Status> {
+) -> Result<crate::raft::forward::Answer, Status> {
     node.admit(from)?;
     let Some(mut request) = request.and_then(|r| r.request) else {
         return Err(Status::invalid_argument("a forwarded call without a request"));
@@ -254,7 +254,7 @@ impl pb::raft_server::Raft for PeerService {
                 tokio::spawn(async move {
                     let served =
                         serve_forward_call(&node, from, call.request, call.timeout_ms).await;
-                    let _ = tx.send(Ok(super::forward::reply(call.id, served)));
+                    let _ = tx.send(Ok(crate::raft::forward::reply(call.id, served)));
                 });
             }
         });
@@ -367,7 +367,10 @@ impl PeerService {
 
     /// A vote refused by a member that may not vote yet: its own vote (lower than any
     /// candidate's) and no log, so the candidate learns nothing from it.
-    fn refusal(&self, rpc: &openraft::raft::VoteRequest<super::TypeConfig>) -> pb::VoteResponse {
+    fn refusal(
+        &self,
+        rpc: &openraft::raft::VoteRequest<crate::raft::TypeConfig>,
+    ) -> pb::VoteResponse {
         let _ = rpc;
         pb::VoteResponse { vote: Some(pb::Vote::default()), granted: false, last_log_id: None }
     }

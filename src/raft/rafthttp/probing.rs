@@ -23,7 +23,7 @@ use crate::proto::memetcdpb as pb;
 /// that does not answer within the `election` timeout counts as unreachable. A peer that
 /// refuses `me` as a removed member is passed to `removed` (every heartbeat a member missed
 /// its own removal, as etcd's learns it from its peers' 410 Gone).
-pub(super) async fn run(
+pub(in crate::raft) async fn run(
     peers: Arc<Peers>,
     me: u64,
     every: Duration,

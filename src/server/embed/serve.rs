@@ -441,11 +441,11 @@ pub(in crate::server) fn peer_router(shared: &Arc<Member>) -> ClientRouter {
     // A member alone serves its peer URLs from its start, as etcd's does, with Raft's calls
     // refused until it grows into a cluster (`grow`), when its node appears.
     let weak = Arc::downgrade(shared);
-    let node: crate::raft::peer::NodeSource =
+    let node: crate::raft::rafthttp::peer::NodeSource =
         Arc::new(move || weak.upgrade().and_then(|s| s.raft().cloned()));
     let snap_dir = shared.config.wal_options().dir.raft().snapshots();
     let peer = crate::proto::memetcdpb::raft_server::RaftServer::new(
-        crate::raft::peer::PeerService::new(node, snap_dir),
+        crate::raft::rafthttp::peer::PeerService::new(node, snap_dir),
     )
     .max_decoding_message_size(usize::MAX)
     .max_encoding_message_size(usize::MAX);

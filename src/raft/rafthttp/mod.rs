@@ -1,0 +1,17 @@
+//! Between members (etcd's `rafthttp`): what one member's node sends another and how it gets
+//! there.
+//!
+//! - [`network`]: the client side: openraft's network over gRPC, one channel per peer, the
+//!   `Append` stream, and what each peer's traffic counts;
+//! - [`peer`]: the server side: the peer gRPC service, which hands what arrives to the node;
+//! - [`codec`]: openraft's types on the wire;
+//! - [`tls`]: peer TLS (`--peer-*` flags);
+//! - [`probing`]: which peers are reachable, and since when;
+//! - [`faults`]: network faults injected by tests.
+
+pub mod codec;
+pub mod faults;
+pub mod network;
+pub mod peer;
+pub mod probing;
+pub mod tls;
