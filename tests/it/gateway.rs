@@ -862,21 +862,32 @@ impl Ws {
     }
 
     async fn send_frame(&mut self, opcode: u8, payload: &[u8]) {
+        self.send_raw(0x80 | opcode, payload, true).await;
+    }
+
+    /// A frame whose first byte (FIN, opcode) is `first`, masked as a client's must be unless
+    /// `masked` is false.
+    async fn send_raw(&mut self, first: u8, payload: &[u8], masked: bool) {
         let mask = [0x37u8, 0xfa, 0x21, 0x3d];
-        let mut out = vec![0x80 | opcode];
+        let bit = if masked { 0x80 } else { 0 };
+        let mut out = vec![first];
         match payload.len() {
-            n if n < 126 => out.push(0x80 | n as u8),
+            n if n < 126 => out.push(bit | n as u8),
             n if n <= u16::MAX as usize => {
-                out.push(0x80 | 126);
+                out.push(bit | 126);
                 out.extend_from_slice(&(n as u16).to_be_bytes());
             }
             n => {
-                out.push(0x80 | 127);
+                out.push(bit | 127);
                 out.extend_from_slice(&(n as u64).to_be_bytes());
             }
         }
-        out.extend_from_slice(&mask);
-        out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        if masked {
+            out.extend_from_slice(&mask);
+            out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        } else {
+            out.extend_from_slice(payload);
+        }
         self.s.write_all(&out).await.unwrap();
     }
 
@@ -929,6 +940,54 @@ impl Ws {
             other => panic!("not a text message: {other:?}"),
         }
     }
+}
+
+/// The framing of the gateway's WebSocket beyond what [`gateway_websocket_matches_etcd`] sends
+/// both servers, as etcd's proxy (gorilla/websocket) answers it: a request in fragments with a
+/// ping between them, a close code echoed, and a frame breaking the protocol or the size limit
+/// answered with RFC 6455's close code and the end of the connection. mem_etcd alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_websocket_framing() {
+    let mem = Server::start(Kind::MemEtcd, &[]).await.expect("mem_etcd");
+    let wait = Duration::from_secs(5);
+    let open = || async { Ws::open(mem.addr(), "GET", "/v3/watch", &[]).await.2.expect("101") };
+    let close = |code: u16| Some((0x8, code.to_be_bytes().to_vec()));
+
+    // Split inside the key's JSON string: only the fragments joined make a valid request (a
+    // fragment taken as a message of its own would put a newline into the string).
+    let mut ws = open().await;
+    let create = format!(r#"{{"create_request":{{"key":"{}","watch_id":"5"}}}}"#, b64("frag/key"));
+    let at = create.find("ZnJh").unwrap() + 2;
+    let (first, rest) = create.split_at(at);
+    let (middle, last) = rest.split_at(4);
+    ws.send_raw(0x1, first.as_bytes(), true).await;
+    ws.send_raw(0x80 | 0x9, b"between", true).await;
+    ws.send_raw(0x0, middle.as_bytes(), true).await;
+    ws.send_raw(0x80, last.as_bytes(), true).await;
+    assert_eq!(ws.frame(wait).await, Some((0xA, b"between".to_vec())), "the pong");
+    let created = ws.line(wait).await.expect("the watch created");
+    assert_eq!(created["result"]["created"], json!(true), "{created}");
+    assert_eq!(created["result"]["watch_id"], json!("5"), "{created}");
+    // The client's close code comes back, then the connection ends.
+    ws.send_frame(0x8, &1001u16.to_be_bytes()).await;
+    assert_eq!(ws.frame(wait).await, close(1001));
+    assert_eq!(ws.frame(wait).await, None);
+
+    // An unmasked client frame: a protocol error (1002).
+    let mut ws = open().await;
+    ws.send_raw(0x81, b"{}", false).await;
+    assert_eq!(ws.frame(wait).await, close(1002));
+    assert_eq!(ws.frame(wait).await, None);
+
+    // A frame longer than the gateway takes (four times --max-request-bytes, and gRPC's
+    // overhead): refused from its header alone (1009), before any of it is sent.
+    let mut ws = open().await;
+    let mut head = vec![0x81, 0x80 | 127];
+    head.extend_from_slice(&(1u64 << 40).to_be_bytes());
+    head.extend_from_slice(&[1, 2, 3, 4]);
+    ws.s.write_all(&head).await.unwrap();
+    assert_eq!(ws.frame(wait).await, close(1009));
+    assert_eq!(ws.frame(wait).await, None);
 }
 
 /// Reads `n` messages from both WebSocket watches and compares them (masked); etcd's.

@@ -16,8 +16,12 @@
 //! the bytes read put back in front ([`Prefixed`]). WebSocket clients send the handshake as a
 //! connection's first request (they dial a connection for it).
 //!
-//! The framing is RFC 6455's, without extensions (the proxy offers none): a message of the
-//! client's is masked and may come in fragments; the server's are single unmasked frames.
+//! After the `101`, the connection is tungstenite's: RFC 6455's framing without extensions (the
+//! proxy offers none), with messages and frames no longer than the gateway's request body. The
+//! proxy's gorilla/websocket differs from tungstenite's defaults in two ways, so both are done
+//! here: a close frame goes back with the code alone (tungstenite would echo the reason too),
+//! and a frame that breaks the protocol or the size limit gets a close frame with RFC 6455's
+//! code (tungstenite only reports it).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -25,6 +29,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use bytes::{Buf, Bytes, BytesMut};
+use futures_util::SinkExt as _;
 use http::{HeaderMap, HeaderValue, Method, Request, header};
 use http_body::Body as _;
 use sha1::Digest as _;
@@ -32,6 +37,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::error::{Error as WsError, ProtocolError};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::frame::{Frame, Utf8Bytes};
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tonic::body::Body;
 use tonic::transport::server::Connected;
 
@@ -335,6 +346,10 @@ where
     if conn.write_all(answer.as_bytes()).await.is_err() {
         return;
     }
+    // `buf`: frames the client sent right behind its handshake.
+    let config = Some(config(max_message));
+    let mut ws =
+        WebSocketStream::from_partially_read(conn, buf.to_vec(), Role::Server, config).await;
     // The call: a POST (etcd's proxy sets the method of every call it makes), with the
     // headers the proxy passes on.
     let (body_tx, body_rx) = mpsc::channel::<Bytes>(16);
@@ -352,7 +367,6 @@ where
     let mut call = Box::pin(tower_service::Service::call(&mut http, req));
     let mut answer: Option<Body> = None;
     let mut body_tx = Some(body_tx);
-    let mut frames = Frames { buf, message: None, max: max_message };
     let mut lines = BytesMut::new();
     loop {
         tokio::select! {
@@ -364,58 +378,88 @@ where
                 Some(data) => {
                     lines.extend_from_slice(&data);
                     while let Some(i) = lines.iter().position(|b| *b == b'\n') {
-                        let line = lines.split_to(i + 1);
-                        if send_text(&mut conn, &line[..i]).await.is_err() {
+                        let line = lines.split_to(i + 1).freeze();
+                        if send_text(&mut ws, line.slice(..i)).await.is_err() {
                             return;
                         }
                     }
                 }
                 None => {
                     // The answer is over: its last line (a unary answer has no newline),
-                    // then the connection closes, as the proxy's does, without a close frame.
-                    let _ = send_text(&mut conn, &lines).await;
-                    let _ = conn.shutdown().await;
+                    // then the connection closes, as the proxy's does, without a close frame
+                    // (dropping tungstenite's stream sends none).
+                    let _ = send_text(&mut ws, lines.split().freeze()).await;
+                    let _ = ws.get_mut().shutdown().await;
                     return;
                 }
             },
-            read = conn.read_buf(&mut frames.buf) => {
-                if !matches!(read, Ok(n) if n > 0) {
+            // Pings and pongs come out here too; tungstenite has queued a ping's pong, and
+            // writes it before it reads on (or before the next message sent).
+            message = ws.next() => match message {
+                Some(Ok(Message::Text(m))) => forward(&mut body_tx, m.into()).await,
+                Some(Ok(Message::Binary(m))) => forward(&mut body_tx, m).await,
+                Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
+                Some(Ok(Message::Close(frame))) => {
+                    close(&mut ws, frame.map(|f| f.code)).await;
                     return;
                 }
-                loop {
-                    match frames.next() {
-                        Ok(None) => break,
-                        Ok(Some(Frame::Message(m))) => {
-                            let Some(tx) = &body_tx else { continue };
-                            let mut line = BytesMut::from(&m[..]);
-                            line.extend_from_slice(b"\n");
-                            if tx.send(line.freeze()).await.is_err() {
-                                // The call no longer reads its request.
-                                body_tx = None;
-                            }
-                        }
-                        Ok(Some(Frame::Ping(p))) => {
-                            if write_frame(&mut conn, OP_PONG, &p).await.is_err() {
-                                return;
-                            }
-                        }
-                        Ok(Some(Frame::Close(code))) => {
-                            let payload = code.map(u16::to_be_bytes);
-                            let payload: &[u8] = payload.as_ref().map_or(&[], |p| &p[..]);
-                            let _ = write_frame(&mut conn, OP_CLOSE, payload).await;
-                            let _ = conn.shutdown().await;
-                            return;
-                        }
-                        Err(code) => {
-                            let _ = write_frame(&mut conn, OP_CLOSE, &code.to_be_bytes()).await;
-                            let _ = conn.shutdown().await;
-                            return;
-                        }
+                Some(Err(e)) => {
+                    if let Some(code) = refusal(&e) {
+                        close(&mut ws, Some(code)).await;
                     }
+                    return;
                 }
-            }
+                None => return,
+            },
         }
     }
+}
+
+/// A request body is at most `max_message` long, so no message (nor frame) of the client's may
+/// be longer.
+fn config(max_message: usize) -> WebSocketConfig {
+    WebSocketConfig::default().max_message_size(Some(max_message)).max_frame_size(Some(max_message))
+}
+
+/// Hands a client's message to the call as a line of its request body (while the call still
+/// reads it).
+async fn forward(body_tx: &mut Option<mpsc::Sender<Bytes>>, message: Bytes) {
+    let Some(tx) = body_tx else { return };
+    let mut line = BytesMut::with_capacity(message.len() + 1);
+    line.extend_from_slice(&message);
+    line.extend_from_slice(b"\n");
+    if tx.send(line.freeze()).await.is_err() {
+        // The call no longer reads its request.
+        *body_tx = None;
+    }
+}
+
+/// The close code for a client's frame that broke the protocol, or `None` where the
+/// connection just ended (or failed) under it.
+fn refusal(e: &WsError) -> Option<CloseCode> {
+    match e {
+        WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => None,
+        WsError::Protocol(_) => Some(CloseCode::Protocol),
+        WsError::Capacity(_) => Some(CloseCode::Size),
+        // A text message (or close reason) that is not UTF-8.
+        WsError::Utf8(_) => Some(CloseCode::Invalid),
+        _ => None,
+    }
+}
+
+/// Sends a close frame with `code` alone, as gorilla/websocket does (tungstenite's own reply to
+/// a client's close, queued and not yet sent, would echo its reason too: it is written past
+/// tungstenite, and never sent, since the stream is dropped next), and ends the connection.
+async fn close<C: AsyncRead + AsyncWrite + Unpin>(
+    ws: &mut WebSocketStream<C>,
+    code: Option<CloseCode>,
+) {
+    let frame = Frame::close(code.map(|code| CloseFrame { code, reason: Utf8Bytes::default() }));
+    let mut out = Vec::with_capacity(4);
+    if frame.format(&mut out).is_ok() {
+        let _ = ws.get_mut().write_all(&out).await;
+    }
+    let _ = ws.get_mut().shutdown().await;
 }
 
 /// The next data of a response body, `None` at its end (trailers are not sent).
@@ -433,144 +477,26 @@ async fn next_frame(body: Option<&mut Body>) -> Option<Bytes> {
     }
 }
 
-/// One non-empty line as a text message (the proxy skips empty ones).
-async fn send_text<C: AsyncWrite + Unpin>(conn: &mut C, line: &[u8]) -> std::io::Result<()> {
+/// One non-empty line as a text message (the proxy skips empty ones). The gateway writes JSON,
+/// so a line is UTF-8; one that were not would go as a binary message (the proxy would send its
+/// bytes as text, which tungstenite's text messages, UTF-8 only, cannot carry).
+async fn send_text<C: AsyncRead + AsyncWrite + Unpin>(
+    ws: &mut WebSocketStream<C>,
+    line: Bytes,
+) -> Result<(), WsError> {
     if line.is_empty() {
         return Ok(());
     }
-    write_frame(conn, OP_TEXT, line).await
-}
-
-const OP_CONTINUATION: u8 = 0x0;
-const OP_TEXT: u8 = 0x1;
-const OP_BINARY: u8 = 0x2;
-const OP_CLOSE: u8 = 0x8;
-const OP_PING: u8 = 0x9;
-const OP_PONG: u8 = 0xA;
-
-/// RFC 6455's close codes this side sends.
-const CLOSE_PROTOCOL_ERROR: u16 = 1002;
-const CLOSE_TOO_BIG: u16 = 1009;
-
-/// A server frame: final, unmasked.
-async fn write_frame<C: AsyncWrite + Unpin>(
-    conn: &mut C,
-    opcode: u8,
-    payload: &[u8],
-) -> std::io::Result<()> {
-    let mut out = Vec::with_capacity(payload.len() + 10);
-    out.push(0x80 | opcode);
-    match payload.len() {
-        n if n < 126 => out.push(n as u8),
-        n if n <= u16::MAX as usize => {
-            out.push(126);
-            out.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            out.push(127);
-            out.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    out.extend_from_slice(payload);
-    conn.write_all(&out).await?;
-    conn.flush().await
-}
-
-/// What the client sent, frame by frame.
-#[derive(Debug, PartialEq, Eq)]
-enum Frame {
-    /// A whole data message (text or binary, fragments joined).
-    Message(Bytes),
-    Ping(Bytes),
-    /// A close frame and its code, if it has one.
-    Close(Option<u16>),
-}
-
-/// Reads the client's frames from the bytes received.
-#[derive(Debug)]
-struct Frames {
-    buf: BytesMut,
-    /// The fragments of a message so far.
-    message: Option<BytesMut>,
-    /// The longest message taken.
-    max: usize,
-}
-
-impl Frames {
-    /// The next complete frame that says something (pongs and fragments are taken in
-    /// silently); `Ok(None)` if more bytes are needed; `Err(code)` for a frame breaking the
-    /// protocol, to be closed with `code`.
-    fn next(&mut self) -> Result<Option<Frame>, u16> {
-        loop {
-            let b = &self.buf[..];
-            if b.len() < 2 {
-                return Ok(None);
-            }
-            let (fin, rsv, opcode) = (b[0] & 0x80 != 0, b[0] & 0x70, b[0] & 0x0F);
-            let (masked, len7) = (b[1] & 0x80 != 0, (b[1] & 0x7F) as usize);
-            // No extension was agreed; clients must mask (RFC 6455 5.1).
-            if rsv != 0 || !masked {
-                return Err(CLOSE_PROTOCOL_ERROR);
-            }
-            let (len, mut at) = match len7 {
-                126 if b.len() >= 4 => (u16::from_be_bytes([b[2], b[3]]) as usize, 4),
-                127 if b.len() >= 10 => {
-                    let n = u64::from_be_bytes(b[2..10].try_into().expect("8 bytes"));
-                    (usize::try_from(n).unwrap_or(usize::MAX), 10)
-                }
-                126 | 127 => return Ok(None),
-                n => (n, 2),
-            };
-            let control = opcode & 0x8 != 0;
-            if control && (!fin || len > 125) {
-                return Err(CLOSE_PROTOCOL_ERROR);
-            }
-            let so_far = self.message.as_ref().map_or(0, |m| m.len());
-            if len > self.max.saturating_sub(so_far) {
-                return Err(CLOSE_TOO_BIG);
-            }
-            if b.len() < at + 4 + len {
-                return Ok(None);
-            }
-            let mask: [u8; 4] = b[at..at + 4].try_into().expect("4 bytes");
-            at += 4;
-            self.buf.advance(at);
-            let mut payload = self.buf.split_to(len);
-            for (i, byte) in payload.iter_mut().enumerate() {
-                *byte ^= mask[i % 4];
-            }
-            match opcode {
-                OP_PING => return Ok(Some(Frame::Ping(payload.freeze()))),
-                OP_PONG => continue,
-                OP_CLOSE => {
-                    let code =
-                        (payload.len() >= 2).then(|| u16::from_be_bytes([payload[0], payload[1]]));
-                    return Ok(Some(Frame::Close(code)));
-                }
-                OP_TEXT | OP_BINARY if self.message.is_none() => {
-                    if fin {
-                        return Ok(Some(Frame::Message(payload.freeze())));
-                    }
-                    self.message = Some(payload);
-                }
-                OP_CONTINUATION if self.message.is_some() => {
-                    let m = self.message.as_mut().expect("checked");
-                    m.extend_from_slice(&payload);
-                    if fin {
-                        let m = self.message.take().expect("checked");
-                        return Ok(Some(Frame::Message(m.freeze())));
-                    }
-                }
-                _ => return Err(CLOSE_PROTOCOL_ERROR),
-            }
-        }
-    }
+    let text =
+        Utf8Bytes::try_from(line.clone()).map(Message::Text).unwrap_or(Message::Binary(line));
+    ws.send(text).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// A client's frame starting with `first` (FIN, opcode), masked as a client's must be.
     fn masked(first: u8, payload: &[u8]) -> Vec<u8> {
         let mask = [1u8, 2, 3, 4];
         let mut out = vec![first, 0x80 | payload.len() as u8];
@@ -579,28 +505,56 @@ mod tests {
         out
     }
 
-    #[test]
-    fn fragments_join_and_controls_pass_between() {
-        let mut f = Frames { buf: BytesMut::new(), message: None, max: 1 << 20 };
-        f.buf.extend_from_slice(&masked(OP_TEXT, b"{\"a\""));
-        f.buf.extend_from_slice(&masked(0x80 | OP_PING, b"hi"));
-        assert_eq!(f.next(), Ok(Some(Frame::Ping(Bytes::from_static(b"hi")))));
-        let last = masked(0x80 | OP_CONTINUATION, b":1}");
-        f.buf.extend_from_slice(&last[..3]);
-        assert_eq!(f.next(), Ok(None));
-        f.buf.extend_from_slice(&last[3..]);
-        assert_eq!(f.next(), Ok(Some(Frame::Message(Bytes::from_static(b"{\"a\":1}")))));
-        f.buf.extend_from_slice(&masked(0x80 | OP_CLOSE, &1000u16.to_be_bytes()));
-        assert_eq!(f.next(), Ok(Some(Frame::Close(Some(1000)))));
+    /// The server's side of a WebSocket whose client has sent `frames`.
+    async fn server(
+        frames: Vec<u8>,
+    ) -> (tokio::io::DuplexStream, WebSocketStream<tokio::io::DuplexStream>) {
+        let (client, server) = tokio::io::duplex(1024);
+        let ws =
+            WebSocketStream::from_partially_read(server, frames, Role::Server, Some(config(8)));
+        (client, ws.await)
     }
 
-    #[test]
-    fn unmasked_or_oversized_frames_break_the_protocol() {
-        let mut f = Frames { buf: BytesMut::from(&[0x81, 0x01, b'x'][..]), message: None, max: 8 };
-        assert_eq!(f.next(), Err(CLOSE_PROTOCOL_ERROR));
-        let mut f = Frames { buf: BytesMut::new(), message: None, max: 8 };
-        f.buf.extend_from_slice(&masked(0x80 | OP_TEXT, b"123456789"));
-        assert_eq!(f.next(), Err(CLOSE_TOO_BIG));
+    #[tokio::test]
+    async fn frames_breaking_the_protocol_get_rfc_6455_codes() {
+        for (frames, code) in [
+            (vec![0x81, 0x01, b'x'], CloseCode::Protocol),
+            (masked(0x83, b"x"), CloseCode::Protocol),
+            (masked(0x81, b"123456789"), CloseCode::Size),
+            ([masked(0x01, b"1234"), masked(0x80, b"56789")].concat(), CloseCode::Size),
+            (masked(0x81, &[0xff]), CloseCode::Invalid),
+        ] {
+            let (_client, mut ws) = server(frames.clone()).await;
+            let e = ws.next().await.expect("an answer").expect_err("refused");
+            assert_eq!(refusal(&e), Some(code), "{frames:x?}: {e}");
+        }
+        // A client gone without a close frame is no one to answer.
+        let (client, mut ws) = server(masked(0x01, b"12")).await;
+        drop(client);
+        let e = ws.next().await.expect("an answer").expect_err("ended");
+        assert_eq!(refusal(&e), None, "{e}");
+    }
+
+    #[tokio::test]
+    async fn fragments_join_and_a_close_goes_back_with_its_code_alone() {
+        let mut close_frame = 1001u16.to_be_bytes().to_vec();
+        close_frame.extend_from_slice(b"bye");
+        let frames = [
+            masked(0x01, b"{\"a\""),
+            masked(0x89, b"hi"),
+            masked(0x80, b":1}"),
+            masked(0x88, &close_frame),
+        ];
+        let (mut client, mut ws) = server(frames.concat()).await;
+        assert_eq!(ws.next().await.unwrap().unwrap(), Message::Ping(Bytes::from_static(b"hi")));
+        assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("{\"a\":1}"));
+        let Some(Ok(Message::Close(frame))) = ws.next().await else { panic!("a close") };
+        close(&mut ws, frame.map(|f| f.code)).await;
+        drop(ws);
+        let mut back = Vec::new();
+        client.read_to_end(&mut back).await.unwrap();
+        // The pong, then the close with 1001 and no reason.
+        assert_eq!(back, [&[0x8a, 0x02, b'h', b'i'][..], &[0x88, 0x02, 0x03, 0xe9]].concat());
     }
 
     #[test]
