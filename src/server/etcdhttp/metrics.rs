@@ -322,12 +322,12 @@ fn wal_durations(o: &mut Page, write: &Histogram, commit: &Histogram) {
     o.histogram(
         "etcd_disk_wal_write_duration_seconds",
         "The latency distributions of write called by WAL.",
-        &write,
+        write,
     );
     o.histogram(
         "etcd_disk_backend_commit_duration_seconds",
         "The latency distributions of commit called by backend.",
-        &commit,
+        commit,
     );
 }
 
