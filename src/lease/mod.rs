@@ -111,7 +111,7 @@ impl Lessor {
                 granted: AtomicU64::new(0),
                 renewed: AtomicU64::new(0),
                 expired: AtomicU64::new(0),
-                ttls: Histogram::ttls(),
+                ttls: crate::metrics::ttls(),
             },
         })
     }
@@ -141,7 +141,7 @@ impl Lessor {
         g.queue.push(Reverse((deadline, id)));
         drop(g);
         self.stats.granted.fetch_add(1, Ordering::Relaxed);
-        self.stats.ttls.observe(ttl as u64);
+        self.stats.ttls.observe(ttl as f64);
         Ok((id, ttl))
     }
 

@@ -137,7 +137,7 @@ impl Default for GrpcStats {
             handled: (0..METHODS.len() * CODES.len()).map(|_| AtomicU64::new(0)).collect(),
             msg_received: METHODS.iter().map(|_| AtomicU64::new(0)).collect(),
             msg_sent: METHODS.iter().map(|_| AtomicU64::new(0)).collect(),
-            handling: METHODS.iter().map(|_| Histogram::seconds()).collect(),
+            handling: METHODS.iter().map(|_| super::seconds()).collect(),
             client_requests: Default::default(),
         }
     }
@@ -180,7 +180,7 @@ impl GrpcStats {
 
     /// A call of `method` that took `took` from its start to its status.
     pub fn handling(&self, method: usize, took: Duration) {
-        self.handling[method].observe_duration(took);
+        self.handling[method].observe(took.as_secs_f64());
     }
 
     pub fn handled(&self, method: usize, code: u8) {

@@ -1,15 +1,19 @@
-//! Histograms the layers update on their hot paths, and the Prometheus text format the
-//! `/metrics` endpoint writes them in; `grpc`: the gRPC call counters a member keeps.
+//! What the layers count on their hot paths, and the page of metric families `/metrics` is
+//! built as; `grpc`: the gRPC call counters a member keeps. Histograms and the text format are
+//! the `prometheus` crate's; etcd's names and labels are given where a family is reported.
 //!
-//! Updates are a few relaxed atomic adds: no lock, no allocation. A scrape reads the atomics
-//! one by one, so a histogram read during an update may be off by that one observation, which
-//! Prometheus tolerates (its own client libraries behave the same).
+//! Updates are a few atomic adds: no lock, no allocation. Counters are read one by one when
+//! scraped, so one read during an update may miss that update, which Prometheus tolerates (its
+//! own client libraries behave the same); a histogram is read whole (the crate's two shards).
 
 pub mod grpc;
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+pub use prometheus::proto::MetricType;
+use prometheus::proto::{self, MetricFamily};
 
 /// Bucket bounds for latencies, in seconds: etcd's 1 ms to 8 s doubling series, below which
 /// come the sub-millisecond buckets an in-memory server needs (a page-cache write or a tmpfs
@@ -37,103 +41,172 @@ pub const TTL_BOUNDS: &[f64] = &[
     8388608.0,
 ];
 
-/// A cumulative histogram with fixed bounds. Values are kept in integer units (nanoseconds
-/// for durations) so that the sum is exact and lock-free.
-#[derive(Debug)]
-pub struct Histogram {
-    /// Upper bounds in the rendered unit (seconds, items).
-    bounds: &'static [f64],
-    /// Observations per bucket (not cumulative; the last one is +Inf).
-    counts: Box<[AtomicU64]>,
-    /// Sum of the observations, in units of `1 / scale` of the rendered unit.
-    sum: AtomicU64,
-    /// 1e9 for durations (kept in nanoseconds), 1 for counts.
-    scale: f64,
+/// Histograms are the `prometheus` crate's: an observation is a few atomic adds on the hot
+/// one of two shards (no lock, no allocation), and a scrape flips the shards, so that it never
+/// reads a histogram half-updated.
+pub use prometheus::Histogram;
+
+/// A histogram with upper bounds `bounds`. The name it is made with is never shown: the layers
+/// that observe know nothing of etcd's names, and `/metrics` names each histogram (and gives it
+/// its labels) where it reports it ([`Page::series`]).
+fn histogram(unit: &str, bounds: &[f64]) -> Histogram {
+    let opts = prometheus::HistogramOpts::new(unit, unit).buckets(bounds.to_vec());
+    Histogram::with_opts(opts).expect("constant, increasing bounds")
 }
 
-impl Histogram {
-    /// A histogram of durations, rendered in seconds.
-    pub fn seconds() -> Self {
-        Self::new(LATENCY_BOUNDS, 1e9)
+/// A histogram of durations, observed in seconds.
+pub fn seconds() -> Histogram {
+    histogram("seconds", LATENCY_BOUNDS)
+}
+
+/// A histogram of item counts.
+pub fn counts() -> Histogram {
+    histogram("items", COUNT_BOUNDS)
+}
+
+/// A histogram of durations, observed in milliseconds.
+pub fn millis() -> Histogram {
+    histogram("milliseconds", MILLIS_BOUNDS)
+}
+
+/// A histogram of lease TTLs, observed in whole seconds.
+pub fn ttls() -> Histogram {
+    histogram("ttl_seconds", TTL_BOUNDS)
+}
+
+/// A sample's value: the integers the layers count in, as the text format's float.
+pub trait Value {
+    fn into_f64(self) -> f64;
+}
+
+macro_rules! value_as_f64 {
+    ($($t:ty),*) => {
+        $(impl Value for $t {
+            fn into_f64(self) -> f64 {
+                self as f64
+            }
+        })*
+    };
+}
+value_as_f64!(i32, i64, u32, u64, usize);
+
+impl Value for f64 {
+    fn into_f64(self) -> f64 {
+        self
+    }
+}
+
+impl Value for bool {
+    fn into_f64(self) -> f64 {
+        f64::from(u8::from(self))
+    }
+}
+
+/// The metric families of one `/metrics` page, in the order it shows them, written in
+/// Prometheus' text format by the `prometheus` crate's encoder. Built afresh for each scrape
+/// from the figures the layers keep: the gauges are read when scraped, and the counters stay
+/// plain atomics where they are counted.
+#[derive(Debug, Default)]
+pub struct Page {
+    families: Vec<MetricFamily>,
+}
+
+impl Page {
+    /// Starts family `name`; the samples added next are its.
+    pub fn family(&mut self, name: &str, help: &str, kind: MetricType) {
+        let mut f = MetricFamily::default();
+        f.set_name(name.to_string());
+        f.set_help(help.to_string());
+        f.set_field_type(kind);
+        self.families.push(f);
     }
 
-    /// A histogram of item counts.
-    pub fn counts() -> Self {
-        Self::new(COUNT_BOUNDS, 1.0)
-    }
-
-    /// A histogram of durations, rendered in milliseconds.
-    pub fn millis() -> Self {
-        Self::new(MILLIS_BOUNDS, 1e6)
-    }
-
-    /// A histogram of lease TTLs, observed in whole seconds.
-    pub fn ttls() -> Self {
-        Self::new(TTL_BOUNDS, 1.0)
-    }
-
-    fn new(bounds: &'static [f64], scale: f64) -> Self {
-        Self {
-            bounds,
-            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            sum: AtomicU64::new(0),
-            scale,
+    /// A sample of the counter or gauge family started last.
+    pub fn sample(&mut self, labels: &[(&str, &str)], value: impl Value) {
+        let mut m = proto::Metric::from_label(label_pairs(labels));
+        let v = value.into_f64();
+        if self.last().get_field_type() == MetricType::COUNTER {
+            let mut c = proto::Counter::default();
+            c.set_value(v);
+            m.set_counter(c);
+        } else {
+            let mut g = proto::Gauge::default();
+            g.set_value(v);
+            m.set_gauge(g);
         }
+        self.last().mut_metric().push(m);
     }
 
-    pub fn observe_duration(&self, d: Duration) {
-        self.observe_units(d.as_nanos().min(u64::MAX as u128) as u64);
+    /// A series of the histogram family started last.
+    pub fn series(&mut self, labels: &[(&str, &str)], h: &Histogram) {
+        use prometheus::core::Metric as _;
+        let mut m = h.metric();
+        m.set_label(label_pairs(labels));
+        self.last().mut_metric().push(m);
     }
 
-    pub fn observe(&self, n: u64) {
-        self.observe_units(n);
+    /// A sample the caller made (a summary's).
+    pub fn metric(&mut self, m: proto::Metric) {
+        self.last().mut_metric().push(m);
     }
 
-    fn observe_units(&self, units: u64) {
-        let v = units as f64 / self.scale;
-        let i = self.bounds.partition_point(|b| *b < v);
-        self.counts[i].fetch_add(1, Ordering::Relaxed);
-        self.sum.fetch_add(units, Ordering::Relaxed);
+    /// A counter without labels.
+    pub fn counter(&mut self, name: &str, help: &str, value: impl Value) {
+        self.family(name, help, MetricType::COUNTER);
+        self.sample(&[], value);
     }
 
-    /// Number of observations.
-    pub fn count(&self) -> u64 {
-        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    /// A gauge without labels.
+    pub fn gauge(&mut self, name: &str, help: &str, value: impl Value) {
+        self.family(name, help, MetricType::GAUGE);
+        self.sample(&[], value);
     }
 
-    /// Appends the histogram as `name` in Prometheus' text format.
-    pub fn render(&self, out: &mut String, name: &str, help: &str) {
-        header(out, name, help, "histogram");
-        self.render_series(out, name, "");
+    /// A histogram without labels.
+    pub fn histogram(&mut self, name: &str, help: &str, h: &Histogram) {
+        self.family(name, help, MetricType::HISTOGRAM);
+        self.series(&[], h);
     }
 
-    /// Appends the histogram's lines (no header) with extra `labels` (`To="..."`), for a
-    /// histogram with one series per label value.
-    pub fn render_series(&self, out: &mut String, name: &str, labels: &str) {
-        let sep = if labels.is_empty() { "" } else { "," };
-        let mut cumulative = 0;
-        for (i, c) in self.counts.iter().enumerate() {
-            cumulative += c.load(Ordering::Relaxed);
-            let le = self.bounds.get(i).map_or_else(|| "+Inf".to_string(), |b| b.to_string());
-            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {cumulative}");
+    fn last(&mut self) -> &mut MetricFamily {
+        self.families.last_mut().expect("a sample follows its family")
+    }
+
+    /// The page in Prometheus' text format.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(16 << 10);
+        let encoder = prometheus::TextEncoder::new();
+        for f in &self.families {
+            if f.get_metric().is_empty() {
+                // The crate's encoder refuses a family without samples, which the page has
+                // always announced (a vector nothing was counted in yet, the peers of a member
+                // alone); the two lines it would write are written here.
+                let kind = match f.get_field_type() {
+                    MetricType::COUNTER => "counter",
+                    MetricType::GAUGE => "gauge",
+                    MetricType::HISTOGRAM => "histogram",
+                    MetricType::SUMMARY => "summary",
+                    MetricType::UNTYPED => "untyped",
+                };
+                let _ = writeln!(out, "# HELP {} {}", f.name(), f.help());
+                let _ = writeln!(out, "# TYPE {} {kind}", f.name());
+            } else {
+                let one = std::slice::from_ref(f);
+                encoder.encode_utf8(one, &mut out).expect("a named family with samples");
+            }
         }
-        let sum = self.sum.load(Ordering::Relaxed) as f64 / self.scale;
-        let braces = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
-        let _ = writeln!(out, "{name}_sum{braces} {sum}");
-        let _ = writeln!(out, "{name}_count{braces} {cumulative}");
+        out
     }
 }
 
-/// The `# HELP` and `# TYPE` lines of a metric.
-pub fn header(out: &mut String, name: &str, help: &str, kind: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-/// A metric without labels, with its header.
-pub fn single(out: &mut String, name: &str, help: &str, kind: &str, value: impl std::fmt::Display) {
-    header(out, name, help, kind);
-    let _ = writeln!(out, "{name} {value}");
+fn label_pairs(labels: &[(&str, &str)]) -> Vec<proto::LabelPair> {
+    let pair = |(name, value): &(&str, &str)| {
+        let mut p = proto::LabelPair::default();
+        p.set_name(name.to_string());
+        p.set_value(value.to_string());
+        p
+    };
+    labels.iter().map(pair).collect()
 }
 
 /// A field of a `/proc` file (`name` starts its line; the first word after it), 0 if absent
@@ -217,11 +290,7 @@ pub struct SnapshotStats {
 
 impl Default for SnapshotStats {
     fn default() -> Self {
-        Self {
-            save_seconds: Histogram::seconds(),
-            marshal_seconds: Histogram::seconds(),
-            fsync_seconds: Histogram::seconds(),
-        }
+        Self { save_seconds: seconds(), marshal_seconds: seconds(), fsync_seconds: seconds() }
     }
 }
 
@@ -265,18 +334,18 @@ pub struct ServerMetrics {
 
 impl Default for ServerMetrics {
     fn default() -> Self {
-        let pair = || [Histogram::seconds(), Histogram::seconds()];
+        let pair = || [seconds(), seconds()];
         Self {
             apply: ApplyOp::ALL.iter().map(|_| pair()).collect(),
             range: pair(),
             slow_applies: AtomicU64::new(0),
             applies: AtomicU64::new(0),
             put_bytes: AtomicU64::new(0),
-            hash_seconds: Histogram::seconds(),
-            hash_rev_seconds: Histogram::seconds(),
-            defrag_seconds: Histogram::seconds(),
-            snapshot_seconds: Histogram::seconds(),
-            compaction_ms: Histogram::millis(),
+            hash_seconds: seconds(),
+            hash_rev_seconds: seconds(),
+            defrag_seconds: seconds(),
+            snapshot_seconds: seconds(),
+            compaction_ms: millis(),
             compaction_last: AtomicU64::new(0),
             health_success: AtomicU64::new(0),
             health_failures: AtomicU64::new(0),
@@ -295,7 +364,7 @@ impl ServerMetrics {
     /// An operation applied in `took`; one over [`SLOW_APPLY`] counts as a slow apply.
     pub fn applied(&self, op: ApplyOp, success: bool, took: Duration) {
         let i = ApplyOp::ALL.iter().position(|o| *o == op).unwrap_or(0);
-        self.apply[i][usize::from(success)].observe_duration(took);
+        self.apply[i][usize::from(success)].observe(took.as_secs_f64());
         self.applies.fetch_add(1, Ordering::Relaxed);
         if took > SLOW_APPLY {
             self.slow_applies.fetch_add(1, Ordering::Relaxed);
@@ -303,58 +372,67 @@ impl ServerMetrics {
     }
 
     pub fn ranged(&self, success: bool, took: Duration) {
-        self.range[usize::from(success)].observe_duration(took);
+        self.range[usize::from(success)].observe(took.as_secs_f64());
     }
 
     /// A compaction that took `took`, now.
     pub fn compacted(&self, took: Duration) {
-        self.compaction_ms.observe_duration(took);
+        self.compaction_ms.observe(took.as_secs_f64() * 1e3);
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
         self.compaction_last.store(now.map_or(0, |d| d.as_secs()), Ordering::Relaxed);
     }
 
     /// `etcd_server_apply_duration_seconds` and `etcd_server_range_duration_seconds`: a series
     /// for each label set observed at least once (etcd's vectors show only those).
-    pub fn render_durations(&self, out: &mut String) {
-        let name = "etcd_server_apply_duration_seconds";
-        header(out, name, "The latency distributions of v2 apply called by backend.", "histogram");
+    pub fn report_durations(&self, page: &mut Page) {
+        page.family(
+            "etcd_server_apply_duration_seconds",
+            "The latency distributions of v2 apply called by backend.",
+            MetricType::HISTOGRAM,
+        );
         for (op, pair) in ApplyOp::ALL.iter().zip(&self.apply) {
-            for (success, h) in [false, true].iter().zip(pair) {
-                if h.count() > 0 {
-                    let labels =
-                        format!("op=\"{}\",success=\"{success}\",version=\"v3\"", op.name());
-                    h.render_series(out, name, &labels);
+            for (success, h) in ["false", "true"].into_iter().zip(pair) {
+                if h.get_sample_count() > 0 {
+                    let labels = [("op", op.name()), ("success", success), ("version", "v3")];
+                    page.series(&labels, h);
                 }
             }
         }
-        let name = "etcd_server_range_duration_seconds";
-        header(out, name, "The latency distributions of txn.Range", "histogram");
-        for (success, h) in [false, true].iter().zip(&self.range) {
-            if h.count() > 0 {
-                h.render_series(out, name, &format!("success=\"{success}\""));
+        page.family(
+            "etcd_server_range_duration_seconds",
+            "The latency distributions of txn.Range",
+            MetricType::HISTOGRAM,
+        );
+        for (success, h) in ["false", "true"].into_iter().zip(&self.range) {
+            if h.get_sample_count() > 0 {
+                page.series(&[("success", success)], h);
             }
         }
     }
-}
-
-/// A label value escaped as the text format wants it.
-pub fn label(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn page_of(h: &Histogram) -> String {
+        let mut page = Page::default();
+        page.histogram("x_seconds", "help", h);
+        page.render()
+    }
+
     #[test]
     fn buckets_are_cumulative_and_resolve_below_a_millisecond() {
-        let h = Histogram::seconds();
-        h.observe_duration(Duration::from_micros(30));
-        h.observe_duration(Duration::from_micros(400));
-        h.observe_duration(Duration::from_millis(3));
-        h.observe_duration(Duration::from_secs(60));
-        let mut out = String::new();
-        h.render(&mut out, "x_seconds", "help");
+        let h = seconds();
+        for d in [
+            Duration::from_micros(30),
+            Duration::from_micros(400),
+            Duration::from_millis(3),
+            Duration::from_secs(60),
+        ] {
+            h.observe(d.as_secs_f64());
+        }
+        let out = page_of(&h);
         assert!(out.contains("x_seconds_bucket{le=\"0.000025\"} 0\n"), "{out}");
         assert!(out.contains("x_seconds_bucket{le=\"0.00005\"} 1\n"), "{out}");
         assert!(out.contains("x_seconds_bucket{le=\"0.0005\"} 2\n"), "{out}");
@@ -368,14 +446,27 @@ mod tests {
 
     #[test]
     fn a_value_on_a_bound_falls_in_that_bucket() {
-        let h = Histogram::counts();
-        h.observe(1);
-        h.observe(2);
-        h.observe(3);
-        let mut out = String::new();
-        h.render(&mut out, "n", "help");
-        assert!(out.contains("n_bucket{le=\"1\"} 1\n"), "{out}");
-        assert!(out.contains("n_bucket{le=\"2\"} 2\n"), "{out}");
-        assert!(out.contains("n_bucket{le=\"4\"} 3\n"), "{out}");
+        let h = counts();
+        for n in [1.0, 2.0, 3.0] {
+            h.observe(n);
+        }
+        let out = page_of(&h);
+        assert!(out.contains("x_seconds_bucket{le=\"1\"} 1\n"), "{out}");
+        assert!(out.contains("x_seconds_bucket{le=\"2\"} 2\n"), "{out}");
+        assert!(out.contains("x_seconds_bucket{le=\"4\"} 3\n"), "{out}");
+    }
+
+    #[test]
+    fn a_family_without_samples_keeps_its_header_and_labels_are_escaped() {
+        let mut page = Page::default();
+        page.family("empty_total", "Nothing yet.", MetricType::COUNTER);
+        page.family("g", "A gauge.", MetricType::GAUGE);
+        page.sample(&[("prefix", "a\"b\\c\nd")], 7u64);
+        let out = page.render();
+        assert_eq!(
+            out,
+            "# HELP empty_total Nothing yet.\n# TYPE empty_total counter\n\
+             # HELP g A gauge.\n# TYPE g gauge\ng{prefix=\"a\\\"b\\\\c\\nd\"} 7\n"
+        );
     }
 }

@@ -60,7 +60,7 @@ use tokio::sync::Notify;
 use self::record::{Framer, Record};
 use self::segment::{META_STREAM, segment_file_name, stream_name};
 use crate::data_dir::{DataDir, sync_dir};
-use crate::metrics::Histogram;
+use crate::metrics::{self, Histogram};
 
 /// When a write counts as done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -221,10 +221,10 @@ impl Default for Stats {
             fsyncs: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             since_snapshot: AtomicU64::new(0),
-            fsync_seconds: Histogram::seconds(),
-            batch_revisions: Histogram::counts(),
-            write_seconds: Histogram::seconds(),
-            commit_seconds: Histogram::seconds(),
+            fsync_seconds: metrics::seconds(),
+            batch_revisions: metrics::counts(),
+            write_seconds: metrics::seconds(),
+            commit_seconds: metrics::seconds(),
             snapshots: Default::default(),
         }
     }
@@ -511,7 +511,7 @@ impl Wal {
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
         self.stats.revisions.fetch_add(b.revisions, Ordering::Relaxed);
         if b.revisions > 0 {
-            self.stats.batch_revisions.observe(b.revisions);
+            self.stats.batch_revisions.observe(b.revisions as f64);
         }
         self.durable_gen.store(b.number, Ordering::SeqCst);
         if b.revisions > 0 {
@@ -669,7 +669,7 @@ impl Syncer {
                 if let Err(e) = f.sync_data() {
                     tracing::warn!(error = %e, "wal: background fdatasync failed");
                 }
-                wal.stats.fsync_seconds.observe_duration(started.elapsed());
+                wal.stats.fsync_seconds.observe(started.elapsed().as_secs_f64());
             }
             if stop {
                 return;
@@ -721,7 +721,7 @@ impl WriterState {
             let result = self.try_write(wal, &mut batch, &mut written);
             match result {
                 Ok(()) => {
-                    wal.stats.commit_seconds.observe_duration(started.elapsed());
+                    wal.stats.commit_seconds.observe(started.elapsed().as_secs_f64());
                     break;
                 }
                 Err(e) => {
@@ -784,12 +784,12 @@ impl WriterState {
                 batch.written.push(b);
             }
         }
-        wal.stats.write_seconds.observe_duration(writing.elapsed());
+        wal.stats.write_seconds.observe(writing.elapsed().as_secs_f64());
         match wal.opts.mode {
             Mode::Fsync => {
                 let started = Instant::now();
                 sync_all(written)?;
-                wal.stats.fsync_seconds.observe_duration(started.elapsed());
+                wal.stats.fsync_seconds.observe(started.elapsed().as_secs_f64());
                 written.clear();
                 wal.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
             }

@@ -283,8 +283,8 @@ impl SnapshotWriter {
         let snap = self.done.parent().expect("snap dir");
         sync_dir(snap)?;
         let stats = &wal.stats.snapshots;
-        stats.fsync_seconds.observe_duration(syncing.elapsed());
-        stats.save_seconds.observe_duration(self.started.elapsed());
+        stats.fsync_seconds.observe(syncing.elapsed().as_secs_f64());
+        stats.save_seconds.observe(self.started.elapsed().as_secs_f64());
         for (rev, path) in list(&wal.options().dir)? {
             if rev < self.rev {
                 fs::remove_dir_all(path)?;

@@ -12,7 +12,6 @@
 //! not for [`Network::one_way_after`] gets no Raft message until it is heard again.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,7 +33,7 @@ use tonic::transport::{Channel, Endpoint};
 use prost::Message;
 
 use super::codec;
-use crate::metrics::{Histogram, header};
+use crate::metrics::{Histogram, MetricType, Page};
 use crate::proto::memetcdpb as pb;
 use crate::raft::state_machine::Snapshot;
 use crate::raft::state_machine::SnapshotFile;
@@ -151,7 +150,7 @@ impl PeerStats {
                 Arc::new(PeerCounters {
                     sent_bytes: AtomicU64::new(0),
                     received_bytes: AtomicU64::new(0),
-                    round_trip: Histogram::seconds(),
+                    round_trip: crate::metrics::seconds(),
                     heard_ms: AtomicU64::new(0),
                     probes: AtomicU64::new(0),
                     active_since: Mutex::new(None),
@@ -161,39 +160,32 @@ impl PeerStats {
     }
 
     /// The metrics, with etcd's names and labels.
-    pub fn render(&self, out: &mut String) {
-        let peers: Vec<(u64, Arc<PeerCounters>)> =
-            self.peers.lock().iter().map(|(k, v)| (*k, v.clone())).collect();
-        header(
-            out,
+    pub fn report(&self, page: &mut Page) {
+        let peers: Vec<(String, Arc<PeerCounters>)> =
+            self.peers.lock().iter().map(|(k, v)| (format!("{k:x}"), v.clone())).collect();
+        page.family(
             "etcd_network_peer_sent_bytes_total",
             "The total number of bytes sent to peers.",
-            "counter",
+            MetricType::COUNTER,
         );
         for (id, c) in &peers {
-            let _ = writeln!(
-                out,
-                "etcd_network_peer_sent_bytes_total{{To=\"{id:x}\"}} {}",
-                c.sent_bytes.load(Ordering::Relaxed)
-            );
+            page.sample(&[("To", id)], c.sent_bytes.load(Ordering::Relaxed));
         }
-        header(
-            out,
+        page.family(
             "etcd_network_peer_received_bytes_total",
             "The total number of bytes received from peers.",
-            "counter",
+            MetricType::COUNTER,
         );
         for (id, c) in &peers {
-            let _ = writeln!(
-                out,
-                "etcd_network_peer_received_bytes_total{{From=\"{id:x}\"}} {}",
-                c.received_bytes.load(Ordering::Relaxed)
-            );
+            page.sample(&[("From", id)], c.received_bytes.load(Ordering::Relaxed));
         }
-        let name = "etcd_network_peer_round_trip_time_seconds";
-        header(out, name, "Round-Trip-Time histogram between peers", "histogram");
+        page.family(
+            "etcd_network_peer_round_trip_time_seconds",
+            "Round-Trip-Time histogram between peers",
+            MetricType::HISTOGRAM,
+        );
         for (id, c) in &peers {
-            c.round_trip.render_series(out, name, &format!("To=\"{id:x}\""));
+            page.series(&[("To", id)], &c.round_trip);
         }
     }
 }
@@ -556,7 +548,7 @@ impl Session<'_> {
                         (g.sent.pop_front(), g.body.take())
                     };
                     if let Some(at) = at {
-                        self.stats.round_trip.observe_duration(at.elapsed());
+                        self.stats.round_trip.observe(at.elapsed().as_secs_f64());
                     }
                     if let Some(body) = body {
                         body.wake();

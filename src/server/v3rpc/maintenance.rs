@@ -91,7 +91,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         // Memory is returned as compaction frees it; there is nothing to defragment. The
         // call is timed all the same, as etcd times its defragmentation.
         let started = std::time::Instant::now();
-        self.shared.metrics.defrag_seconds.observe_duration(started.elapsed());
+        self.shared.metrics.defrag_seconds.observe(started.elapsed().as_secs_f64());
         // etcd's Defragment response carries no header.
         Ok(Response::new(pb::DefragmentResponse { header: None }))
     }
@@ -104,7 +104,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         let started = std::time::Instant::now();
         let hashed =
             crate::server::etcdserver::blocking::off_the_runtime(|| self.shared.store.hash_kv(0));
-        self.shared.metrics.hash_seconds.observe_duration(started.elapsed());
+        self.shared.metrics.hash_seconds.observe(started.elapsed().as_secs_f64());
         let (hash, rev, _) = hashed?;
         Ok(Response::new(pb::HashResponse { header: self.shared.header(rev), hash }))
     }
@@ -118,7 +118,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         let rev = req.into_inner().revision;
         let hashed =
             crate::server::etcdserver::blocking::off_the_runtime(|| self.shared.store.hash_kv(rev));
-        self.shared.metrics.hash_rev_seconds.observe_duration(started.elapsed());
+        self.shared.metrics.hash_rev_seconds.observe(started.elapsed().as_secs_f64());
         let (hash, hash_revision, compact_revision) = hashed?;
         Ok(Response::new(pb::HashKvResponse {
             header: self.shared.header(0),
@@ -142,7 +142,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
             let started = std::time::Instant::now();
             if send_snapshot(&shared, &tx) {
                 done.store(true, Ordering::Release);
-                shared.metrics.snapshot_seconds.observe_duration(started.elapsed());
+                shared.metrics.snapshot_seconds.observe(started.elapsed().as_secs_f64());
             }
         });
         Ok(Response::new(Box::pin(SnapshotBody { rx, complete, ended: false })))

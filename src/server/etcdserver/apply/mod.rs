@@ -404,7 +404,7 @@ impl SnapshotJob for Snapshot {
         let started = std::time::Instant::now();
         let state = self.state.encode_to_vec();
         let stats = &self.shared.metrics.snapshots;
-        stats.marshal_seconds.observe_duration(started.elapsed());
+        stats.marshal_seconds.observe(started.elapsed().as_secs_f64());
         out.write_all(&(state.len() as u32).to_le_bytes())?;
         out.write_all(&state)?;
         let pin = self.pin.take().expect("written once");
@@ -419,7 +419,7 @@ impl SnapshotJob for Snapshot {
             }
         });
         if failed.is_none() {
-            stats.save_seconds.observe_duration(started.elapsed());
+            stats.save_seconds.observe(started.elapsed().as_secs_f64());
         }
         failed.map_or(Ok(()), Err)
     }
