@@ -315,7 +315,7 @@ fn fail(what: String) -> ! {
     std::process::exit(1);
 }
 
-async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
+async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let tls = mem_etcd::tls::server_config(&config).unwrap_or_else(|e| fail(e));
     let (listeners, http_listeners) = Listener::bind_client(
         &config.listen_client_urls,
@@ -346,11 +346,13 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
     {
         fail(format!("{}: {e}", wal.dir.display()));
     }
-    // v3 discovery settles --initial-cluster before anything reads it.
-    if server::embed::discovery::wanted(&config) {
-        server::embed::discovery::bootstrap(&mut config).await.unwrap_or_else(|e| fail(e));
-    }
-    let mut cluster = config.cluster().unwrap_or_else(|e| fail(e));
+    // v3 discovery finds the founders before anything reads them.
+    let founders = if server::embed::discovery::wanted(&config) {
+        server::embed::discovery::bootstrap(&config).await.unwrap_or_else(|e| fail(e))
+    } else {
+        config.founders()
+    };
+    let mut cluster = config.cluster(&founders).unwrap_or_else(|e| fail(e));
     if let Some(node) = &mut cluster {
         node.tls = mem_etcd::tls::peer_client(&config).unwrap_or_else(|e| fail(e));
     }
@@ -375,7 +377,7 @@ async fn run(mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
         peer_listeners.push(l.map_err(|e| format!("listen on peer URL {url}: {e}"))?);
     }
     let ids = cluster.as_ref().map(|o| (o.cluster_id, o.member_id));
-    let shared = match Member::open(config, ids) {
+    let shared = match Member::open(config, &founders, ids) {
         Ok(s) => Arc::new(s),
         Err(e) => fail(e.to_string()),
     };

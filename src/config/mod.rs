@@ -23,5 +23,5 @@ pub use flags::tls::TlsVersion;
 pub use flags::{DEFAULT_SNAPSHOT_CATCHUP_ENTRIES, DEFAULT_WARNING_UNARY_REQUEST_DURATION, Flags};
 pub(crate) use loader::go_style;
 pub use loader::{LoadError, Loaded, command, from_flags, load};
-pub use options::AutoCompaction;
+pub use options::{AutoCompaction, Founders};
 pub use runtime::{AutoTls, Config, DefaultHost, data_dir};

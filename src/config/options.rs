@@ -1,6 +1,7 @@
 //! What the configuration means for the layers it sets up: the Raft node (its options are
 //! assembled here, when the server starts it, since they depend on the data directory's state
-//! and on v3 discovery), the member's ids, and auto-compaction.
+//! and on the founding members, which v3 discovery may find at start), the member's ids, and
+//! auto-compaction.
 
 use std::time::Duration;
 
@@ -18,7 +19,26 @@ pub enum AutoCompaction {
     Revision { retention: i64, every: Duration },
 }
 
+/// Who founds the cluster: `--initial-cluster` and `--initial-cluster-token` as given
+/// ([`Config::founders`]), or what v3 discovery found in their place (`embed::discovery`). Kept
+/// apart from [`Config`], which nothing changes once it is built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Founders {
+    /// `name=peerURL,...`; `None`: this member alone, at its advertised peer URLs.
+    pub initial_cluster: Option<String>,
+    /// What the member and cluster ids derive from, with the founders' peer URLs.
+    pub token: String,
+}
+
 impl Config {
+    /// The founders these flags name (see [`Founders`]).
+    pub fn founders(&self) -> Founders {
+        Founders {
+            initial_cluster: self.initial_cluster.clone(),
+            token: self.initial_cluster_token.clone(),
+        }
+    }
+
     /// The auto-compaction these flags ask for (`None`: off), or why they make no sense. As in
     /// etcd, a plain number is hours in periodic mode; unlike etcd, a duration is refused in
     /// revision mode rather than read as nanoseconds' worth of revisions.
@@ -64,15 +84,15 @@ impl Config {
     /// running cluster (`--initial-cluster-state existing`), or when its data directory
     /// already holds a cluster member's state (then the `--initial-*` flags are ignored, as
     /// etcd ignores them). An error says which flags disagree.
-    pub fn cluster(&self) -> Result<Option<crate::raft::NodeOptions>, String> {
-        self.node_options(false)
+    pub fn cluster(&self, founders: &Founders) -> Result<Option<crate::raft::NodeOptions>, String> {
+        self.node_options(founders, false)
     }
 
     /// The Raft node of this member alone grown into a cluster of itself (by its first
     /// `member add`, see `etcdserver::grow`): these flags' node, with the (cluster id, member id)
     /// it answers with (kept from its first start).
     pub fn grown_cluster(&self, ids: (u64, u64)) -> Result<crate::raft::NodeOptions, String> {
-        let mut o = self.node_options(true)?.ok_or("not a member alone")?;
+        let mut o = self.node_options(&self.founders(), true)?.ok_or("not a member alone")?;
         (o.cluster_id, o.member_id) = ids;
         let me = crate::raft::membership::InitialMember {
             name: self.name.clone(),
@@ -95,13 +115,17 @@ impl Config {
             .collect()
     }
 
-    fn node_options(&self, grow: bool) -> Result<Option<crate::raft::NodeOptions>, String> {
+    fn node_options(
+        &self,
+        founders: &Founders,
+        grow: bool,
+    ) -> Result<Option<crate::raft::NodeOptions>, String> {
         use crate::raft::membership;
         let wal = self.wal_options();
         let dir = wal.dir.raft();
         let existing_state = wal.mode != crate::wal::Mode::None && dir.has_member();
         let advertised = self.advertised_peer_urls()?;
-        let initial = match &self.initial_cluster {
+        let initial = match &founders.initial_cluster {
             Some(c) => membership::parse_initial_cluster(c)?,
             None => vec![membership::InitialMember {
                 name: self.name.clone(),
@@ -127,7 +151,7 @@ impl Config {
                 self.name, me.peer_urls, advertised
             ));
         }
-        let token = &self.initial_cluster_token;
+        let token = &founders.token;
         let members = membership::initial_members(&initial, token);
         let member_id = membership::member_id(&advertised, token, None);
         let ids: Vec<u64> = members.keys().copied().collect();
@@ -158,32 +182,32 @@ impl Config {
         }))
     }
 
-    /// A member alone's member and cluster ids, derived from its flags as etcd derives them
-    /// (so that the same flags give the same ids as an etcd member would show): the member's
-    /// from its peer URLs in `--initial-cluster` (by default `<name>=` each
+    /// A member alone's cluster and member ids, derived from its flags and `founders` as etcd
+    /// derives them (so that the same flags give the same ids as an etcd member would show):
+    /// the member's from its peer URLs in `--initial-cluster` (by default `<name>=` each
     /// `--initial-advertise-peer-urls`) and `--initial-cluster-token`, the cluster's from every
     /// member `--initial-cluster` names.
-    pub fn ids(&self) -> (u64, u64) {
+    pub fn ids(&self, founders: &Founders) -> (u64, u64) {
         use crate::raft::membership::{self, InitialMember, normalize_url};
         let advertised: Vec<String> = self
             .initial_advertise_peer_urls
             .iter()
             .map(|u| normalize_url(u).unwrap_or_else(|| u.trim().to_string()))
             .collect();
-        let initial = self
+        let initial = founders
             .initial_cluster
             .as_deref()
             .and_then(|c| membership::parse_initial_cluster(c).ok())
             .unwrap_or_else(|| {
                 vec![InitialMember { name: self.name.clone(), peer_urls: advertised.clone() }]
             });
-        let token = &self.initial_cluster_token;
+        let token = &founders.token;
         let mine = initial
             .iter()
             .find(|m| m.name == self.name)
             .map_or(advertised, |m| m.peer_urls.clone());
-        let founders: Vec<u64> =
+        let founding_ids: Vec<u64> =
             membership::initial_members(&initial, token).keys().copied().collect();
-        (membership::cluster_id(&founders), membership::member_id(&mine, token, None))
+        (membership::cluster_id(&founding_ids), membership::member_id(&mine, token, None))
     }
 }

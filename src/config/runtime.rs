@@ -1,8 +1,8 @@
 //! The configuration the server runs with: derived once from the parsed [`Flags`], with etcd's
 //! fallbacks resolved (an `--experimental-` name wins over the new one), the default-host
 //! rewrite and the auto-TLS certificates applied, and the WAL settings settled. The rest of the
-//! crate reads it under the flags' own names; nothing changes it once it is built, but for v3
-//! discovery, which settles `--initial-cluster` at start (`embed::discovery::bootstrap`).
+//! crate reads it under the flags' own names; nothing changes it once it is built (what v3
+//! discovery finds at start is a [`super::Founders`] of its own).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -33,7 +33,7 @@ pub struct Config {
     /// As given, or rewritten to the default host (see [`DefaultHost`]).
     pub initial_advertise_peer_urls: Vec<String>,
 
-    // The cluster. v3 discovery fills `initial_cluster` and `initial_cluster_token` at start.
+    // The cluster. v3 discovery finds other founders in their place (see `super::Founders`).
     pub initial_cluster: Option<String>,
     pub initial_cluster_state: ClusterState,
     pub initial_cluster_token: String,

@@ -44,7 +44,7 @@ fn defaults_serve_on_localhost_2379() {
     assert_eq!(c.listen_client_urls, ["http://127.0.0.1:2379"]);
     assert_eq!(c.max_request_bytes, 1_572_864);
     // etcd 3.6 with its default flags: member 8e9e05c52164694d, cluster cdf818194e3a8c32.
-    let (cluster, member) = c.ids();
+    let (cluster, member) = c.ids(&c.founders());
     assert_eq!((cluster, member), (0xcdf818194e3a8c32, 0x8e9e05c52164694d));
 }
 
@@ -66,7 +66,7 @@ fn default_advertised_urls_on_any_address_take_the_default_host_as_etcds_do() {
         "etcd-cluster",
         None,
     );
-    assert_eq!(c.ids().1, id);
+    assert_eq!(c.ids(&c.founders()).1, id);
     // Clients too, when their advertised URL is etcd's default.
     let f = flags(&[
         "--listen-client-urls=http://0.0.0.0:12379",
@@ -108,7 +108,7 @@ fn ids_of_etcds_e2e_member_are_the_bytes_its_tests_expect() {
         &format!("--initial-cluster={name}=https://localhost:20001"),
         "--initial-cluster-state=new",
     ]);
-    let (cluster, member) = c.ids();
+    let (cluster, member) = c.ids(&c.founders());
     let varint = |mut v: u64| {
         let mut out = Vec::new();
         while v >= 0x80 {

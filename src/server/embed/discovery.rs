@@ -14,8 +14,8 @@
 //!   member that finds the cluster full before it registers gives up (`discovery: cluster is
 //!   full`).
 //!
-//! The result is the `--initial-cluster` the member then starts with, and the token becomes its
-//! `--initial-cluster-token`. A data directory that already holds a member's state ignores
+//! The result is the founders the member then starts with ([`Founders`]: what it found in place
+//! of `--initial-cluster`, and the token in place of `--initial-cluster-token`). A data directory that already holds a member's state ignores
 //! discovery, as etcd's does. While the service cannot be reached the member retries, waiting
 //! 2, 4, ... up to 256 seconds between tries, as etcd's does.
 
@@ -26,7 +26,7 @@ use tonic::Request;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::config::Config;
+use crate::config::{Config, Founders};
 use crate::proto::etcdserverpb as pb;
 
 /// Where every discovery token's keys live (etcd's `discoveryPrefix`).
@@ -63,10 +63,10 @@ pub fn wanted(config: &Config) -> bool {
     !config.discovery_endpoints.is_empty()
 }
 
-/// Runs discovery for `config` (see the module docs) and sets its `--initial-cluster` and
-/// `--initial-cluster-token` to what it found. Returns once every founding member has
-/// registered; an error ends the member's start.
-pub async fn bootstrap(config: &mut Config) -> Result<(), String> {
+/// Runs discovery for `config` (see the module docs) and returns the founders it found; or the
+/// flags' own, when the data directory already holds a member. Returns once every founding
+/// member has registered; an error ends the member's start.
+pub async fn bootstrap(config: &Config) -> Result<Founders, String> {
     let wal = config.wal_options();
     if wal.mode != crate::wal::Mode::None
         && (wal.dir.raft().has_member() || matches!(wal.dir.read_alone_ids(), Ok(Some(_))))
@@ -75,7 +75,7 @@ pub async fn bootstrap(config: &mut Config) -> Result<(), String> {
             "wal-dir" = %wal.dir.display(),
             "discovery token is ignored since cluster already initialized; valid logs are found"
         );
-        return Ok(());
+        return Ok(config.founders());
     }
     tracing::info!("Bootstrapping cluster using v3 discovery.");
     let token = config.discovery_token.clone();
@@ -97,9 +97,7 @@ pub async fn bootstrap(config: &mut Config) -> Result<(), String> {
     if urls.windows(2).any(|w| w[0] == w[1]) {
         return Err(format!("discovery cluster {cluster} has duplicate url"));
     }
-    config.initial_cluster = Some(cluster);
-    config.initial_cluster_token = token;
-    Ok(())
+    Ok(Founders { initial_cluster: Some(cluster), token })
 }
 
 /// One registered member: its key, its `name=url,...` and when it registered.

@@ -22,21 +22,24 @@ impl Member {
     /// Opens the store (recovering it from the data directory) and wires the services' shared
     /// state around it. A member alone.
     pub fn new(config: Config) -> Result<Self, crate::mvcc::persist::OpenError> {
-        Self::open(config, None)
+        let founders = config.founders();
+        Self::open(config, &founders, None)
     }
 
-    /// [`Member::new`] for a member alone (`cluster: None`) or of a cluster with these
-    /// (cluster id, member id): its store then keeps no WAL (the Raft log is the WAL) and is
-    /// filled from the Raft log and snapshots by [`Member::start_raft`].
+    /// [`Member::new`] for a member alone (`cluster: None`; its ids derive from `founders` at
+    /// its first start) or of a cluster with these (cluster id, member id): its store then
+    /// keeps no WAL (the Raft log is the WAL) and is filled from the Raft log and snapshots by
+    /// [`Member::start_raft`].
     pub fn open(
         config: Config,
+        founders: &crate::config::Founders,
         cluster: Option<(u64, u64)>,
     ) -> Result<Self, crate::mvcc::persist::OpenError> {
         config.auto_compaction()?;
         let mut wal_options = config.wal_options();
         let (cluster_id, member_id) = match cluster {
             Some(ids) => ids,
-            None => alone_ids(&config, &wal_options)?,
+            None => alone_ids(config.ids(founders), &wal_options)?,
         };
         if cluster.is_some() {
             if wal_options.mode != crate::wal::Mode::None {
@@ -151,15 +154,14 @@ impl Member {
     }
 }
 
-/// A member alone's (cluster id, member id): derived from its flags as etcd derives them at its
-/// first start, then kept in its data directory, as etcd keeps them (a restart with other peer
-/// URLs or another `--initial-cluster-token` is still the same member of the same cluster).
-/// Without a data directory (`--wal-mode none`) every start is a first start.
+/// A member alone's (cluster id, member id): `derived` from its flags as etcd derives them at
+/// its first start, then kept in its data directory, as etcd keeps them (a restart with other
+/// peer URLs or another `--initial-cluster-token` is still the same member of the same
+/// cluster). Without a data directory (`--wal-mode none`) every start is a first start.
 fn alone_ids(
-    config: &Config,
+    derived: (u64, u64),
     wal: &crate::wal::Options,
 ) -> Result<(u64, u64), crate::mvcc::persist::OpenError> {
-    let derived = config.ids();
     if wal.mode == crate::wal::Mode::None {
         return Ok(derived);
     }
