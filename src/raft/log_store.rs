@@ -501,6 +501,7 @@ struct Disk {
     file: Mutex<Segment>,
     /// fsync mode: callbacks waiting for the next fdatasync, and whether the syncer should
     /// stop; buffered mode: whether anything was written since the last background sync.
+    /// `wake` wakes the syncer: an fsync waiter, the first write since a sync, a stop.
     sync: Mutex<SyncQueue>,
     wake: Condvar,
 }
@@ -659,7 +660,8 @@ impl LogStore {
         if sync {
             seg.file.sync_data()?;
         } else if d.mode == Mode::Buffered {
-            d.sync.lock().dirty = true;
+            drop(seg);
+            d.written();
         }
         Ok(())
     }
@@ -865,9 +867,21 @@ impl Disk {
         seqs.iter().map(|&seq| path(seq)).collect()
     }
 
+    /// Buffered mode: something was written that the syncer is to sync within its interval
+    /// (it sleeps while nothing is, so an idle member's log costs no wake-ups).
+    fn written(&self) {
+        let mut q = self.sync.lock();
+        if !q.dirty {
+            q.dirty = true;
+            drop(q);
+            self.wake.notify_one();
+        }
+    }
+
     /// fsync mode: syncs whenever appends wait, then tells openraft they are durable (all
     /// appends made before the sync started are in it). Buffered mode: syncs what was
-    /// written every `interval`.
+    /// written `interval` after the first write since the last sync (so the writes of that
+    /// interval share one sync).
     fn run_syncer(&self, interval: Duration) {
         loop {
             let waiting = {
@@ -876,8 +890,13 @@ impl Disk {
                     while q.waiting.is_empty() && !q.stop {
                         self.wake.wait(&mut q);
                     }
-                } else if !q.stop {
-                    self.wake.wait_for(&mut q, interval);
+                } else {
+                    while !q.dirty && q.waiting.is_empty() && !q.stop {
+                        self.wake.wait(&mut q);
+                    }
+                    if !q.stop {
+                        self.wake.wait_for(&mut q, interval);
+                    }
                 }
                 if q.stop && q.waiting.is_empty() {
                     return;
@@ -1003,16 +1022,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                     mem.push(e, Some(Loc { term, seq, offset: base + at, len }))?;
                 }
             }
-            let mut q = d.sync.lock();
             match d.mode {
                 Mode::Fsync => {
-                    q.waiting.push(callback);
-                    drop(q);
+                    d.sync.lock().waiting.push(callback);
                     d.wake.notify_one();
                 }
                 _ => {
-                    q.dirty = true;
-                    drop(q);
+                    d.written();
                     callback.io_completed(Ok(()));
                 }
             }
