@@ -54,11 +54,13 @@ impl RaftNode {
     }
 
     /// Whether a quorum of voters reaches this member: waits until enough voters (this member
-    /// counting for itself) have each sent it two probes since it was called, until
-    /// `deadline`. Every member probes every other once per heartbeat, and sends its next
-    /// probe only once the last was answered ([`crate::raft::rafthttp::probing`]), so the second proves that
-    /// the link carried a probe, its answer and another probe after this began (one probe
-    /// alone could have been on its way before). A member whose incoming peer traffic is cut
+    /// counting for itself) have each sent it two probes or appends since it was called, until
+    /// `deadline`. Every member probes every other once per heartbeat (a leader appends
+    /// instead), and sends its next probe only once the last was answered
+    /// ([`crate::raft::rafthttp::probing`]), so the second proves that the link carried a probe,
+    /// its answer and another probe after this began (one probe alone could have been on its
+    /// way before); a leader's appends stop a few requests after its follower's answers do. A
+    /// member whose incoming peer traffic is cut
     /// still reaches the others with its own calls, and may still confirm a read index for a
     /// while (see `network`); etcd's member in that state cannot, as its messages travel on
     /// connections its peers dial. The health checks ask this first.

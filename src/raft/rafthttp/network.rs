@@ -8,8 +8,9 @@
 //! message on a stream the receiver dialed, so a link blocked one way carries nothing). Here
 //! the sender dials, so a member whose incoming peer traffic is blocked would still reach the
 //! others, and, leading, keep them from electing a leader they could reach. So a peer that
-//! this member heard from once (every peer probes it each heartbeat, [`super::probing`]) but
-//! not for [`Network::one_way_after`] gets no Raft message until it is heard again.
+//! this member heard from once (every peer probes it each heartbeat, [`super::probing`], or
+//! sends it appends) but not for [`Network::one_way_after`] gets no Raft message until it is
+//! heard again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Seek, SeekFrom};
@@ -104,10 +105,14 @@ pub struct PeerCounters {
     pub round_trip: Histogram,
     /// When this member last admitted a call from the peer (ms since [`epoch_ms`]; 0: never).
     pub heard_ms: AtomicU64,
-    /// Probes admitted from the peer ([`super::probing`]). The peer sends its next probe
-    /// only once it has the answer to the last, so two probes arriving after a moment prove
-    /// that the link carried traffic both ways after it (`RaftNode::reached_by_quorum`).
+    /// Probes ([`super::probing`]) and `Append` requests admitted from the peer. The peer
+    /// sends its next probe only once it has the answer to the last, and a leader's appends
+    /// stop a few requests after its follower's answers do, so two arriving after a moment prove that the
+    /// link carried traffic both ways after it (`RaftNode::reached_by_quorum`).
     pub probes: AtomicU64,
+    /// When the peer last answered one of this member's `Append` requests (ms since
+    /// [`epoch_ms`]; 0: never): a leader does not probe a follower its appends just reached.
+    pub answered_ms: AtomicU64,
     /// Since when the peer has answered every probe (`None` while unreachable): etcd's
     /// `ActiveSince`, which its membership checks use. Written by the prober alone
     /// ([`super::probing`]); locked for that write and for the membership checks' reads.
@@ -124,6 +129,17 @@ impl PeerCounters {
     /// Records a call from the peer that this member admitted.
     pub fn heard(&self) {
         self.heard_ms.store(epoch_ms(), Ordering::Relaxed);
+    }
+
+    /// Records an answer of the peer to one of this member's `Append` requests.
+    pub fn answered(&self) {
+        self.answered_ms.store(epoch_ms(), Ordering::Relaxed);
+    }
+
+    /// Whether the peer answered one of this member's `Append` requests within `window`.
+    pub fn answered_within(&self, window: Duration) -> bool {
+        let at = self.answered_ms.load(Ordering::Relaxed);
+        at != 0 && epoch_ms().saturating_sub(at) <= window.as_millis() as u64
     }
 
     /// Whether the peer was heard from once, but not within `window`: its calls no longer
@@ -153,6 +169,7 @@ impl PeerStats {
                     round_trip: crate::metrics::seconds(),
                     heard_ms: AtomicU64::new(0),
                     probes: AtomicU64::new(0),
+                    answered_ms: AtomicU64::new(0),
                     active_since: Mutex::new(None),
                 })
             })
@@ -287,7 +304,7 @@ pub struct Network {
 
 impl Network {
     /// [`Network::one_way_after`]: three heartbeat intervals, or a quarter of the election
-    /// timeout if longer. Every peer probes every heartbeat, so a working link is not cut by a
+    /// timeout if longer. Every peer probes (or appends) every heartbeat, so a working link is not cut by a
     /// late probe or two; and the followers of a leader whose incoming traffic stops hear
     /// from it no longer than that, then elect another after their election timeout, as
     /// etcd's would, whose leader's messages stop at once. (Two election timeouts made that
@@ -550,6 +567,7 @@ impl Session<'_> {
                     if let Some(at) = at {
                         self.stats.round_trip.observe(at.elapsed().as_secs_f64());
                     }
+                    self.stats.answered();
                     if let Some(body) = body {
                         body.wake();
                     }

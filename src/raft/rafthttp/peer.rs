@@ -122,6 +122,8 @@ impl pb::raft_server::Raft for PeerService {
                                     prost::Message::encoded_len(&msg) as u64,
                                     std::sync::atomic::Ordering::Relaxed,
                                 );
+                                // The leader's appends stand in for its probes (`probing`).
+                                counters.probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                 match codec::from_append_request(msg) {
                                     Ok(rpc) => {
                                         if rpc.vote.committed {
