@@ -3,8 +3,8 @@
 # (data on tmpfs), back to back on this machine, with the same flags. Prints requests/s, the
 # server's CPU time per request (user+system of the server processes / requests) and the ratio.
 #
-# Usage: benches/compare_etcd.sh [put|txn-put|range|watch|memory|snapshot|all]   (default all:
-#        all but memory and snapshot)
+# Usage: benches/compare_etcd.sh [put|txn-put|range|watch|memory|snapshot|idle|all]   (default
+#        all: all but memory, snapshot and idle)
 # memory: TOTAL distinct keys put once each (8-byte keys, 1 KiB values); its RSS column, read two
 #        seconds after the load, is what a server holds for them (with MEMBERS=1 and MEMBERS=3,
 #        a cluster member's memory against a member alone's).
@@ -12,6 +12,9 @@
 #        its own table: seconds to save, the servers' CPU seconds meanwhile, how far the largest
 #        member's peak RSS rose above its RSS before the save, and the file's size (TOTAL=1000000
 #        is 1 GiB of values).
+# idle: no load at all: one put, then the servers' CPU over IDLE_SECONDS (default 30) as a
+#        percentage of one core, and their RSS summed at its end (a cluster's fixed cost: its
+#        heartbeats, probes, timers); its own table.
 # env: TOTAL (requests per run, default 100000), CLIENTS (100), CONNS (10)
 #      MEMBERS (1: one server each; 3 or 5: a cluster of that many members on 127.0.0.1, started
 #      with etcd's cluster flags, every member in the benchmark's --endpoints, which spreads its
@@ -130,11 +133,38 @@ save_snapshot() { # KIND
   rm -f "$TMP/$1.snapshot.db"
 }
 
+# Prints "cpu_percent_of_a_core rss_mib_summed" for IDLE_SECONDS of a fresh server doing nothing
+# after one put.
+idle() { # KIND
+  start "$1"
+  "$ETCDCTL" --endpoints "${ENDPOINTS%%,*}" put idle-probe x >/dev/null
+  sleep 2
+  local c0 c1 t0 t1 p rss=0
+  c0=$(cpu_ticks "${SERVER_PIDS[@]}") t0=$(date +%s.%N)
+  sleep "${IDLE_SECONDS:-30}"
+  c1=$(cpu_ticks "${SERVER_PIDS[@]}") t1=$(date +%s.%N)
+  for p in "${SERVER_PIDS[@]}"; do rss=$((rss + $(awk '$1 == "VmRSS:" {print $2}' "/proc/$p/status"))); done
+  stop
+  awk -v c="$((c1 - c0))" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" -v r="$rss" \
+    'BEGIN{printf "%.2f %.0f\n", c / hz / (t1 - t0) * 100, r / 1024}'
+}
+
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 
 workloads=(put txn-put range watch)
 [ "$WHAT" = all ] || workloads=("$WHAT")
 ROUNDS=${ROUNDS:-1}
+if [ "$WHAT" = idle ]; then
+  printf '%-9s %18s %18s\n' server "CPU (% of a core)" "RSS summed (MiB)"
+  for _ in $(seq "$ROUNDS"); do
+    for kind in mem_etcd etcd; do
+      read -r a b < <(idle "$kind")
+      printf '%-9s %18s %18s\n' "$kind" "$a" "$b"
+    done
+  done
+  echo "($(nproc) cores; $MEMBERS member(s) per server, CPU and RSS summed; ${IDLE_SECONDS:-30} s after one put)"
+  exit 0
+fi
 if [ "$WHAT" = snapshot ]; then
   printf '%-9s %12s %12s %16s %10s\n' server "save (s)" "server CPU (s)" "peak rise (MiB)" "file (MiB)"
   for _ in $(seq "$ROUNDS"); do
