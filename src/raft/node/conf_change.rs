@@ -30,7 +30,7 @@ impl RaftNode {
         }
         // Back as a voter once it holds everything up to its demotion: every entry it may have
         // acknowledged before it lost its state is in there.
-        let target = self.metrics().last_log_index.unwrap_or(0);
+        let target = self.with_metrics(|m| m.last_log_index.unwrap_or(0));
         let deadline = Instant::now() + Duration::from_secs(600);
         while self.matched(id) < target {
             if Instant::now() > deadline {

@@ -158,14 +158,21 @@ pub struct SnapshotMark {
 }
 
 impl RaftNode {
-    /// openraft's metrics, as last published.
-    pub(super) fn metrics(&self) -> openraft::RaftMetrics<TypeConfig> {
-        self.raft.metrics().borrow_watched().clone()
+    /// Reads openraft's metrics as last published, without copying them: they hold the whole
+    /// membership, and probes, health checks and `/metrics` read a field or two of them. `f`
+    /// runs under the watch's read lock, which openraft waits for to publish: keep it short.
+    pub(super) fn with_metrics<R>(
+        &self,
+        f: impl FnOnce(&openraft::RaftMetrics<TypeConfig>) -> R,
+    ) -> R {
+        let rx = self.raft.metrics();
+        let m = rx.borrow_watched();
+        f(&m)
     }
 
     /// The committed index.
     pub fn committed_index(&self) -> u64 {
-        self.metrics().local_committed.map_or(0, |l| l.index)
+        self.with_metrics(|m| m.local_committed.map_or(0, |l| l.index))
     }
 
     /// Admits a peer call: from a member of this cluster ([`super::rafthttp::network::check_stamp`])
@@ -275,14 +282,14 @@ impl RaftNode {
     /// caller keeps it between checks). Counted from when the log opened, not from the first
     /// check: whatever was logged before that check counts towards the next snapshot too.
     pub fn snapshot_mark(&self) -> SnapshotMark {
-        SnapshotMark { logged: 0, snapshot: self.metrics().snapshot }
+        SnapshotMark { logged: 0, snapshot: self.with_metrics(|m| m.snapshot) }
     }
 
     /// Takes a snapshot if enough was logged since the last one (`mark`, updated), so the log
     /// (and restart time) stays bounded; openraft then purges what it covers. Called by the
     /// server's snapshot loop, which checks the WAL's snapshots alike.
     pub async fn snapshot_if_due(&self, mark: &mut SnapshotMark, machine_size: u64) {
-        let snap = self.metrics().snapshot;
+        let snap = self.with_metrics(|m| m.snapshot);
         if snap != mark.snapshot {
             // Taken (or installed from the leader) since we last looked.
             mark.snapshot = snap;

@@ -171,14 +171,14 @@ impl RaftNode {
             return;
         }
         *leaderless_since = Some(Instant::now());
-        let m = self.metrics();
-        let peers: Vec<(u64, Vec<String>)> = m
-            .membership_config
-            .membership()
-            .nodes()
-            .filter(|(id, _)| **id != self.id)
-            .map(|(id, n)| (*id, n.peer_urls.clone()))
-            .collect();
+        let peers: Vec<(u64, Vec<String>)> = self.with_metrics(|m| {
+            m.membership_config
+                .membership()
+                .nodes()
+                .filter(|(id, _)| **id != self.id)
+                .map(|(id, n)| (*id, n.peer_urls.clone()))
+                .collect()
+        });
         let node = self.removed.clone();
         let (client, me, cluster) = (self.peers.clone(), self.id, self.cluster_id);
         let urls = self.opts.peer_urls.clone();

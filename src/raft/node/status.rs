@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{RaftNode, matched_in};
+use crate::raft::types::TypeConfig;
 
 /// A member's Raft status (Maintenance.Status's raft fields).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,9 +39,8 @@ impl RaftNode {
     /// Whether learner `id` has replicated at least `fraction` of the leader's log (etcd
     /// promotes a learner only at 90%).
     pub fn learner_in_sync(&self, id: u64, fraction: f64) -> bool {
-        let m = self.metrics();
-        let leader_last = m.last_log_index.unwrap_or(0);
-        let matched = matched_in(&m, id);
+        let (leader_last, matched) =
+            self.with_metrics(|m| (m.last_log_index.unwrap_or(0), matched_in(m, id)));
         matched as f64 >= leader_last as f64 * fraction && (matched > 0 || leader_last == 0)
     }
 
@@ -84,34 +84,40 @@ impl RaftNode {
     /// Members the leader heard from within `within` (empty on a follower).
     pub fn recently_heard(&self, within: Duration) -> BTreeSet<u64> {
         use openraft::Instant as _;
-        let m = self.metrics();
-        m.heartbeat
-            .as_ref()
-            .map(|h| {
-                h.iter()
-                    .filter(|(_, t)| t.as_ref().is_some_and(|t| t.elapsed() <= within))
-                    .map(|(id, _)| *id)
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.with_metrics(|m| {
+            m.heartbeat
+                .as_ref()
+                .map(|h| {
+                    h.iter()
+                        .filter(|(_, t)| t.as_ref().is_some_and(|t| t.elapsed() <= within))
+                        .map(|(id, _)| *id)
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
     }
 
     /// How far member `id` has replicated this leader's log (0 if unknown).
     pub(super) fn matched(&self, id: u64) -> u64 {
-        matched_in(&self.metrics(), id)
+        self.with_metrics(|m| matched_in(m, id))
     }
 
     /// The membership this member knows: voters, learners and every node's peer URLs.
     pub fn membership(&self) -> (BTreeSet<u64>, BTreeMap<u64, Vec<String>>) {
-        let m = self.metrics().membership_config;
-        let voters = m.membership().voter_ids().collect();
-        let nodes = m.membership().nodes().map(|(id, n)| (*id, n.peer_urls.clone())).collect();
-        (voters, nodes)
+        self.with_metrics(|m| {
+            let m = m.membership_config.membership();
+            let voters = m.voter_ids().collect();
+            let nodes = m.nodes().map(|(id, n)| (*id, n.peer_urls.clone())).collect();
+            (voters, nodes)
+        })
     }
 
     /// Raft's status for Maintenance.Status and the metrics.
     pub fn status(&self) -> RaftStatus {
-        let m = self.metrics();
+        self.with_metrics(|m| self.status_of(m))
+    }
+
+    fn status_of(&self, m: &openraft::RaftMetrics<TypeConfig>) -> RaftStatus {
         let last_index = m.last_log_index.unwrap_or(0);
         RaftStatus {
             id: self.id,
