@@ -250,16 +250,12 @@ impl RaftNode {
         *self.applied.borrow()
     }
 
-    /// Peer URLs of member `id`, from the membership this member knows.
-    /// Borrows openraft's metrics rather than cloning them: every forwarded request asks.
+    /// Peer URLs of member `id`, from the membership this member knows (every forwarded
+    /// request asks).
     pub fn peer_urls_of(&self, id: u64) -> Option<Vec<String>> {
-        let rx = self.raft.metrics();
-        let urls = rx
-            .borrow_watched()
-            .membership_config
-            .membership()
-            .get_node(&id)
-            .map(|n| n.peer_urls.clone());
+        let urls = self.with_metrics(|m| {
+            m.membership_config.membership().get_node(&id).map(|n| n.peer_urls.clone())
+        });
         urls.or_else(|| self.opts.initial.get(&id).map(|i| i.peer_urls.clone()))
     }
 

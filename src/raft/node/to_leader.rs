@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{ReadPolicy, ServerState};
 use tokio::time::Instant;
@@ -217,7 +216,7 @@ impl RaftNode {
         if self.is_leader() {
             return true;
         }
-        if self.raft.metrics().borrow_watched().state != ServerState::Leader {
+        if self.with_metrics(|m| m.state) != ServerState::Leader {
             return false;
         }
         let mut rx = self.role.clone();

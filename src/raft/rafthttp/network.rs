@@ -107,8 +107,8 @@ pub struct PeerCounters {
     pub heard_ms: AtomicU64,
     /// Probes ([`super::probing`]) and `Append` requests admitted from the peer. The peer
     /// sends its next probe only once it has the answer to the last, and a leader's appends
-    /// stop a few requests after its follower's answers do, so two arriving after a moment prove that the
-    /// link carried traffic both ways after it (`RaftNode::reached_by_quorum`).
+    /// stop a few requests after its follower's answers do, so two arriving after a moment
+    /// prove that the link carried traffic both ways after it (`RaftNode::reached_by_quorum`).
     pub probes: AtomicU64,
     /// When the peer last answered one of this member's `Append` requests (ms since
     /// [`epoch_ms`]; 0: never): a leader does not probe a follower its appends just reached.
@@ -304,10 +304,10 @@ pub struct Network {
 
 impl Network {
     /// [`Network::one_way_after`]: three heartbeat intervals, or a quarter of the election
-    /// timeout if longer. Every peer probes (or appends) every heartbeat, so a working link is not cut by a
-    /// late probe or two; and the followers of a leader whose incoming traffic stops hear
-    /// from it no longer than that, then elect another after their election timeout, as
-    /// etcd's would, whose leader's messages stop at once. (Two election timeouts made that
+    /// timeout if longer. Every peer probes (or appends) every heartbeat, so a working link is
+    /// not cut by a late probe or two; and the followers of a leader whose incoming traffic
+    /// stops hear from it no longer than that, then elect another after their election
+    /// timeout, as etcd's would, whose leader's messages stop at once. (Two election timeouts made that
     /// failover 3-4 s where etcd's takes 1-2.)
     pub fn one_way_window(heartbeat: Duration, election: Duration) -> Duration {
         (3 * heartbeat).max(election / 4)
