@@ -22,6 +22,9 @@
 #      ETCD_BIN, BENCHMARK_BIN (else built/cached by tests/peers/*.sh)
 #      MEM_BIN (the mem_etcd binary to measure, e.g. an earlier build; else this tree's release
 #      build)
+#      RATE (put and txn-put: at most this many requests/s, as `benchmark --rate`; unset: as
+#      fast as the clients go). A fixed rate well below either server's ceiling is Kubernetes'
+#      pace: requests come a few at a time, so every message's fixed cost counts, not batching.
 #      MEM_ARGS (extra mem_etcd flags, e.g. "--worker-threads 1"), ROUNDS (1: runs per server,
 #      alternating mem_etcd and etcd; the medians are reported)
 #      PIN (unset: client and servers share every core; e.g. "0:1": the servers run on CPU list
@@ -75,8 +78,8 @@ run() { # KIND WORKLOAD
   start "$1"
   local common=(--endpoints "$ENDPOINTS" --clients "$CLIENTS" --conns "$CONNS")
   case $2 in
-    put) args=(put --key-size 48 --val-size 1024 --key-space-size 100000 --sequential-keys=false --total "$TOTAL") ;;
-    txn-put) args=(txn-put --key-size 48 --val-size 1024 --key-space-size 100000 --total "$TOTAL") ;;
+    put) args=(put --key-size 48 --val-size 1024 --key-space-size 100000 --sequential-keys=false --total "$TOTAL" ${RATE:+--rate "$RATE"}) ;;
+    txn-put) args=(txn-put --key-size 48 --val-size 1024 --key-space-size 100000 --total "$TOTAL" ${RATE:+--rate "$RATE"}) ;;
     range)
       ${CLIENT_PIN[@]+"${CLIENT_PIN[@]}"} "$BENCH" --endpoints "$ENDPOINTS" --clients 10 --conns 10 put --key-size 48 --val-size 1024 \
         --key-space-size 1000 --sequential-keys --total 1000 >/dev/null 2>&1
@@ -190,4 +193,4 @@ for w in "${workloads[@]}"; do
   printf '%-8s %14.0f %14.0f %7s %13s µs %13s µs %15s µs %15s µs %9s MiB %9s MiB\n' "$w" "$m_rps" "$e_rps" "$ratio" \
     "$m_cpu" "$e_cpu" "$m_cl" "$e_cl" "$m_rss" "$e_rss"
 done
-echo "($(nproc) cores${PIN:+, servers on CPUs ${PIN%%:*} and the client on ${PIN#*:}}; $MEMBERS member(s) per server (RSS: the largest member's); $TOTAL requests per run; $CLIENTS clients over $CONNS connections; median of $ROUNDS alternating run(s) per server; mem_etcd flags: --wal-mode buffered ${MEM_ARGS:-}; full outputs in /tmp/compare-*.out)"
+echo "($(nproc) cores${PIN:+, servers on CPUs ${PIN%%:*} and the client on ${PIN#*:}}; $MEMBERS member(s) per server (RSS: the largest member's); $TOTAL requests per run${RATE:+ at $RATE/s}; $CLIENTS clients over $CONNS connections; median of $ROUNDS alternating run(s) per server; mem_etcd flags: --wal-mode buffered ${MEM_ARGS:-}; full outputs in /tmp/compare-*.out)"

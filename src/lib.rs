@@ -91,8 +91,9 @@
 //! In a cluster one floor goes on top, and the Raft log takes the WAL's place below: validate →
 //! propose (every member sends the proposals waiting on it to the leader as one request,
 //! `raft::batch`, on its long-lived `Forwarding` stream, `raft::forward`; the leader appends them
-//! as one batch) → sent to each follower on a long-lived `Append` stream, a few batches in flight,
-//! heartbeats on one of their own (`raft::rafthttp::network`) → appended on a majority, written or
+//! as one batch) → sent to each follower on a long-lived `Append` stream, a connection of its own
+//! carrying length-prefixed frames (`raft::rafthttp::stream`), a few batches in flight
+//! (`raft::rafthttp::network`) → appended on a majority, written or
 //! fdatasync'd per each member's `--wal-mode` → committed → applied on every member, in log order,
 //! through the same path (lock, evaluate, allocate, apply, complete; the store keeps no WAL of its
 //! own), each batch of entries published to readers and watchers at once when it is applied → reply

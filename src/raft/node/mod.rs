@@ -175,13 +175,13 @@ impl RaftNode {
         self.with_metrics(|m| m.local_committed.map_or(0, |l| l.index))
     }
 
-    /// Admits a peer call: from a member of this cluster ([`super::rafthttp::network::check_stamp`])
+    /// Admits a peer call: from a member of this cluster ([`super::rafthttp::stamp::check_stamp`])
     /// whose calls are not being dropped by an injected fault. Returns the caller's member id.
     pub fn check_peer<T>(
         &self,
         req: &tonic::Request<T>,
     ) -> std::result::Result<u64, tonic::Status> {
-        let from = super::rafthttp::network::check_stamp(req, self.cluster_id)?;
+        let from = super::rafthttp::stamp::check_stamp(req, self.cluster_id)?;
         self.admit(from)?;
         Ok(from)
     }

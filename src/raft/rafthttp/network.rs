@@ -1,8 +1,9 @@
-//! Reaching the other members (etcd's `rafthttp`, client side): one HTTP/2 connection per peer over
-//! its peer URL, shared by openraft's replication, votes and snapshots and by the
-//! follower-to-leader requests of `to_leader`. Replication to a follower runs on one `Append`
-//! stream at a time, with a few requests in flight ([`APPEND_WINDOW`]). Every call is stamped with
-//! this member's cluster id and member id, which the receiving peer checks ([`check_stamp`]).
+//! Reaching the other members (etcd's `rafthttp`, client side): one HTTP/2 connection per peer
+//! over its peer URL, shared by openraft's votes and snapshots and by the follower-to-leader
+//! requests of `to_leader`; and replication to a follower on an `Append` stream, a connection of
+//! its own ([`super::stream`]), with a few requests in flight ([`APPEND_WINDOW`]). Every call
+//! and stream is stamped with this member's cluster id and member id, which the receiving peer
+//! checks (`super::stamp`).
 //!
 //! Raft's messages travel only while a link works both ways, as etcd's do (etcd sends each
 //! message on a stream the receiver dialed, so a link blocked one way carries nothing). Here
@@ -34,33 +35,15 @@ use tonic::transport::{Channel, Endpoint};
 use prost::Message;
 
 use super::codec;
+use super::stamp::Stamp;
 use crate::metrics::{Histogram, MetricType, Page};
 use crate::proto::memetcdpb as pb;
 use crate::raft::state_machine::Snapshot;
 use crate::raft::state_machine::SnapshotFile;
 use crate::raft::types::{PeerNode, TypeConfig, Vote};
 
-/// Metadata keys of the stamp on every peer call.
-pub const CLUSTER_ID_KEY: &str = "memetcd-cluster-id";
-pub const MEMBER_ID_KEY: &str = "memetcd-member-id";
-
 /// Snapshot bytes per message.
 const SNAPSHOT_CHUNK: usize = 1 << 20;
-
-/// Adds the stamp to a call.
-#[derive(Clone, Debug)]
-pub struct Stamp {
-    cluster: MetadataValue<tonic::metadata::Ascii>,
-    member: MetadataValue<tonic::metadata::Ascii>,
-}
-
-impl tonic::service::Interceptor for Stamp {
-    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        req.metadata_mut().insert(CLUSTER_ID_KEY, self.cluster.clone());
-        req.metadata_mut().insert(MEMBER_ID_KEY, self.member.clone());
-        Ok(req)
-    }
-}
 
 /// What a member answers the calls of a member it saw removed (etcd's `errMemberRemoved`, its
 /// peer handler's 410 Gone), which stops on hearing it.
@@ -74,24 +57,6 @@ pub fn member_removed() -> tonic::Status {
 /// Whether a peer refused a call as coming from a removed member.
 pub fn is_member_removed(status: &tonic::Status) -> bool {
     status.code() == tonic::Code::FailedPrecondition && status.message() == MEMBER_REMOVED
-}
-
-/// Refuses a call from another cluster (etcd answers such peers "cluster ID mismatch"), so two
-/// clusters sharing addresses never merge. Returns the caller's member id.
-pub fn check_stamp<T>(req: &tonic::Request<T>, cluster_id: u64) -> Result<u64, tonic::Status> {
-    let get = |k: &str| {
-        req.metadata()
-            .get(k)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| u64::from_str_radix(v, 16).ok())
-    };
-    match (get(CLUSTER_ID_KEY), get(MEMBER_ID_KEY)) {
-        (Some(c), Some(m)) if c == cluster_id => Ok(m),
-        (Some(c), _) => Err(tonic::Status::failed_precondition(format!(
-            "cluster ID mismatch: this member is in cluster {cluster_id:x}, the caller in {c:x}"
-        ))),
-        _ => Err(tonic::Status::invalid_argument("a peer call without cluster and member ids")),
-    }
 }
 
 pub type RaftClient = pb::raft_client::RaftClient<InterceptedService<Channel, Stamp>>;
@@ -212,6 +177,9 @@ impl PeerStats {
 #[derive(Debug)]
 pub struct Peers {
     stamp: Stamp,
+    /// The stamp's values, for the `Append` streams' upgrades.
+    cluster_id: u64,
+    member_id: u64,
     /// TLS for https peer URLs (`--peer-*` flags), if configured.
     tls: Option<super::tls::PeerTls>,
     /// Locked to look up or add a connection (cheap: a channel clones a handle).
@@ -232,6 +200,8 @@ impl Peers {
         let v = |n: u64| MetadataValue::try_from(format!("{n:x}")).expect("hex is ascii");
         Arc::new(Self {
             stamp: Stamp { cluster: v(cluster_id), member: v(member_id) },
+            cluster_id,
+            member_id,
             tls,
             channels: Mutex::new(HashMap::new()),
             connect_timeout,
@@ -283,6 +253,37 @@ impl Peers {
         Some(ch)
     }
 
+    /// A connection of its own to a peer at `urls` (the first URL, as [`Self::channel`]), for
+    /// an `Append` stream ([`super::stream`]).
+    async fn dial(&self, urls: &[String]) -> std::io::Result<super::stream::BoxIo> {
+        let bad = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
+        let url = urls.first().ok_or_else(|| bad("no peer URL".to_string()))?;
+        let secure = url.starts_with("https://") || url.starts_with("unixs://");
+        let dial = async {
+            if let Some(path) = crate::raft::membership::unix_socket_path(url) {
+                return Ok::<super::stream::BoxIo, std::io::Error>(match (&self.tls, secure) {
+                    (Some(tls), true) => Box::new(tls.connect_unix(path).await?),
+                    _ => Box::new(tokio::net::UnixStream::connect(path).await?),
+                });
+            }
+            let uri: http::Uri = url.parse().map_err(|e| bad(format!("peer URL {url}: {e}")))?;
+            let host = uri.host().unwrap_or("localhost").trim_matches(['[', ']']);
+            let port = uri.port_u16().unwrap_or(if secure { 443 } else { 80 });
+            Ok(match (&self.tls, secure) {
+                (Some(tls), true) => Box::new(tls.connect_tcp(host, port).await?),
+                (None, true) => return Err(bad(format!("{url}: no peer TLS configured"))),
+                _ => {
+                    let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+                    tcp.set_nodelay(true)?;
+                    Box::new(tcp)
+                }
+            })
+        };
+        tokio::time::timeout(self.connect_timeout, dial)
+            .await
+            .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+    }
+
     pub fn raft_client(&self, id: u64, urls: &[String]) -> Option<RaftClient> {
         let ch = self.channel(id, urls)?;
         Some(
@@ -320,6 +321,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     async fn new_client(&mut self, target: u64, node: &PeerNode) -> Connection {
         Connection {
             client: self.peers.raft_client(target, &node.peer_urls),
+            peers: self.peers.clone(),
+            urls: node.peer_urls.clone(),
             target,
             stats: self.peers.stats.of(target),
             one_way_after: self.one_way_after,
@@ -333,6 +336,9 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 pub struct Connection {
     /// `None` when the peer has no usable URL: every call is then unreachable.
     client: Option<RaftClient>,
+    /// Where the `Append` stream is dialed from, and to.
+    peers: Arc<Peers>,
+    urls: Vec<String>,
     target: u64,
     stats: Arc<PeerCounters>,
     one_way_after: Duration,
@@ -395,17 +401,17 @@ type AppendRequests = BoxStream<'static, AppendEntriesRequest<TypeConfig>>;
 /// A long-lived `Append` stream to the peer, which carries every session openraft opens on
 /// this connection, one after another (etcd's peers keep their message streams open too).
 /// openraft opens a session for each heartbeat, and each round of linearizable reads is a
-/// heartbeat: a gRPC stream for each cost the leader and the follower the stream's headers,
-/// its handler and openraft's follower-side task, per round.
+/// heartbeat: a stream for each would cost the leader and the follower its opening and
+/// openraft's follower-side task, per round.
 ///
-/// The call's body pulls each session's requests itself ([`PipeBody`]), as the body of a
-/// stream per session did, so a request goes from openraft to the connection in one hop.
+/// The stream's writer pulls each session's requests itself ([`PipeBody`]), so a request goes
+/// from openraft to the socket in one hop.
 #[derive(Debug)]
 struct Pipe {
     /// Hands each session's requests to the body.
     sessions: tokio::sync::mpsc::UnboundedSender<AppendRequests>,
     /// The peer's answers, one per request, in order.
-    answers: tonic::Streaming<pb::AppendResponse>,
+    answers: super::stream::Answers,
     /// What the body and the sessions share.
     shared: Arc<PipeShared>,
 }
@@ -433,7 +439,7 @@ struct PipeState {
     body: Option<std::task::Waker>,
 }
 
-/// The body of a pipe's gRPC call: the requests of each session in turn.
+/// What a pipe's writer sends: the requests of each session in turn.
 struct PipeBody {
     sessions: tokio::sync::mpsc::UnboundedReceiver<AppendRequests>,
     /// The session whose requests go now.
@@ -624,7 +630,7 @@ impl Connection {
             None => Err(requests),
         };
         if let Err(requests) = handed {
-            let mut client = self.client()?;
+            self.client()?;
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
             let _ = tx.send(requests);
             let shared = Arc::new(PipeShared::default());
@@ -637,8 +643,13 @@ impl Connection {
                 one_way: self.one_way_after,
             };
             self.pipe = None;
-            let answers = match tokio::time::timeout(ttl, client.append(body)).await {
-                Ok(r) => r.map_err(rpc_error)?.into_inner(),
+            let peers = &self.peers;
+            let open = async {
+                let io = peers.dial(&self.urls).await.map_err(unreachable)?;
+                super::stream::open(io, peers.cluster_id, peers.member_id).await.map_err(rpc_error)
+            };
+            let (write, answers) = match tokio::time::timeout(ttl, open).await {
+                Ok(r) => r?,
                 Err(_) => {
                     return Err(unreachable(format!(
                         "member {:x}: no answer in {ttl:?}",
@@ -646,6 +657,9 @@ impl Connection {
                     )));
                 }
             };
+            // The requests are written by a task of their own, which ends when the pipe is
+            // dropped (its sessions' sender with it) and closes its side of the connection.
+            tokio::spawn(super::stream::send(write, body));
             self.pipe = Some(Pipe { sessions: tx, answers, shared });
         }
         let session =

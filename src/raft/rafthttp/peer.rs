@@ -11,16 +11,12 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::codec;
-use super::network::MEMBER_ID_KEY;
+use super::stamp::MEMBER_ID_KEY;
 use crate::error::Error;
 use crate::proto::memetcdpb as pb;
 use crate::raft::forward::Forwarded;
 use crate::raft::node::RaftNode;
 use crate::raft::state_machine::{SnapshotFile, open_snapshot, temp_path};
-
-/// The answers of an `Append` stream.
-pub type AppendResults =
-    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<pb::AppendResponse, Status>> + Send>>;
 
 /// Where the peer service finds this member's Raft node: nowhere while the member runs alone
 /// (its peer listeners serve from its start, as etcd's do; its node starts as it grows into a
@@ -94,65 +90,8 @@ async fn serve_forward_call(
 
 #[tonic::async_trait]
 impl pb::raft_server::Raft for PeerService {
-    type AppendStream = AppendResults;
     type ForwardingStream =
         tokio_stream::wrappers::UnboundedReceiverStream<Result<pb::ForwardReply, Status>>;
-
-    async fn append(
-        &self,
-        req: Request<Streaming<pb::AppendRequest>>,
-    ) -> Result<Response<Self::AppendStream>, Status> {
-        let peer = self.node()?;
-        let from = peer.check_peer(&req)?;
-        let node = peer.clone();
-        // Why the requests stopped, when this side stopped them (a fault injected since the
-        // stream opened, a malformed message): the caller gets it after the answers to what
-        // was accepted before, so no answer is lost and none is made up.
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<Status>();
-        let counters = node.peer_stats().of(from);
-        let requests = futures_util::stream::unfold(
-            (req.into_inner(), node, counters, Some(stop_tx)),
-            move |(mut input, node, counters, mut stop)| {
-                async move {
-                    let refused = match input.message().await {
-                        Ok(Some(msg)) => match node.check_fault(from) {
-                            Err(s) => s,
-                            Ok(()) => {
-                                counters.received_bytes.fetch_add(
-                                    prost::Message::encoded_len(&msg) as u64,
-                                    std::sync::atomic::Ordering::Relaxed,
-                                );
-                                // The leader's appends stand in for its probes (`probing`).
-                                counters.probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                match codec::from_append_request(msg) {
-                                    Ok(rpc) => {
-                                        if rpc.vote.committed {
-                                            node.heard_from_leader();
-                                        }
-                                        return Some((rpc, (input, node, counters, stop)));
-                                    }
-                                    Err(e) => Status::from(e),
-                                }
-                            }
-                        },
-                        // The leader closed its side, or the connection went: the answers
-                        // still owed are sent (or fail) on their own.
-                        Ok(None) | Err(_) => return None,
-                    };
-                    if let Some(tx) = stop.take() {
-                        let _ = tx.send(refused);
-                    }
-                    None
-                }
-            },
-        );
-        let answers = peer.raft.stream_append(Box::pin(requests)).map(|r| match r {
-            Ok(result) => Ok(codec::append_result(&result)),
-            Err(fatal) => Err(Status::unavailable(fatal.to_string())),
-        });
-        let stopped = futures_util::stream::once(stop_rx).filter_map(|r| r.ok().map(Err));
-        Ok(Response::new(Box::pin(answers.chain(stopped))))
-    }
 
     async fn vote(
         &self,

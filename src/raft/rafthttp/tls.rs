@@ -36,44 +36,60 @@ impl PeerTls {
         Self { config: Arc::new(config) }
     }
 
+    /// A TLS connection to `host:port`, checking the peer's certificate for `host`.
+    pub async fn connect_tcp(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+        tcp.set_nodelay(true)?;
+        let name = ServerName::try_from(host.to_string())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        TlsConnector::from(self.config.clone()).connect(name, tcp).await
+    }
+
+    /// A TLS connection on the unix socket at `path` (a `unixs://` peer URL), checking the
+    /// peer's certificate for the URL's host, as Go's transport takes the server name from it
+    /// (`unixs://localhost:2380`: the socket `localhost:2380`, the name `localhost`).
+    pub async fn connect_unix(
+        &self,
+        path: &str,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::UnixStream>> {
+        let host = match path.rsplit_once(':') {
+            Some((host, _)) if !host.is_empty() && !path.contains('/') => host.to_string(),
+            _ if !path.contains('/') => path.to_string(),
+            _ => "localhost".to_string(),
+        };
+        let unix = tokio::net::UnixStream::connect(path).await?;
+        let name = ServerName::try_from(host)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        TlsConnector::from(self.config.clone()).connect(name, unix).await
+    }
+
     /// A lazily connecting channel to `endpoint` over TLS.
     pub fn connect_lazy(&self, endpoint: Endpoint) -> Channel {
-        let connector = TlsConnector::from(self.config.clone());
+        let tls = self.clone();
         let connect = tower::service_fn(move |uri: http::Uri| {
-            let connector = connector.clone();
+            let tls = tls.clone();
             async move {
                 let host = uri.host().unwrap_or("localhost").trim_matches(['[', ']']).to_string();
                 let port = uri.port_u16().unwrap_or(443);
-                let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
-                tcp.set_nodelay(true)?;
-                let name = ServerName::try_from(host)
-                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-                let tls = connector.connect(name, tcp).await?;
+                let tls = tls.connect_tcp(&host, port).await?;
                 Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
             }
         });
         endpoint.connect_with_connector_lazy(connect)
     }
 
-    /// A lazily connecting channel over TLS on the unix socket at `path` (a `unixs://` peer
-    /// URL), checking the peer's certificate for `host`, as Go's transport takes the server
-    /// name from the URL's host (`unixs://localhost:2380`: the socket `localhost:2380`, the
-    /// name `localhost`).
+    /// A lazily connecting channel over TLS on the unix socket at `path` ([`Self::connect_unix`]).
     pub fn connect_unix_lazy(&self, endpoint: Endpoint, path: &str) -> Channel {
-        let connector = TlsConnector::from(self.config.clone());
-        let host = match path.rsplit_once(':') {
-            Some((host, _)) if !host.is_empty() && !path.contains('/') => host.to_string(),
-            _ if !path.contains('/') => path.to_string(),
-            _ => "localhost".to_string(),
-        };
-        let path = std::path::PathBuf::from(path);
+        let tls = self.clone();
+        let path = path.to_string();
         let connect = tower::service_fn(move |_: http::Uri| {
-            let (connector, path, host) = (connector.clone(), path.clone(), host.clone());
+            let (tls, path) = (tls.clone(), path.clone());
             async move {
-                let unix = tokio::net::UnixStream::connect(path).await?;
-                let name = ServerName::try_from(host)
-                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-                let tls = connector.connect(name, unix).await?;
+                let tls = tls.connect_unix(&path).await?;
                 Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
             }
         });

@@ -14,7 +14,9 @@ use tower_layer::{Identity, Stack};
 use tracing::info;
 
 use crate::proto::etcdserverpb as pb;
+use crate::server::etcdhttp::append_stream;
 use crate::server::etcdhttp::http;
+use crate::server::etcdhttp::upgrade::{self, Divert};
 use crate::server::etcdhttp::websocket;
 use crate::server::etcdserver::compactor;
 use crate::server::etcdserver::member::{GRPC_OVERHEAD_BYTES, Member};
@@ -230,6 +232,12 @@ fn metrics_router(shared: &Arc<Member>) -> ClientRouter {
         .add_routes(tonic::service::Routes::default())
 }
 
+/// The gateway's WebSocket calls on a client listener, served beside tonic by `stack`, the
+/// listener's own (see `etcdhttp::websocket`).
+fn gateway(stack: http::Http) -> Arc<dyn Divert> {
+    Arc::new(websocket::Gateway { max_message: stack.gateway_body_limit(), http: stack })
+}
+
 /// A client listener's router, and the same stack for the gateway's WebSocket calls, which
 /// are served beside tonic (see `etcdhttp::websocket`).
 fn router(shared: &Arc<Member>, serves: http::Serves) -> (ClientRouter, http::Http) {
@@ -321,13 +329,12 @@ pub async fn serve(
             let signal = async move {
                 let _ = rx.recv().await;
             };
-            let (r, ws): (_, Option<http::Http>) = ($r, $ws);
+            let (r, divert): (_, Option<Arc<dyn Divert>>) = ($r, $ws);
             macro_rules! with_ws {
                 ($incoming:expr) => {
-                    match ws {
-                        Some(ws) => {
-                            let limit = ws.gateway_body_limit();
-                            let incoming = websocket::incoming($incoming, ws, limit);
+                    match divert {
+                        Some(divert) => {
+                            let incoming = upgrade::incoming($incoming, divert);
                             tasks.spawn(r.serve_with_incoming_shutdown(incoming, signal))
                         }
                         None => tasks.spawn(r.serve_with_incoming_shutdown($incoming, signal)),
@@ -348,7 +355,8 @@ pub async fn serve(
     }
     for l in peer_listeners {
         info!(peer_address = %l.describe(), "serving the other members");
-        serve_on!(peer_router(&shared), l, "peer", None);
+        let (r, streams) = peer_router(&shared);
+        serve_on!(r, l, "peer", Some(streams));
     }
     for l in metrics_listeners {
         info!(metrics_address = %l.describe(), "serving /metrics and health probes");
@@ -375,12 +383,12 @@ pub async fn serve(
             info!(traffic = "grpc+http", address = %address, "serving client traffic securely");
         }
         let (r, stack) = router(&shared, serves);
-        serve_on!(r, l, "client", Some(stack));
+        serve_on!(r, l, "client", Some(gateway(stack)));
     }
     for l in http_listeners {
         info!(address = %l.describe(), "ready to serve client HTTP requests (no gRPC)");
         let (r, stack) = router(&shared, http::Serves::HttpOnly);
-        serve_on!(r, l, "client", Some(stack));
+        serve_on!(r, l, "client", Some(gateway(stack)));
     }
     // The hash of a compaction the restart finished (see `Store::open`), off the way to serving.
     crate::server::etcdserver::apply::walk_compactions(&shared);
@@ -437,19 +445,20 @@ pub async fn serve(
 }
 
 /// A peer listener's service: Raft's messages and the requests forwarded to the leader.
-pub(in crate::server) fn peer_router(shared: &Arc<Member>) -> ClientRouter {
+pub(in crate::server) fn peer_router(shared: &Arc<Member>) -> (ClientRouter, Arc<dyn Divert>) {
     // A member alone serves its peer URLs from its start, as etcd's does, with Raft's calls
     // refused until it grows into a cluster (`grow`), when its node appears.
     let weak = Arc::downgrade(shared);
     let node: crate::raft::rafthttp::peer::NodeSource =
         Arc::new(move || weak.upgrade().and_then(|s| s.raft().cloned()));
     let snap_dir = shared.config.wal_options().dir.raft().snapshots();
+    let streams = Arc::new(append_stream::AppendStreams { node: node.clone() });
     let peer = crate::proto::memetcdpb::raft_server::RaftServer::new(
         crate::raft::rafthttp::peer::PeerService::new(node, snap_dir),
     )
     .max_decoding_message_size(usize::MAX)
     .max_encoding_message_size(usize::MAX);
-    Server::builder()
+    let router = Server::builder()
         .tcp_nodelay(true)
         // etcd's peer handler is HTTP/1.1 (`/version`, `/members`, its Raft streams).
         .accept_http1(true)
@@ -457,7 +466,8 @@ pub(in crate::server) fn peer_router(shared: &Arc<Member>) -> ClientRouter {
         .initial_stream_window_size(4 << 20)
         .initial_connection_window_size(16 << 20)
         .max_concurrent_streams(u32::MAX)
-        .add_service(peer)
+        .add_service(peer);
+    (router, streams)
 }
 
 /// Publishes this member's name and client URLs through the log (etcd's `publish`), so that

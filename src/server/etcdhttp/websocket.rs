@@ -11,10 +11,8 @@
 //! `Authorization` header.
 //!
 //! tonic serves connections without HTTP/1.1 upgrades, so the handshake is caught before tonic
-//! sees the connection: the first request of each HTTP/1 connection is read (its head only), and
-//! a WebSocket handshake for a gateway path is served here; anything else goes on to tonic with
-//! the bytes read put back in front ([`Prefixed`]). WebSocket clients send the handshake as a
-//! connection's first request (they dial a connection for it).
+//! sees the connection (`upgrade`, of which [`Gateway`] takes the handshakes for a gateway
+//! path).
 //!
 //! After the `101`, the connection is tungstenite's: RFC 6455's framing without extensions (the
 //! proxy offers none), with messages and frames no longer than the gateway's request body. The
@@ -24,19 +22,18 @@
 //! code (tungstenite only reports it).
 
 use std::pin::Pin;
-use std::task::{Context, Poll};
-use std::time::Duration;
+use std::sync::Arc;
 
 use base64::Engine as _;
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use futures_util::SinkExt as _;
-use http::{HeaderMap, HeaderValue, Method, Request, header};
+use futures_util::future::BoxFuture;
+use http::{HeaderValue, Method, Request, header};
 use http_body::Body as _;
 use sha1::Digest as _;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::{Stream, StreamExt};
+use tokio_stream::StreamExt;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::error::{Error as WsError, ProtocolError};
@@ -44,230 +41,33 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::frame::{Frame, Utf8Bytes};
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tonic::body::Body;
-use tonic::transport::server::Connected;
 
 use crate::server::etcdhttp::http::Http;
-
-/// The longest request head looked at; a longer one goes on to tonic (hyper refuses it).
-const MAX_HEAD: usize = 16 * 1024;
-
-/// How long a connection may take to send its first request's head before it goes on to tonic
-/// as it is (whose own timeouts then apply).
-const HEAD_WAIT: Duration = Duration::from_secs(10);
+use crate::server::etcdhttp::upgrade::{Conn, Divert, Head};
 
 /// RFC 6455's GUID, hashed with the client's key into `Sec-WebSocket-Accept`.
 const ACCEPT_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
-/// A connection with bytes already read from it in front.
-#[derive(Debug)]
-pub struct Prefixed<C> {
-    prefix: Bytes,
-    conn: C,
+/// The WebSocket handshakes a client listener takes from tonic (`upgrade::incoming`), answered
+/// with `http` (the listener's own stack), whose request bodies are at most `max_message` long.
+pub struct Gateway {
+    pub http: Http,
+    pub max_message: usize,
 }
 
-impl<C: Connected> Connected for Prefixed<C> {
-    type ConnectInfo = C::ConnectInfo;
-
-    fn connect_info(&self) -> C::ConnectInfo {
-        self.conn.connect_info()
-    }
-}
-
-impl<C: AsyncRead + Unpin> AsyncRead for Prefixed<C> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        if !this.prefix.is_empty() {
-            let n = this.prefix.len().min(buf.remaining());
-            buf.put_slice(&this.prefix[..n]);
-            this.prefix.advance(n);
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut this.conn).poll_read(cx, buf)
-    }
-}
-
-impl<C: AsyncWrite + Unpin> AsyncWrite for Prefixed<C> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().conn).poll_write(cx, buf)
+impl Divert for Gateway {
+    fn takes(&self, h: &Head) -> bool {
+        h.upgrades_to("websocket") && self.http.serves_gateway(h.uri.path())
     }
 
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().conn).poll_write_vectored(cx, bufs)
+    fn serve(
+        self: Arc<Self>,
+        conn: Box<dyn Conn>,
+        rest: BytesMut,
+        h: Head,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(serve(conn, rest, h, self.http.clone(), self.max_message))
     }
-
-    fn is_write_vectored(&self) -> bool {
-        self.conn.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().conn).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().conn).poll_shutdown(cx)
-    }
-}
-
-/// The connections of `conns` that are not WebSocket handshakes for the gateway, for tonic;
-/// those that are get served here, with `http` (the listener's own stack) answering the calls.
-/// Each connection waits for its first request in a task of its own, so that a silent client
-/// never holds up the others. When tonic stops taking connections, `conns` is dropped (closing
-/// the listener).
-pub fn incoming<S, C>(
-    conns: S,
-    http: Http,
-    max_message: usize,
-) -> ReceiverStream<std::io::Result<Prefixed<C>>>
-where
-    S: Stream<Item = std::io::Result<C>> + Send + 'static,
-    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(async move {
-        let mut conns = std::pin::pin!(conns);
-        loop {
-            let next = tokio::select! {
-                c = conns.next() => c,
-                _ = tx.closed() => return,
-            };
-            let conn = match next {
-                None => return,
-                Some(Err(e)) => {
-                    if tx.send(Err(e)).await.is_err() {
-                        return;
-                    }
-                    continue;
-                }
-                Some(Ok(c)) => c,
-            };
-            let (tx, http) = (tx.clone(), http.clone());
-            tokio::spawn(async move {
-                if let Some(c) = first_request(conn, http, max_message).await {
-                    let _ = tx.send(Ok(c)).await;
-                }
-            });
-        }
-    });
-    ReceiverStream::new(rx)
-}
-
-/// What the bytes a connection started with say.
-#[derive(Debug, PartialEq, Eq)]
-enum Start {
-    /// Not an HTTP/1 request head (the HTTP/2 preface, TLS, anything else), or one too long.
-    Other,
-    /// An HTTP/1 request head, this many bytes long.
-    Head(usize),
-    /// Too little to tell yet.
-    More,
-}
-
-fn classify(buf: &[u8]) -> Start {
-    const PREFACE: &[u8] = b"PRI ";
-    if buf.is_empty() || (buf.len() < PREFACE.len() && PREFACE.starts_with(buf)) {
-        return Start::More;
-    }
-    // An HTTP/1 request starts with its method, a token of capitals.
-    if buf.starts_with(PREFACE) || !buf[0].is_ascii_uppercase() {
-        return Start::Other;
-    }
-    match buf.windows(4).position(|w| w == b"\r\n\r\n") {
-        Some(i) => Start::Head(i + 4),
-        None if buf.len() > MAX_HEAD => Start::Other,
-        None => Start::More,
-    }
-}
-
-/// Reads the head of `conn`'s first request: a WebSocket handshake for the gateway is served
-/// here (`None`), anything else is given back with what was read in front.
-async fn first_request<C>(mut conn: C, http: Http, max_message: usize) -> Option<Prefixed<C>>
-where
-    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let mut buf = BytesMut::with_capacity(1024);
-    let deadline = tokio::time::sleep(HEAD_WAIT);
-    tokio::pin!(deadline);
-    let head_len = loop {
-        match classify(&buf) {
-            Start::Other => return Some(Prefixed { prefix: buf.freeze(), conn }),
-            Start::Head(n) => break n,
-            Start::More => {}
-        }
-        let read = tokio::select! {
-            r = conn.read_buf(&mut buf) => r,
-            _ = &mut deadline => return Some(Prefixed { prefix: buf.freeze(), conn }),
-        };
-        match read {
-            // Gone before saying anything: nothing for tonic either.
-            Ok(0) | Err(_) if buf.is_empty() => return None,
-            Ok(0) | Err(_) => return Some(Prefixed { prefix: buf.freeze(), conn }),
-            Ok(_) => {}
-        }
-    };
-    let handshake = match parse_head(&buf[..head_len]) {
-        Some(h) if h.is_upgrade() && http.serves_gateway(h.uri.path()) => h,
-        _ => return Some(Prefixed { prefix: buf.freeze(), conn }),
-    };
-    buf.advance(head_len);
-    serve(conn, buf, handshake, http, max_message).await;
-    None
-}
-
-/// A request head.
-#[derive(Debug)]
-struct Head {
-    method: Method,
-    uri: http::Uri,
-    headers: HeaderMap,
-}
-
-impl Head {
-    /// gorilla/websocket's `IsWebSocketUpgrade`, which the proxy asks before anything else.
-    fn is_upgrade(&self) -> bool {
-        self.has_token(header::CONNECTION, "upgrade")
-            && self.has_token(header::UPGRADE, "websocket")
-    }
-
-    /// Whether a comma-separated header (any of its lines) lists `token`, in any case.
-    fn has_token(&self, name: header::HeaderName, token: &str) -> bool {
-        self.headers.get_all(name).iter().any(|v| {
-            v.to_str().unwrap_or("").split(',').any(|t| t.trim().eq_ignore_ascii_case(token))
-        })
-    }
-
-    fn get(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-}
-
-fn parse_head(head: &[u8]) -> Option<Head> {
-    let text = std::str::from_utf8(head).ok()?;
-    let mut lines = text.split("\r\n");
-    let mut request_line = lines.next()?.split(' ');
-    let method = Method::from_bytes(request_line.next()?.as_bytes()).ok()?;
-    let uri: http::Uri = request_line.next()?.parse().ok()?;
-    if !request_line.next()?.starts_with("HTTP/1.") {
-        return None;
-    }
-    let mut headers = HeaderMap::new();
-    for line in lines.take_while(|l| !l.is_empty()) {
-        let (name, value) = line.split_once(':')?;
-        let name = header::HeaderName::from_bytes(name.trim().as_bytes()).ok()?;
-        headers.append(name, HeaderValue::from_str(value.trim()).ok()?);
-    }
-    Some(Head { method, uri, headers })
 }
 
 /// gorilla/websocket's `Upgrader.Upgrade` checks (the proxy's own are in [`Head::is_upgrade`]):
@@ -495,6 +295,8 @@ async fn send_text<C: AsyncRead + AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::etcdhttp::upgrade::parse_head;
+    use tokio::io::AsyncReadExt;
 
     /// A client's frame starting with `first` (FIN, opcode), masked as a client's must be.
     fn masked(first: u8, payload: &[u8]) -> Vec<u8> {
@@ -559,17 +361,12 @@ mod tests {
 
     #[test]
     fn handshake_heads() {
-        assert_eq!(classify(b"PR"), Start::More);
-        assert_eq!(classify(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), Start::Other);
-        assert_eq!(classify(&[0x16, 3, 1]), Start::Other);
-        assert_eq!(classify(b"GET / HTTP/1.1\r\nHost: x\r\n"), Start::More);
         let head = b"GET /v3/watch?x=1 HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, Upgrade\r\n\
                      Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
                      Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
                      Sec-WebSocket-Protocol: Bearer, tok\r\n\r\n";
-        assert_eq!(classify(head), Start::Head(head.len()));
         let h = parse_head(head).unwrap();
-        assert!(h.is_upgrade());
+        assert!(h.upgrades_to("websocket"));
         // RFC 6455's example key and answer.
         assert_eq!(accept(&h), Ok("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".to_string()));
         assert_eq!(authorization(&h).as_deref(), Some("Bearer tok"));
