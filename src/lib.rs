@@ -90,7 +90,7 @@
 //!
 //! In a cluster one floor goes on top, and the Raft log takes the WAL's place below: validate →
 //! propose (every member sends the proposals waiting on it to the leader as one request,
-//! `raft::batch`, on its long-lived `Forwarding` stream, `raft::forward`; the leader appends them
+//! `raft::batch`, on its long-lived `Forward` stream, `raft::forward`; the leader appends them
 //! as one batch) → sent to each follower on a long-lived `Append` stream, a connection of its own
 //! carrying length-prefixed frames (`raft::rafthttp::stream`), a few batches in flight
 //! (`raft::rafthttp::network`) → appended on a majority, written or

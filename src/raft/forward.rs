@@ -1,5 +1,5 @@
-//! Requests only the leader can serve, which the member a client called forwards to it on the
-//! peer service's `Forwarding` stream ([`LeaderStream`]): proposals and read indexes, which
+//! Requests only the leader can serve, which the member a client called forwards to it on its
+//! `Forward` stream ([`LeaderStream`]): proposals and read indexes, which
 //! Raft serves, and lease renewals, TimeToLive and membership changes, which the server serves
 //! for it ([`LeaderRequests`]). The road itself, one deadline and one retry policy for all of
 //! them, is `RaftNode::at_leader`.
@@ -14,7 +14,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use super::rafthttp::network::RaftClient;
+use prost::Message;
+
+use super::rafthttp::network::Peers;
+use super::rafthttp::stream;
 use crate::error::Error;
 use crate::proto::memetcdpb as pb;
 
@@ -62,26 +65,13 @@ pub(super) fn resendable(request: &Forwarded) -> bool {
 /// because the leader could not be reached): safe to send again.
 pub(super) const NOT_SENT: &str = "the forward stream to the leader had ended: not sent";
 
-/// Whether a call failed before anything went out: its connection could not be made.
-/// Only that: a connection that broke after the stream opened may have carried calls.
-fn never_connected(s: &tonic::Status) -> bool {
-    let mut next = std::error::Error::source(s);
-    while let Some(e) = next {
-        if e.is::<tonic::ConnectError>() {
-            return true;
-        }
-        next = e.source();
-    }
-    false
-}
-
-/// The stream a member keeps to the leader for the requests it forwards (`Forwarding`): one
-/// call per request cost an HTTP/2 stream, its headers and a handler on both sides, and a
-/// follower makes one for every round of its linearizable reads and every batch of its
-/// proposals. Calls on it are answered as the leader serves them, matched by id.
+/// The stream a member keeps to the leader for the requests it forwards (a `Forward` stream,
+/// `rafthttp::stream`): one call per request cost an HTTP/2 stream, its headers and a handler
+/// on both sides, and a follower makes one for every round of its linearizable reads and every
+/// batch of its proposals. Calls on it are answered as the leader serves them, matched by id.
 #[derive(Debug)]
 pub(super) struct LeaderStream {
-    /// The calls, the body of the gRPC call.
+    /// The calls, which a task writes to the stream.
     calls: tokio::sync::mpsc::UnboundedSender<pb::ForwardCall>,
     /// What the calls and the reader of the answers share.
     shared: Arc<Shared>,
@@ -115,24 +105,38 @@ impl Shared {
 }
 
 impl LeaderStream {
-    /// Opens the stream on `client`; the answers are read by a task of their own, which ends
-    /// with the stream.
-    pub(super) fn open(mut client: RaftClient) -> Self {
+    /// Opens the stream to the leader at `urls` through `peers`; the answers are read by a task
+    /// of their own, which ends with the stream.
+    pub(super) fn open(peers: Arc<Peers>, urls: Vec<String>) -> Self {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let shared = Arc::new(Shared::default());
         let reader = shared.clone();
         tokio::spawn(async move {
-            let calls = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
-            let why = match client.forwarding(calls).await {
-                // A leader that could not be reached was sent nothing.
-                Err(status) if never_connected(&status) => tonic::Status::unavailable(NOT_SENT),
-                // As a call of its own (the leader's refusal, with its message).
+            // A leader that could not be reached was sent nothing.
+            let opened = match peers.dial(&urls).await {
+                Err(_) => Err(tonic::Status::unavailable(NOT_SENT)),
+                // A refusal, as a call of its own (with the leader's message); a stream that
+                // did not open otherwise carried nothing.
+                Ok(io) => stream::open(io, stream::FORWARD_PATH, peers.cluster_id, peers.member_id)
+                    .await
+                    .map_err(|e| match e {
+                        stream::NotOpened::Refused(s) => s,
+                        stream::NotOpened::Failed(_) => tonic::Status::unavailable(NOT_SENT),
+                    }),
+            };
+            let why = match opened {
                 Err(status) => status,
-                Ok(answers) => {
-                    let mut answers = answers.into_inner();
-                    loop {
-                        match answers.message().await {
-                            Ok(Some(reply)) => {
+                Ok((write, mut answers)) => {
+                    let calls = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+                    let writer = tokio::spawn(stream::send(write, calls));
+                    let why = loop {
+                        match answers.next().await {
+                            Ok(Some(frame)) => {
+                                let Ok(reply) = pb::ForwardReply::decode(frame) else {
+                                    break tonic::Status::unavailable(
+                                        "the leader sent a malformed forward reply",
+                                    );
+                                };
                                 let waiter = reader.pending.lock().0.remove(&reply.id);
                                 if let Some(w) = waiter {
                                     let _ = w.send(reply_of(reply));
@@ -144,14 +148,15 @@ impl LeaderStream {
                                     "the leader ended the forward stream",
                                 );
                             }
-                            Err(s) => {
+                            Err(e) => {
                                 break tonic::Status::unavailable(format!(
-                                    "the forward stream to the leader failed ({:?})",
-                                    s.code()
+                                    "the forward stream to the leader failed ({e})"
                                 ));
                             }
                         }
-                    }
+                    };
+                    writer.abort();
+                    why
                 }
             };
             reader.end(why);
@@ -219,30 +224,10 @@ fn reply_of(reply: pb::ForwardReply) -> Reply {
     }
 }
 
-/// The reply to call `id`, from how it was served.
-pub(super) fn reply(
-    id: u64,
-    served: std::result::Result<Answer, tonic::Status>,
-) -> pb::ForwardReply {
-    match served {
-        Ok(a) => pb::ForwardReply {
-            id,
-            response: Some(pb::ForwardResponse { response: Some(a) }),
-            code: 0,
-            message: String::new(),
-        },
-        Err(s) => pb::ForwardReply {
-            id,
-            response: None,
-            code: s.code() as i32,
-            message: s.message().to_string(),
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::raft::rafthttp::stream::reply;
 
     /// A leader that cannot be reached was sent nothing: its calls end as not sent, the one
     /// failure after which even a proposal may go again.
@@ -252,7 +237,7 @@ mod tests {
         let url = format!("http://{}", closed.local_addr().unwrap());
         drop(closed);
         let peers = crate::raft::rafthttp::network::Peers::new(1, 2, None, Duration::from_secs(1));
-        let stream = LeaderStream::open(peers.raft_client(3, &[url]).unwrap());
+        let stream = LeaderStream::open(peers, vec![url]);
         let propose = Forwarded::Propose(pb::Proposals { requests: Vec::new() });
         let failed = stream.call(propose, Duration::from_secs(5)).await.unwrap_err();
         assert_eq!((failed.code(), failed.message()), (tonic::Code::Unavailable, NOT_SENT));

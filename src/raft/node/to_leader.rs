@@ -166,7 +166,7 @@ impl RaftNode {
         {
             return Some(s.clone());
         }
-        let stream = Arc::new(LeaderStream::open(self.peers.raft_client(leader, &urls)?));
+        let stream = Arc::new(LeaderStream::open(self.peers.clone(), urls.clone()));
         *g = Some((leader, urls, stream.clone()));
         Some(stream)
     }

@@ -4,8 +4,8 @@
 //! - [`network`]: the client side: openraft's network over gRPC, one channel per peer, the
 //!   `Append` stream, and what each peer's traffic counts;
 //! - [`peer`]: the server side: the peer gRPC service, which hands what arrives to the node;
-//! - [`stream`]: the `Append` stream, both sides: replication's messages as length-prefixed
-//!   frames on a connection of their own;
+//! - [`stream`]: the `Append` and `Forward` streams, both sides: the messages of every write as
+//!   length-prefixed frames on connections of their own;
 //! - [`codec`]: openraft's types on the wire;
 //! - [`stamp`]: the caller's cluster and member ids on every call and stream, and their check;
 //! - [`tls`]: peer TLS (`--peer-*` flags);

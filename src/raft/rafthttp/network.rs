@@ -177,9 +177,9 @@ impl PeerStats {
 #[derive(Debug)]
 pub struct Peers {
     stamp: Stamp,
-    /// The stamp's values, for the `Append` streams' upgrades.
-    cluster_id: u64,
-    member_id: u64,
+    /// The stamp's values, for the streams' upgrades.
+    pub cluster_id: u64,
+    pub member_id: u64,
     /// TLS for https peer URLs (`--peer-*` flags), if configured.
     tls: Option<super::tls::PeerTls>,
     /// Locked to look up or add a connection (cheap: a channel clones a handle).
@@ -254,8 +254,8 @@ impl Peers {
     }
 
     /// A connection of its own to a peer at `urls` (the first URL, as [`Self::channel`]), for
-    /// an `Append` stream ([`super::stream`]).
-    async fn dial(&self, urls: &[String]) -> std::io::Result<super::stream::BoxIo> {
+    /// an `Append` or `Forward` stream ([`super::stream`]).
+    pub async fn dial(&self, urls: &[String]) -> std::io::Result<super::stream::BoxIo> {
         let bad = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
         let url = urls.first().ok_or_else(|| bad("no peer URL".to_string()))?;
         let secure = url.starts_with("https://") || url.starts_with("unixs://");
@@ -646,7 +646,15 @@ impl Connection {
             let peers = &self.peers;
             let open = async {
                 let io = peers.dial(&self.urls).await.map_err(unreachable)?;
-                super::stream::open(io, peers.cluster_id, peers.member_id).await.map_err(rpc_error)
+                let (write, read) = super::stream::open(
+                    io,
+                    super::stream::APPEND_PATH,
+                    peers.cluster_id,
+                    peers.member_id,
+                )
+                .await
+                .map_err(|e| rpc_error(e.status()))?;
+                Ok::<_, RPCError<TypeConfig>>((write, super::stream::Answers::new(read)))
             };
             let (write, answers) = match tokio::time::timeout(ttl, open).await {
                 Ok(r) => r?,

@@ -14,7 +14,6 @@ use super::codec;
 use super::stamp::MEMBER_ID_KEY;
 use crate::error::Error;
 use crate::proto::memetcdpb as pb;
-use crate::raft::forward::Forwarded;
 use crate::raft::node::RaftNode;
 use crate::raft::state_machine::{SnapshotFile, open_snapshot, temp_path};
 
@@ -61,38 +60,8 @@ fn status(e: Error) -> Status {
     Status::unavailable(e.message())
 }
 
-/// One forwarded call, checked as a call of its own would be: the caller's calls may have
-/// been cut (an injected fault) or the caller removed since the stream opened.
-async fn serve_forward_call(
-    node: &RaftNode,
-    from: u64,
-    request: Option<pb::ForwardRequest>,
-    timeout_ms: u64,
-) -> Result<crate::raft::forward::Answer, Status> {
-    node.admit(from)?;
-    let Some(mut request) = request.and_then(|r| r.request) else {
-        return Err(Status::invalid_argument("a forwarded call without a request"));
-    };
-    if let Forwarded::Propose(p) = &mut request {
-        // A view into the received HTTP/2 buffer would pin that whole buffer for as long
-        // as the entry stays in the log: the log keeps its own copy, of the exact size.
-        for r in &mut p.requests {
-            *r = bytes::Bytes::copy_from_slice(r);
-        }
-    }
-    // The caller's deadline, and never more than this member's request timeout.
-    let left = std::time::Duration::from_millis(timeout_ms).min(node.request_timeout());
-    tokio::time::timeout(left, node.serve_peer_forward(request))
-        .await
-        .unwrap_or(Err(Error::Timeout))
-        .map_err(status)
-}
-
 #[tonic::async_trait]
 impl pb::raft_server::Raft for PeerService {
-    type ForwardingStream =
-        tokio_stream::wrappers::UnboundedReceiverStream<Result<pb::ForwardReply, Status>>;
-
     async fn vote(
         &self,
         req: Request<pb::VoteRequest>,
@@ -177,29 +146,6 @@ impl pb::raft_server::Raft for PeerService {
             Ok(Err(e)) => Err(Status::failed_precondition(e.to_string())),
             Err(e) => Err(Status::unavailable(e.to_string())),
         }
-    }
-
-    async fn forwarding(
-        &self,
-        req: Request<Streaming<pb::ForwardCall>>,
-    ) -> Result<Response<Self::ForwardingStream>, Status> {
-        let node = self.node()?;
-        let from = node.check_peer(&req)?;
-        let mut calls = req.into_inner();
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        // Each call is served on its own, as a call of its own was: a proposal's batch waits
-        // for its commit while the read index rounds behind it go on.
-        tokio::spawn(async move {
-            while let Ok(Some(call)) = calls.message().await {
-                let (node, tx) = (node.clone(), tx.clone());
-                tokio::spawn(async move {
-                    let served =
-                        serve_forward_call(&node, from, call.request, call.timeout_ms).await;
-                    let _ = tx.send(Ok(crate::raft::forward::reply(call.id, served)));
-                });
-            }
-        });
-        Ok(Response::new(tokio_stream::wrappers::UnboundedReceiverStream::new(rx)))
     }
 
     async fn probe(

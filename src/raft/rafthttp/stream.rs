@@ -1,21 +1,24 @@
-//! The `Append` stream between a leader and a follower (etcd's `rafthttp` message streams):
-//! the one message a cluster sends for every write, twice, and answers twice, so it travels
-//! as cheaply as a message can. A stream is a connection of its own to the follower's peer
-//! URL, opened with an HTTP/1.1 upgrade ([`PATH`], `Upgrade: memetcd-append`) that carries
-//! the caller's stamp as the gRPC calls' metadata does; after the follower's `101`, each
-//! message is a frame: its length (4 bytes, big endian) and its protobuf bytes.
+//! The streams between members that carry a message per write (etcd's `rafthttp` message
+//! streams): a leader's `Append` stream to each follower, and each member's `Forward` stream to
+//! the leader, on which it sends the requests only the leader can serve (`raft::forward`).
+//! A stream is a connection of its own to the receiver's peer URL, opened with an HTTP/1.1
+//! upgrade ([`APPEND_PATH`] or [`FORWARD_PATH`], `Upgrade: memetcd-raft`) that carries the
+//! caller's stamp as the gRPC calls' metadata does; after the receiver's `101`, each message
+//! is a frame: its length (4 bytes, big endian) and its protobuf bytes.
 //!
-//! Why not a gRPC stream, as the other peer calls are: HTTP/2 costs each message its
-//! framing, flow control, the connection task's hop and the stream task's hop on each side,
-//! and those were most of a 3-member cluster's CPU per write behind kube-apiserver (etcd's
-//! peers use HTTP/1.1 streams of length-prefixed messages for the same reason). Here the
-//! task that makes a message writes it to the socket, every message ready goes in one
-//! write, and the task that reads a message hands it on itself.
+//! Why not gRPC streams, as the other peer calls are: HTTP/2 costs each message its framing,
+//! flow control, the connection task's hop and the stream task's hop on each side, and those
+//! were most of a 3-member cluster's CPU per write behind kube-apiserver (etcd's peers use
+//! HTTP/1.1 streams of length-prefixed messages for the same reason). Here the task that
+//! makes a message writes it to the socket, every message ready goes in one write, and the
+//! task that reads a message hands it on itself.
 //!
-//! The leader writes `AppendRequest`s; the follower answers each, in order, with a frame
-//! whose first byte says what follows: [`ANSWER`] and an `AppendResponse`, or [`REFUSED`],
-//! a gRPC code (4 bytes) and a message, after which the follower ends the stream. A
-//! refused upgrade answers an HTTP status with the same code and message in headers.
+//! On an `Append` stream the leader writes `AppendRequest`s; the follower answers each, in
+//! order, with a frame whose first byte says what follows: [`ANSWER`] and an `AppendResponse`,
+//! or [`REFUSED`], a gRPC code (4 bytes) and a message, after which the follower ends the
+//! stream. On a `Forward` stream a member writes `ForwardCall`s and the leader answers each
+//! with a `ForwardReply` as it is served, matched by id. A refused upgrade answers an HTTP
+//! status with the code and message in headers.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -29,10 +32,12 @@ use super::codec;
 use crate::proto::memetcdpb as pb;
 use crate::raft::node::RaftNode;
 
-/// The upgrade's request path on the peer URL.
-pub const PATH: &str = "/raft/stream/append";
-/// The upgrade's protocol token.
-pub const UPGRADE: &str = "memetcd-append";
+/// The `Append` stream's upgrade path on the peer URL.
+pub const APPEND_PATH: &str = "/raft/stream/append";
+/// The `Forward` stream's upgrade path on the peer URL.
+pub const FORWARD_PATH: &str = "/raft/stream/forward";
+/// The upgrades' protocol token.
+pub const UPGRADE: &str = "memetcd-raft";
 
 /// An answer frame: an `AppendResponse` follows.
 const ANSWER: u8 = 0;
@@ -73,7 +78,7 @@ fn put_refusal(buf: &mut BytesMut, status: &tonic::Status) {
 }
 
 /// Reads frames from one side of a stream.
-struct Frames<R> {
+pub struct Frames<R> {
     io: R,
     /// What was read and not yet taken as a frame.
     buf: BytesMut,
@@ -85,7 +90,7 @@ impl<R: AsyncRead + Unpin> Frames<R> {
     }
 
     /// The next frame's bytes; `None` when the other side ended the stream between frames.
-    async fn next(&mut self) -> std::io::Result<Option<Bytes>> {
+    pub async fn next(&mut self) -> std::io::Result<Option<Bytes>> {
         loop {
             if self.buf.len() >= 4 {
                 let len = u32::from_be_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
@@ -110,8 +115,27 @@ impl<R: AsyncRead + Unpin> Frames<R> {
 
 /// The follower's answers, as the leader reads them.
 pub struct Answers {
-    frames: Frames<tokio::io::ReadHalf<BoxIo>>,
+    frames: Incoming,
 }
+
+impl Answers {
+    /// The answers read from `frames`, an `Append` stream's.
+    pub fn new(frames: Incoming) -> Self {
+        Self { frames }
+    }
+}
+
+impl<R> std::fmt::Debug for Frames<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Frames").field("buffered", &self.buf.len()).finish()
+    }
+}
+
+/// The reading side of a stream this member opened.
+pub type Incoming = Frames<tokio::io::ReadHalf<BoxIo>>;
+
+/// The writing side of a stream this member opened.
+pub type Outgoing = tokio::io::WriteHalf<BoxIo>;
 
 impl std::fmt::Debug for Answers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -144,35 +168,58 @@ impl Answers {
 }
 
 fn broken(e: std::io::Error) -> tonic::Status {
-    tonic::Status::unavailable(format!("the append stream broke: {e}"))
+    tonic::Status::unavailable(format!("the stream broke: {e}"))
 }
 
-/// Opens a stream on `io` (dialed to the follower), stamped with this member's `cluster` and
-/// `member` ids; returns where the requests go and where their answers come from. The
-/// follower's refusal comes back as its status.
+/// Why a stream did not open. Nothing was sent on it either way.
+#[derive(Debug)]
+pub enum NotOpened {
+    /// The receiver refused it, as it would have refused a call: its status.
+    Refused(tonic::Status),
+    /// The connection failed, or the receiver does not serve the stream.
+    Failed(tonic::Status),
+}
+
+impl NotOpened {
+    /// The status a call would have failed with.
+    pub fn status(self) -> tonic::Status {
+        match self {
+            Self::Refused(s) | Self::Failed(s) => s,
+        }
+    }
+}
+
+/// Opens the stream at `path` on `io` (dialed to the receiver), stamped with this member's
+/// `cluster` and `member` ids; returns where the messages go and where the answers come from.
+/// Nothing is sent on the stream before it opens, so a failure to open it says so.
 pub async fn open(
     io: BoxIo,
+    path: &str,
     cluster: u64,
     member: u64,
-) -> Result<(tokio::io::WriteHalf<BoxIo>, Answers), tonic::Status> {
+) -> Result<(Outgoing, Incoming), NotOpened> {
     let mut io = io;
     let head = format!(
-        "POST {PATH} HTTP/1.1\r\nHost: member\r\nConnection: Upgrade\r\nUpgrade: {UPGRADE}\r\n\
+        "POST {path} HTTP/1.1\r\nHost: member\r\nConnection: Upgrade\r\nUpgrade: {UPGRADE}\r\n\
          {}: {cluster:x}\r\n{}: {member:x}\r\n\r\n",
         super::stamp::CLUSTER_ID_KEY,
         super::stamp::MEMBER_ID_KEY,
     );
-    io.write_all(head.as_bytes()).await.map_err(broken)?;
+    io.write_all(head.as_bytes()).await.map_err(|e| NotOpened::Failed(broken(e)))?;
     let mut buf = BytesMut::with_capacity(1024);
     let end = loop {
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break i + 4;
         }
         if buf.len() > MAX_HEAD {
-            return Err(tonic::Status::internal("the append stream's answer head is too long"));
+            return Err(NotOpened::Failed(tonic::Status::internal(
+                "the stream's answer head is too long",
+            )));
         }
-        if io.read_buf(&mut buf).await.map_err(broken)? == 0 {
-            return Err(tonic::Status::unavailable("the peer closed the append stream's upgrade"));
+        if io.read_buf(&mut buf).await.map_err(|e| NotOpened::Failed(broken(e)))? == 0 {
+            return Err(NotOpened::Failed(tonic::Status::unavailable(
+                "the peer closed the stream's upgrade",
+            )));
         }
     };
     let head = String::from_utf8_lossy(&buf[..end]).into_owned();
@@ -187,25 +234,27 @@ pub async fn open(
         };
         let code = header("memetcd-code").and_then(|c| c.parse::<i32>().ok());
         return Err(match code {
-            Some(c) => tonic::Status::new(
+            Some(c) => NotOpened::Refused(tonic::Status::new(
                 tonic::Code::from(c),
                 header("memetcd-message").unwrap_or_default(),
-            ),
-            // Not a mem_etcd member: nothing to stream to.
-            None => tonic::Status::unimplemented(format!(
-                "the peer does not serve append streams: {status_line}"
             )),
+            // Not a mem_etcd member: nothing to stream to.
+            None => NotOpened::Failed(tonic::Status::unimplemented(format!(
+                "the peer does not serve {path}: {status_line}"
+            ))),
         });
     }
     let (read, write) = tokio::io::split(io);
-    Ok((write, Answers { frames: Frames::new(read, buf) }))
+    Ok((write, Frames::new(read, buf)))
 }
 
-/// Writes the requests of `requests` to `write` until they end or the connection breaks; each
-/// write takes every request ready by then.
-pub async fn send<S>(mut write: tokio::io::WriteHalf<BoxIo>, requests: S)
+/// Writes the messages of `requests` to `write` until they end or the connection breaks; each
+/// write takes every message ready by then.
+pub async fn send<W, S, M>(mut write: W, requests: S)
 where
-    S: Stream<Item = pb::AppendRequest> + Unpin,
+    W: AsyncWrite + Unpin,
+    S: Stream<Item = M> + Unpin,
+    M: Message,
 {
     let mut requests = requests;
     let mut buf = BytesMut::with_capacity(8192);
@@ -238,11 +287,12 @@ async fn refuse<C: AsyncWrite + Unpin>(conn: &mut C, status: &tonic::Status) {
     let _ = conn.shutdown().await;
 }
 
-/// Serves a stream a leader opened on `conn` (`rest`: what it sent after the upgrade's head,
-/// whose stamp headers were `cluster` and `member`), on this member's `node` (none while it
-/// runs alone): each request goes to openraft as it arrives and each answer back as it comes.
+/// Serves a stream another member opened on `conn` with an upgrade to `path` (`rest`: what
+/// it sent after the upgrade's head, whose stamp headers were `cluster` and `member`), on this
+/// member's `node` (none while it runs alone: refused).
 pub async fn serve<C>(
     node: Option<Arc<RaftNode>>,
+    path: &str,
     cluster: Option<&str>,
     member: Option<&str>,
     mut conn: C,
@@ -266,6 +316,19 @@ pub async fn serve<C>(
     if conn.write_all(upgraded.as_bytes()).await.is_err() {
         return;
     }
+    if path == FORWARD_PATH {
+        serve_forward(node, from, conn, rest).await
+    } else {
+        serve_append(node, from, conn, rest).await
+    }
+}
+
+/// Serves a leader's `Append` stream: each request goes to openraft as it arrives and each
+/// answer back as it comes.
+async fn serve_append<C>(node: Arc<RaftNode>, from: u64, conn: C, rest: BytesMut)
+where
+    C: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
     let (read, mut write) = tokio::io::split(conn);
     // Why the requests stopped, when this side stopped them (a fault injected since the
     // stream opened, a malformed message): the leader gets it after the answers to what was
@@ -340,6 +403,85 @@ pub async fn serve<C>(
     let _ = write.shutdown().await;
 }
 
+/// A forwarded request.
+type Forwarded = pb::forward_request::Request;
+
+/// The reply to forwarded call `id`, from how it was served: the answer, or the status a call
+/// of its own would have failed with (the caller's retry policy reads it the same).
+pub fn reply(
+    id: u64,
+    served: Result<pb::forward_response::Response, tonic::Status>,
+) -> pb::ForwardReply {
+    match served {
+        Ok(a) => pb::ForwardReply {
+            id,
+            response: Some(pb::ForwardResponse { response: Some(a) }),
+            code: 0,
+            message: String::new(),
+        },
+        Err(s) => pb::ForwardReply {
+            id,
+            response: None,
+            code: s.code() as i32,
+            message: s.message().to_string(),
+        },
+    }
+}
+
+/// One forwarded call, checked as a call of its own would be: the caller's calls may have
+/// been cut (an injected fault) or the caller removed since the stream opened.
+async fn serve_forward_call(
+    node: &RaftNode,
+    from: u64,
+    request: Option<pb::ForwardRequest>,
+    timeout_ms: u64,
+) -> Result<pb::forward_response::Response, tonic::Status> {
+    node.admit(from)?;
+    let Some(mut request) = request.and_then(|r| r.request) else {
+        return Err(tonic::Status::invalid_argument("a forwarded call without a request"));
+    };
+    if let Forwarded::Propose(p) = &mut request {
+        // A view into the received frame would pin that whole read buffer for as long as the
+        // entry stays in the log: the log keeps its own copy, of the exact size.
+        for r in &mut p.requests {
+            *r = Bytes::copy_from_slice(r);
+        }
+    }
+    // The caller's deadline, and never more than this member's request timeout.
+    let left = std::time::Duration::from_millis(timeout_ms).min(node.request_timeout());
+    tokio::time::timeout(left, node.serve_peer_forward(request))
+        .await
+        .unwrap_or(Err(crate::error::Error::Timeout))
+        // The calling member maps the error back by its message (`Error::from_message`) and
+        // answers its client through the server's table.
+        .map_err(|e| tonic::Status::unavailable(e.message()))
+}
+
+/// Serves a member's `Forward` stream while this member leads: each call on its own, as a
+/// call of its own was (a proposal's batch waits for its commit while the read index rounds
+/// behind it go on), answered as it is served.
+async fn serve_forward<C>(node: Arc<RaftNode>, from: u64, conn: C, rest: BytesMut)
+where
+    C: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (read, write) = tokio::io::split(conn);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<pb::ForwardReply>();
+    let writer =
+        tokio::spawn(send(write, tokio_stream::wrappers::UnboundedReceiverStream::new(rx)));
+    let mut frames = Frames::new(read, rest);
+    while let Ok(Some(frame)) = frames.next().await {
+        let Ok(call) = pb::ForwardCall::decode(frame) else { break };
+        let (node, tx) = (node.clone(), tx.clone());
+        tokio::spawn(async move {
+            let served = serve_forward_call(&node, from, call.request, call.timeout_ms).await;
+            let _ = tx.send(reply(call.id, served));
+        });
+    }
+    // The caller closed its side: the replies still owed go out, then the stream ends.
+    drop(tx);
+    let _ = writer.await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,7 +501,7 @@ mod tests {
             let (head, tail) = (bytes.slice(..cut), bytes.slice(cut..));
             let boxed: BoxIo = Box::new(r);
             let (read, _write) = tokio::io::split(boxed);
-            let mut answers = Answers { frames: Frames::new(read, BytesMut::from(&head[..])) };
+            let mut answers = Answers::new(Frames::new(read, BytesMut::from(&head[..])));
             let writer = tokio::spawn(async move {
                 w.write_all(&tail).await.unwrap();
                 w.shutdown().await.unwrap();

@@ -14,8 +14,8 @@ use tower_layer::{Identity, Stack};
 use tracing::info;
 
 use crate::proto::etcdserverpb as pb;
-use crate::server::etcdhttp::append_stream;
 use crate::server::etcdhttp::http;
+use crate::server::etcdhttp::raft_streams;
 use crate::server::etcdhttp::upgrade::{self, Divert};
 use crate::server::etcdhttp::websocket;
 use crate::server::etcdserver::compactor;
@@ -452,7 +452,7 @@ pub(in crate::server) fn peer_router(shared: &Arc<Member>) -> (ClientRouter, Arc
     let node: crate::raft::rafthttp::peer::NodeSource =
         Arc::new(move || weak.upgrade().and_then(|s| s.raft().cloned()));
     let snap_dir = shared.config.wal_options().dir.raft().snapshots();
-    let streams = Arc::new(append_stream::AppendStreams { node: node.clone() });
+    let streams = Arc::new(raft_streams::RaftStreams { node: node.clone() });
     let peer = crate::proto::memetcdpb::raft_server::RaftServer::new(
         crate::raft::rafthttp::peer::PeerService::new(node, snap_dir),
     )

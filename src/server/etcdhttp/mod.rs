@@ -6,11 +6,11 @@
 //! - `gateway`: etcd's JSON gateway (`/v3/...`); `websocket`: its streaming calls.
 //! - `upgrade`: a connection's first request, read before tonic: the HTTP/1.1 upgrades this
 //!   server answers itself (the gateway's WebSockets, and on a peer listener the leader's
-//!   `Append` streams, `append_stream`).
+//!   `Append` and `Forward` streams, `raft_streams`).
 
-pub mod append_stream;
 pub mod gateway;
 pub mod http;
 pub mod metrics;
+pub mod raft_streams;
 pub mod upgrade;
 pub mod websocket;

@@ -2,7 +2,7 @@
 //! connections without HTTP/1.1 upgrades, so an upgrade that this server answers itself is
 //! caught here. The head of each HTTP/1 connection's first request is read; a request that a
 //! [`Divert`] takes (the JSON gateway's WebSocket handshakes on a client listener,
-//! `websocket`; a leader's `Append` stream on a peer listener, `append_stream`) is served by
+//! `websocket`; the streams between members on a peer listener, `raft_streams`) is served by
 //! it, and anything else goes on to tonic with the bytes read put back in front
 //! ([`Prefixed`]). Clients of both send the upgrade as a connection's first request (they dial
 //! a connection for it).
