@@ -516,4 +516,34 @@ mod tests {
             writer.await.unwrap();
         }
     }
+
+    /// The upgrade's refusal reaches the opener as the status a call would have got, and
+    /// marks the stream as never opened (nothing was sent on it).
+    #[tokio::test]
+    async fn a_refused_upgrade_comes_back_as_its_status() {
+        for path in [APPEND_PATH, FORWARD_PATH] {
+            let (client, server) = tokio::io::duplex(4096);
+            let served =
+                tokio::spawn(serve(None, path, Some("1"), Some("2"), server, BytesMut::new()));
+            let Err(NotOpened::Refused(status)) = open(Box::new(client), path, 1, 2).await else {
+                panic!("{path}: the upgrade was not refused");
+            };
+            assert_eq!(
+                (status.code(), status.message()),
+                (tonic::Code::Unavailable, "this member runs alone: it is in no cluster yet")
+            );
+            served.await.unwrap();
+        }
+        // A peer that answers something else than mem_etcd's upgrade: failed, not refused.
+        let (client, mut server) = tokio::io::duplex(4096);
+        tokio::spawn(async move {
+            let mut head = [0u8; 64];
+            let _ = server.read(&mut head).await;
+            let _ = server.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n").await;
+        });
+        let Err(NotOpened::Failed(status)) = open(Box::new(client), APPEND_PATH, 1, 2).await else {
+            panic!("a 404 is no refusal");
+        };
+        assert_eq!(status.code(), tonic::Code::Unimplemented, "{status:?}");
+    }
 }
