@@ -250,19 +250,35 @@ pub async fn open(
 
 /// Writes the messages of `requests` to `write` until they end or the connection breaks; each
 /// write takes every message ready by then.
-pub async fn send<W, S, M>(mut write: W, requests: S)
+pub async fn send<W, S, M>(write: W, requests: S)
 where
     W: AsyncWrite + Unpin,
     S: Stream<Item = M> + Unpin,
     M: Message,
 {
-    let mut requests = requests;
+    send_with(write, requests, |buf, m| {
+        put_frame(buf, None, &m);
+        false
+    })
+    .await
+}
+
+/// Writes what `put` makes of each item of `items` to `write`, every item ready in one write,
+/// until the items end, `put` says the last went (true), or the connection breaks.
+async fn send_with<W, S, T>(mut write: W, items: S, mut put: impl FnMut(&mut BytesMut, T) -> bool)
+where
+    W: AsyncWrite + Unpin,
+    S: Stream<Item = T> + Unpin,
+{
+    let mut items = items;
     let mut buf = BytesMut::with_capacity(8192);
-    while let Some(first) = requests.next().await {
-        put_frame(&mut buf, None, &first);
-        while buf.len() < WRITE_BATCH {
-            match requests.next().now_or_never() {
-                Some(Some(more)) => put_frame(&mut buf, None, &more),
+    let mut last = false;
+    while !last {
+        let Some(first) = items.next().await else { break };
+        last = put(&mut buf, first);
+        while !last && buf.len() < WRITE_BATCH {
+            match items.next().now_or_never() {
+                Some(Some(more)) => last = put(&mut buf, more),
                 _ => break,
             }
         }
@@ -329,7 +345,7 @@ async fn serve_append<C>(node: Arc<RaftNode>, from: u64, conn: C, rest: BytesMut
 where
     C: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let (read, mut write) = tokio::io::split(conn);
+    let (read, write) = tokio::io::split(conn);
     // Why the requests stopped, when this side stopped them (a fault injected since the
     // stream opened, a malformed message): the leader gets it after the answers to what was
     // accepted before, so no answer is lost and none is made up.
@@ -376,31 +392,19 @@ where
     });
     let stopped =
         futures_util::stream::once(stop_rx).filter_map(|r| async move { r.ok().map(Err) });
-    let mut answers = std::pin::pin!(answers.chain(stopped));
-    let mut buf = BytesMut::with_capacity(1024);
-    let mut ended = false;
-    while !ended {
-        let Some(first) = answers.next().await else { break };
-        let mut next = Some(first);
-        while let Some(answer) = next.take() {
-            match answer {
-                Ok(a) => put_frame(&mut buf, Some(ANSWER), &a),
-                Err(s) => {
-                    put_refusal(&mut buf, &s);
-                    ended = true;
-                    break;
-                }
-            }
-            if buf.len() < WRITE_BATCH {
-                next = answers.next().now_or_never().flatten();
-            }
+    let answers = std::pin::pin!(answers.chain(stopped));
+    // A refusal is the stream's last answer.
+    send_with(write, answers, |buf, answer| match answer {
+        Ok(a) => {
+            put_frame(buf, Some(ANSWER), &a);
+            false
         }
-        if write.write_all(&buf).await.is_err() {
-            return;
+        Err(s) => {
+            put_refusal(buf, &s);
+            true
         }
-        buf.clear();
-    }
-    let _ = write.shutdown().await;
+    })
+    .await
 }
 
 /// A forwarded request.
