@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
+use openraft::type_config::alias::StoredMembershipOf;
 use openraft::{ChangeMembers, EntryPayload, Membership, Precondition};
 use tokio::time::Instant;
 
@@ -74,7 +75,7 @@ impl RaftNode {
         let add = self.raft.add_learner(id, PeerNode { peer_urls }, false);
         let added = bounded(deadline, add).await?;
         if learner {
-            return Ok(());
+            return self.shown(deadline, added.log_id.index).await.map(drop);
         }
         // Built on the learner's entry (else the new voter is not among the nodes).
         self.change_voters(deadline, added.log_id.index, |voters, _| {
@@ -104,7 +105,8 @@ impl RaftNode {
                 .await;
         }
         let change = ChangeMembers::RemoveNodes(BTreeSet::from([id]));
-        bounded(deadline, self.raft.change_membership(change, false)).await.map(drop)
+        let removed = bounded(deadline, self.raft.change_membership(change, false)).await?;
+        self.shown(deadline, removed.log_id.index).await.map(drop)
     }
 
     /// Changes a member's peer URLs (on the leader). The voters stay: one entry, as any
@@ -113,7 +115,27 @@ impl RaftNode {
         let deadline = Instant::now() + self.request_timeout();
         let nodes = BTreeMap::from([(id, PeerNode { peer_urls })]);
         let change = ChangeMembers::SetNodes(nodes);
-        bounded(deadline, self.raft.change_membership(change, false)).await.map(drop)
+        let updated = bounded(deadline, self.raft.change_membership(change, false)).await?;
+        self.shown(deadline, updated.log_id.index).await.map(drop)
+    }
+
+    /// The membership in openraft's metrics once they show the membership entry at `index` or
+    /// a later one. openraft answers for a membership entry before it may publish the metrics
+    /// that show it, and every answer to a change lists the members from those metrics: read
+    /// earlier, the list a client gets back misses the change it was told succeeded.
+    async fn shown(&self, deadline: Instant, index: u64) -> Result<StoredMembershipOf<TypeConfig>> {
+        let mut metrics = self.raft.metrics();
+        loop {
+            let m = metrics.borrow_watched().membership_config.clone();
+            if m.log_id().as_ref().map_or(0, |l| l.index) >= index {
+                return Ok(m.as_ref().clone());
+            }
+            match tokio::time::timeout_at(deadline, metrics.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(Error::Stopped),
+                Err(_) => return Err(Error::Timeout),
+            }
+        }
     }
 
     /// Changes the voters by one, as etcd's configuration changes do, and answers at etcd's
@@ -138,18 +160,8 @@ impl RaftNode {
         after: u64,
         change: impl FnOnce(&mut BTreeSet<u64>, &mut BTreeMap<u64, PeerNode>),
     ) -> Result<()> {
+        let observed = self.shown(deadline, after).await?;
         let mut metrics = self.raft.metrics();
-        let observed = loop {
-            let m = metrics.borrow_watched().membership_config.clone();
-            if m.log_id().as_ref().map_or(0, |l| l.index) >= after {
-                break m;
-            }
-            match tokio::time::timeout_at(deadline, metrics.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return Err(Error::Stopped),
-                Err(_) => return Err(Error::Timeout),
-            }
-        };
         let old: BTreeSet<u64> = observed.membership().voter_ids().collect();
         let mut voters = old.clone();
         let mut nodes: BTreeMap<u64, PeerNode> =
@@ -169,10 +181,11 @@ impl RaftNode {
         loop {
             tokio::select! {
                 done = &mut appended => {
-                    return match done {
-                        Ok(r) => r.map(|_| ()).map_err(write_error),
-                        Err(_) => Err(Error::Stopped),
+                    let appended = match done {
+                        Ok(r) => r.map_err(write_error)?,
+                        Err(_) => return Err(Error::Stopped),
                     };
+                    return self.shown(deadline, appended.log_id.index).await.map(drop);
                 }
                 _ = tokio::time::sleep_until(deadline) => return Err(Error::Timeout),
                 _ = metrics.changed() => {}
