@@ -429,6 +429,56 @@ fn step(s: &State, op: &Op) -> Option<State> {
     ok.then_some(n)
 }
 
+/// What the watchers saw each revision change: (key, the value a put left, None for a delete),
+/// in key order, for every revision the watchers agree on. Writes of unknown outcome, and
+/// concurrent writes whose order no answer fixes, leave the search a choice between orders
+/// that are equally linearizable; the watches saw which one the server took, so the search
+/// takes only that one (else it may pick another, and the watch check then fails a correct
+/// history). A revision the watchers disagree on constrains nothing: the watch checks report
+/// the disagreement.
+type Witness = BTreeMap<i64, Vec<Change>>;
+
+/// A key a revision changed, and the value a put left (None: a delete).
+type Change = (Vec<u8>, Option<Vec<u8>>);
+
+fn witness(logs: &[Vec<WatchLog>]) -> Witness {
+    let mut seen: BTreeMap<i64, BTreeSet<Change>> = BTreeMap::new();
+    let mut torn: BTreeSet<i64> = BTreeSet::new();
+    for log in logs.iter().flatten() {
+        let mut by_stream: BTreeMap<i64, BTreeSet<Change>> = BTreeMap::new();
+        for e in log.responses.iter().flat_map(|r| &r.events) {
+            let ev = Ev::from(e);
+            let change = (ev.kv.key.clone(), ev.put.then(|| ev.kv.value.clone()));
+            by_stream.entry(ev.kv.mod_revision).or_default().insert(change);
+        }
+        for (rev, changes) in by_stream {
+            match seen.get(&rev) {
+                Some(other) if *other != changes => {
+                    torn.insert(rev);
+                }
+                Some(_) => {}
+                None => {
+                    seen.insert(rev, changes);
+                }
+            }
+        }
+    }
+    seen.into_iter()
+        .filter(|(rev, _)| !torn.contains(rev))
+        .map(|(rev, changes)| (rev, changes.into_iter().collect()))
+        .collect()
+}
+
+/// Whether the write from `s` to `n` changed what the watchers saw change at its revision (or
+/// they saw nothing of it).
+fn as_witnessed(s: &State, n: &State, witness: &Witness) -> bool {
+    let Some(seen) = witness.get(&n.rev) else { return true };
+    let changed = s.kvs.keys().chain(n.kvs.keys()).filter(|k| s.kvs.get(*k) != n.kvs.get(*k));
+    let changed: BTreeSet<Change> =
+        changed.map(|k| (k.clone(), n.kvs.get(k).map(|v| v.value.clone()))).collect();
+    changed.len() == seen.len() && changed.iter().zip(seen).all(|(a, b)| a == b)
+}
+
 /// A linearization: the order in which the operations took effect (unknown-outcome operations
 /// that never took effect are left out).
 #[derive(Debug)]
@@ -440,7 +490,7 @@ struct Linearization {
 
 /// Wing & Gong's search with memoization of (linearized set, state). Iterative, so a history of
 /// a few hundred operations cannot overflow the stack.
-fn linearize(ops: &[Op], init: &State) -> Result<Linearization, String> {
+fn linearize(ops: &[Op], init: &State, witness: &Witness) -> Result<Linearization, String> {
     let n = ops.len();
     let words = n.div_ceil(64).max(1);
     let required: Vec<usize> = (0..n).filter(|&i| ops[i].ret != u64::MAX).collect();
@@ -534,6 +584,9 @@ fn linearize(ops: &[Op], init: &State) -> Result<Linearization, String> {
         // here; it stays a candidate for later, so skipping it loses no linearization and keeps
         // the operations cut off by a crash from multiplying the search.
         if ops[i].out == Out::Unknown && state == top.state {
+            continue;
+        }
+        if state.rev != top.state.rev && !as_witnessed(&top.state, &state, witness) {
             continue;
         }
         let mut done = top.done.clone();
@@ -816,12 +869,18 @@ struct Checked {
 }
 
 /// The whole KV check.
-fn check_history(all: &[Op], init: &State) -> Result<Checked, String> {
+fn check_history(all: &[Op], init: &State, witness: &Witness) -> Result<Checked, String> {
     // Serializable reads are no part of the search; they are checked against its states.
     let ops: Vec<Op> =
         all.iter().filter(|o| !matches!(o.req, Req::SerialGet { .. })).cloned().collect();
     let ops = &ops[..];
-    let lin = linearize(ops, init)?;
+    // Without a linearization the watches agree with, one without them: the answers are then
+    // linearizable, and the watch checks name the events that contradict them.
+    let lin = match linearize(ops, init, witness) {
+        Ok(lin) => lin,
+        Err(_) if !witness.is_empty() => linearize(ops, init, &Witness::new())?,
+        Err(e) => return Err(e),
+    };
     let (states, events, born) = replay(ops, init, &lin);
     check_pinned_reads(ops, &states)?;
     check_serializable_reads(all, &states, &born)?;
@@ -1936,8 +1995,8 @@ async fn verify(
             "seed {seed}: requests without an answer, and no fault to explain them"
         );
     }
-    let Checked { states, events, mut compactions, expired, visited } = check_history(&ops, init)
-        .unwrap_or_else(|e| {
+    let Checked { states, events, mut compactions, expired, visited } =
+        check_history(&ops, init, &witness(logs)).unwrap_or_else(|e| {
             let mut unknown: BTreeMap<String, usize> = BTreeMap::new();
             for o in ops.iter().filter(|o| o.out == Out::Unknown) {
                 let kind = show_req(&o.req);
@@ -2601,7 +2660,7 @@ fn checker_accepts_concurrent_writes_in_either_order() {
         ),
     ];
     let Checked { states, events, .. } =
-        check_history(&ops, &init1()).expect("a linearizable history");
+        check_history(&ops, &init1(), &Witness::new()).expect("a linearizable history");
     assert_eq!(
         states.keys().copied().collect::<Vec<_>>(),
         vec![1, 2, 3, 4, 5],
@@ -2617,9 +2676,34 @@ fn checker_accepts_an_unknown_write_either_way() {
         lost.clone(),
         op(1, 5, 6, Req::Get { key: k(0) }, got(2, vec![kv_at(0, "a", 2, 2, 1)])),
     ];
-    check_history(&applied, &init1()).expect("an unknown write that took effect");
+    check_history(&applied, &init1(), &Witness::new()).expect("an unknown write that took effect");
     let not_applied = vec![lost, op(1, 5, 6, Req::Get { key: k(0) }, got(1, vec![]))];
-    check_history(&not_applied, &init1()).expect("an unknown write that did not");
+    check_history(&not_applied, &init1(), &Witness::new()).expect("an unknown write that did not");
+}
+
+#[test]
+fn checker_takes_the_order_the_watches_saw() {
+    // Two creates of unknown outcome (a crash cut both off), then a read that saw both: either
+    // order is linearizable, and the watches saw the second-called one first.
+    let ops = vec![
+        op(0, 0, u64::MAX, Req::Create { key: k(0), value: b"a".to_vec() }, Out::Unknown),
+        op(1, 1, u64::MAX, Req::Create { key: k(1), value: b"b".to_vec() }, Out::Unknown),
+        op(2, 5, 6, Req::Get { key: k(2) }, got(3, vec![])),
+    ];
+    let first = |w: &Witness| {
+        let Checked { events, .. } = check_history(&ops, &init1(), w).expect("linearizable");
+        events.iter().map(|e| (e.kv.key.clone(), e.kv.mod_revision)).collect::<Vec<_>>()
+    };
+    assert_eq!(first(&Witness::new()), [(k(0), 2), (k(1), 3)], "the search's first order");
+    let seen = Witness::from([
+        (2, vec![(k(1), Some(b"b".to_vec()))]),
+        (3, vec![(k(0), Some(b"a".to_vec()))]),
+    ]);
+    assert_eq!(first(&seen), [(k(1), 2), (k(0), 3)], "the order the watches saw");
+    // Watches that contradict every linearization leave the search to the answers: the
+    // watch checks then name the events.
+    let impossible = Witness::from([(2, vec![(k(2), None)])]);
+    assert_eq!(first(&impossible), [(k(0), 2), (k(1), 3)]);
 }
 
 #[test]
@@ -2628,7 +2712,7 @@ fn checker_rejects_a_stale_read() {
         op(0, 0, 1, Req::Create { key: k(0), value: b"a".to_vec() }, ok(2, true)),
         op(1, 2, 3, Req::Get { key: k(0) }, got(1, vec![])),
     ];
-    let e = check_history(&ops, &init1())
+    let e = check_history(&ops, &init1(), &Witness::new())
         .expect_err("a read after a completed write saw the old state");
     assert!(e.contains("not linearizable"), "expected a linearizability failure, got {e}");
 }
@@ -2639,7 +2723,8 @@ fn checker_rejects_two_writes_with_one_revision() {
         op(0, 0, 5, Req::Create { key: k(0), value: b"a".to_vec() }, ok(2, true)),
         op(1, 0, 5, Req::Create { key: k(1), value: b"b".to_vec() }, ok(2, true)),
     ];
-    check_history(&ops, &init1()).expect_err("two writes cannot both produce revision 2");
+    check_history(&ops, &init1(), &Witness::new())
+        .expect_err("two writes cannot both produce revision 2");
 }
 
 #[test]
@@ -2649,7 +2734,8 @@ fn checker_rejects_a_revision_going_backwards() {
         op(0, 2, 3, Req::Create { key: k(1), value: b"b".to_vec() }, ok(3, true)),
         op(1, 4, 5, Req::Get { key: k(2) }, got(2, vec![])),
     ];
-    check_history(&ops, &init1()).expect_err("a read after revision 3 reported revision 2");
+    check_history(&ops, &init1(), &Witness::new())
+        .expect_err("a read after revision 3 reported revision 2");
 }
 
 #[test]
@@ -2659,21 +2745,21 @@ fn checker_rejects_a_stale_serializable_read() {
     let serial = |client: usize, out: Out| op(client, 4, 5, Req::SerialGet { key: k(0) }, out);
     // Another client's member may lag: revision 2 is stale but was the state then, and is fine.
     let lagging = serial(2, got(2, vec![kv_at(0, "a", 2, 2, 1)]));
-    check_history(&[create.clone(), update.clone(), lagging], &init1())
+    check_history(&[create.clone(), update.clone(), lagging], &init1(), &Witness::new())
         .expect("a serializable read of an older state by a client that saw nothing newer");
     // The client that wrote revision 3 must see it on its member.
     let stale = serial(1, got(2, vec![kv_at(0, "a", 2, 2, 1)]));
-    let e = check_history(&[create.clone(), update.clone(), stale], &init1())
+    let e = check_history(&[create.clone(), update.clone(), stale], &init1(), &Witness::new())
         .expect_err("a serializable read older than the client's own write");
     assert!(e.contains("stale"), "expected a stale serializable read named, got {e}");
     // The right revision, the wrong data.
     let wrong = serial(2, got(3, vec![kv_at(0, "a", 2, 2, 1)]));
-    let e = check_history(&[create.clone(), update.clone(), wrong], &init1())
+    let e = check_history(&[create.clone(), update.clone(), wrong], &init1(), &Witness::new())
         .expect_err("a serializable read of a state that never was");
     assert!(e.contains("expected"), "expected the state at revision 3 named, got {e}");
     // A revision no write produced.
     let future = serial(2, got(4, vec![kv_at(0, "b", 2, 3, 2)]));
-    check_history(&[create, update, future], &init1())
+    check_history(&[create, update, future], &init1(), &Witness::new())
         .expect_err("a serializable read at a revision that does not exist");
 }
 
@@ -2692,17 +2778,30 @@ fn checker_takes_a_lease_expiry_only_when_due() {
         )
     };
     // Before the TTL the lease exists; after it, it may or may not.
-    check_history(&[grant.clone(), expiry.clone(), create(5, ok(2, true))], &init1())
-        .expect("a create with a live lease");
+    check_history(
+        &[grant.clone(), expiry.clone(), create(5, ok(2, true))],
+        &init1(),
+        &Witness::new(),
+    )
+    .expect("a create with a live lease");
     check_history(
         &[grant.clone(), expiry.clone(), create(ttl + 5, Out::Err(ErrKind::LeaseNotFound))],
         &init1(),
+        &Witness::new(),
     )
     .expect("a create with a lease that expired");
-    check_history(&[grant.clone(), expiry.clone(), create(ttl + 5, ok(2, true))], &init1())
-        .expect("a lease that outlived its TTL (a leader change renews it)");
-    check_history(&[grant, expiry, create(5, Out::Err(ErrKind::LeaseNotFound))], &init1())
-        .expect_err("a lease gone before its TTL");
+    check_history(
+        &[grant.clone(), expiry.clone(), create(ttl + 5, ok(2, true))],
+        &init1(),
+        &Witness::new(),
+    )
+    .expect("a lease that outlived its TTL (a leader change renews it)");
+    check_history(
+        &[grant, expiry, create(5, Out::Err(ErrKind::LeaseNotFound))],
+        &init1(),
+        &Witness::new(),
+    )
+    .expect_err("a lease gone before its TTL");
 }
 
 #[test]
@@ -2713,18 +2812,22 @@ fn checker_rejects_a_revocation_header_past_its_deletion() {
     // The revocation deletes k0 at 3 while another client's create, at 4, overlaps it.
     let revoke = |rev| op(0, 4, 10, Req::Revoke { id: 7 }, ok(rev, false));
     let other = op(1, 5, 6, Req::Create { key: k(1), value: b"b".to_vec() }, ok(4, true));
-    check_history(&[grant.clone(), create.clone(), revoke(3), other.clone()], &init1())
-        .expect("the revocation's header is its deletion's revision");
-    check_history(&[grant.clone(), create, revoke(4), other.clone()], &init1())
+    check_history(
+        &[grant.clone(), create.clone(), revoke(3), other.clone()],
+        &init1(),
+        &Witness::new(),
+    )
+    .expect("the revocation's header is its deletion's revision");
+    check_history(&[grant.clone(), create, revoke(4), other.clone()], &init1(), &Witness::new())
         .expect_err("a revocation's header raised by a write after its deletion");
     // Without keys it changes no revision: its header is the state's, as etcd reads it.
     let empty = |rev| op(0, 4, 10, Req::Revoke { id: 7 }, ok(rev, false));
     let other = op(1, 5, 6, Req::Create { key: k(1), value: b"b".to_vec() }, ok(2, true));
-    check_history(&[grant.clone(), empty(1), other.clone()], &init1())
+    check_history(&[grant.clone(), empty(1), other.clone()], &init1(), &Witness::new())
         .expect("a revocation without keys before the create");
-    check_history(&[grant.clone(), empty(2), other.clone()], &init1())
+    check_history(&[grant.clone(), empty(2), other.clone()], &init1(), &Witness::new())
         .expect("a revocation without keys after the create");
-    check_history(&[grant, empty(3), other], &init1())
+    check_history(&[grant, empty(3), other], &init1(), &Witness::new())
         .expect_err("a revocation without keys at a revision nothing made");
 }
 
@@ -2737,11 +2840,11 @@ fn checker_rejects_a_grant_header_past_its_effect() {
     let leased = Req::CreateWithLease { key: k(0), value: b"a".to_vec(), lease: 7 };
     // A create at 2 during the grant, then one with the lease at 3 (so the grant came first).
     let uses = op(2, 11, 12, leased, ok(3, true));
-    check_history(&[grant(1), create(2, 2), uses.clone()], &init1())
+    check_history(&[grant(1), create(2, 2), uses.clone()], &init1(), &Witness::new())
         .expect("a grant before the create");
-    check_history(&[grant(2), create(2, 2), uses.clone()], &init1())
+    check_history(&[grant(2), create(2, 2), uses.clone()], &init1(), &Witness::new())
         .expect("a grant after the create");
-    check_history(&[grant(3), create(2, 2), uses], &init1())
+    check_history(&[grant(3), create(2, 2), uses], &init1(), &Witness::new())
         .expect_err("a grant's header at a revision only a later write made");
 }
 
@@ -2791,7 +2894,7 @@ fn checker_rejects_a_wrong_pinned_read_and_a_missed_compaction() {
         Req::List { start: PREFIX.into(), rev: 2, limit: 5 },
         got(3, vec![kv_at(0, "b", 2, 3, 2)]),
     );
-    let e = check_history(&[create.clone(), update.clone(), wrong], &init1())
+    let e = check_history(&[create.clone(), update.clone(), wrong], &init1(), &Witness::new())
         .expect_err("a pinned read of the wrong state");
     assert!(e.contains("at revision 2"), "expected the pinned read named, got {e}");
     let compact = op(2, 6, 7, Req::Compact { rev: 3 }, ok(3, false));
@@ -2802,8 +2905,12 @@ fn checker_rejects_a_wrong_pinned_read_and_a_missed_compaction() {
         Req::List { start: PREFIX.into(), rev: 2, limit: 5 },
         got(3, vec![kv_at(0, "a", 2, 2, 1)]),
     );
-    check_history(&[create.clone(), update.clone(), compact.clone(), served], &init1())
-        .expect_err("a read below the compaction after it completed");
+    check_history(
+        &[create.clone(), update.clone(), compact.clone(), served],
+        &init1(),
+        &Witness::new(),
+    )
+    .expect_err("a read below the compaction after it completed");
     let refused = op(
         1,
         8,
@@ -2811,7 +2918,7 @@ fn checker_rejects_a_wrong_pinned_read_and_a_missed_compaction() {
         Req::List { start: PREFIX.into(), rev: 2, limit: 5 },
         Out::Err(ErrKind::Compacted),
     );
-    check_history(&[create, update, compact, refused], &init1())
+    check_history(&[create, update, compact, refused], &init1(), &Witness::new())
         .expect("a refused read below the compaction");
 }
 
