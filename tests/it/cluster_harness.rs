@@ -183,8 +183,7 @@ impl Cluster {
             c.peer_proxies.insert(i, PeerProxy::start(l, c.members[i].peer_port));
         }
         c.restart_all(&(0..n).collect::<Vec<_>>()).await;
-        c.leader().await;
-        c.formed = Instant::now();
+        c.founded().await;
         Some(c)
     }
 
@@ -228,8 +227,7 @@ impl Cluster {
         }
         let mut c = Self::unstarted(kind, n, extra, peer_scheme);
         c.restart_all(&(0..n).collect::<Vec<_>>()).await;
-        c.leader().await;
-        c.formed = Instant::now();
+        c.founded().await;
         Some(c)
     }
 
@@ -320,8 +318,7 @@ impl Cluster {
     /// then the members started on them.
     pub async fn restored(file: &std::path::Path, n: usize, extra: &[&str]) -> Cluster {
         let mut c = Self::restored_unchecked(file, n, extra).await;
-        c.leader().await;
-        c.formed = Instant::now();
+        c.founded().await;
         c
     }
 
@@ -626,6 +623,32 @@ impl Cluster {
     /// Raw clients of member `i`.
     pub async fn raw(&self, i: usize) -> Raw {
         self.members[i].server.as_ref().expect("running").raw_clients().await
+    }
+
+    /// Waits until the founding members agree on a leader and every one of them is a voter,
+    /// and counts the cluster formed from then on. A founding member that started after the
+    /// others had elected a leader, with no log of its own (`--wal-mode=none`), cannot tell
+    /// a late start from a restart that lost what it had acknowledged, so it comes back as a
+    /// learner and is promoted once it has caught up; until then it refuses writes ("rpc not
+    /// supported for learner").
+    async fn founded(&mut self) {
+        self.leader().await;
+        let what = format!("{:?} cluster: every founding member a voter", self.kind);
+        wait_until(&what, Duration::from_secs(30), || async {
+            let mut learners = Vec::new();
+            for i in self.running() {
+                let mut raw = self.members[i].server.as_ref().unwrap().raw().await;
+                let s = raw.as_mut().map_err(|e| format!("member {i}: {e:?}"))?;
+                let s = s.maint.status(pb::StatusRequest {}).await;
+                let s = s.map_err(|e| format!("member {i}: {e}"))?.into_inner();
+                if s.is_learner {
+                    learners.push(i);
+                }
+            }
+            if learners.is_empty() { Ok(()) } else { Err(format!("learners {learners:?}")) }
+        })
+        .await;
+        self.formed = Instant::now();
     }
 
     /// The running member that leads, once every running member agrees on it (at most 30 s).
