@@ -14,15 +14,21 @@
 //! A leader does not probe a follower that answered its appends within the interval: those
 //! appends already serve both halves (the follower admits each one as it would a probe, and
 //! their answers show the follower reachable), as etcd's heartbeats serve its members. At rest
-//! that leaves the followers' probes, four calls per interval in a cluster of three where six
-//! were (probes were about two thirds of an idle cluster's CPU).
+//! that leaves the followers' probes, four per interval in a cluster of three where six were
+//! (probes were about two thirds of an idle cluster's CPU).
+//!
+//! A probe is a frame on a `Probe` stream of its own to the peer (`stream`), kept open from one
+//! probe to the next, as etcd's streams are: a frame written and an answer read, where a gRPC
+//! call cost a task on each side, HTTP/2's framing and the channel's hops.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::network::{Network, Peers};
-use crate::proto::memetcdpb as pb;
+use tokio::sync::Notify;
+
+use super::network::{Network, PeerCounters, Peers};
+use super::stream::{self, Incoming, Outgoing};
 
 /// Probes, every `every`, the peers of member `me` that `members` lists (with their peer URLs)
 /// until it answers `None` (the node is gone). At most one probe per peer is in flight: a peer
@@ -39,13 +45,14 @@ pub(in crate::raft) async fn run(
 ) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut in_flight: HashMap<u64, tokio::task::JoinHandle<()>> = HashMap::new();
+    let mut links: HashMap<u64, Link> = HashMap::new();
     // Peers whose calls stopped reaching this member (see `network`), to log each change once.
     let mut one_way = HashSet::new();
     loop {
         tick.tick().await;
         let Some(nodes) = members() else { return };
-        in_flight.retain(|_, probe| !probe.is_finished());
+        // A peer gone from the membership, or moved to other URLs, loses its link.
+        links.retain(|id, l| nodes.get(id) == Some(&l.urls));
         let window = Network::one_way_window(every, election);
         for (id, urls) in nodes {
             if id == me {
@@ -66,39 +73,86 @@ pub(in crate::raft) async fn run(
                     "raft: the peer reaches this member again"
                 );
             }
-            if in_flight.contains_key(&id) {
-                continue;
-            }
             if stats.answered_within(every) {
                 stats.active_since.lock().get_or_insert_with(Instant::now);
                 continue;
             }
-            let Some(mut client) = peers.raft_client(id, &urls) else {
-                *stats.active_since.lock() = None;
-                continue;
-            };
-            let timeout = election;
-            let removed = removed.clone();
-            in_flight.insert(
-                id,
-                tokio::spawn(async move {
+            let link = links.entry(id).or_insert_with(|| {
+                Link::start(peers.clone(), id, urls, stats, election, removed.clone())
+            });
+            // A probe still in flight takes this one's place (`Notify` keeps one permit).
+            link.due.notify_one();
+        }
+    }
+}
+
+/// The task that probes one peer, on a `Probe` stream it keeps open between probes.
+struct Link {
+    /// The peer URLs the stream was dialed to.
+    urls: Vec<String>,
+    /// Set when a probe is due; the task sends one when it is not waiting for an answer.
+    due: Arc<Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Link {
+    fn start(
+        peers: Arc<Peers>,
+        id: u64,
+        urls: Vec<String>,
+        stats: Arc<PeerCounters>,
+        timeout: Duration,
+        removed: Arc<dyn Fn(u64) + Send + Sync>,
+    ) -> Self {
+        let due = Arc::new(Notify::new());
+        let task = tokio::spawn({
+            let (due, urls) = (due.clone(), urls.clone());
+            async move {
+                let mut open: Option<(Outgoing, Incoming)> = None;
+                loop {
+                    due.notified().await;
                     let started = Instant::now();
-                    let probe = client.probe(pb::ProbeRequest { peer_urls: Vec::new() });
-                    let answer = tokio::time::timeout(timeout, probe).await;
+                    let answer =
+                        tokio::time::timeout(timeout, probe(&peers, &urls, &mut open)).await;
                     if let Ok(Err(status)) = &answer
                         && super::network::is_member_removed(status)
                     {
                         removed(id);
                     }
-                    let answered = matches!(answer, Ok(Ok(_)));
+                    let answered = matches!(answer, Ok(Ok(())));
                     let mut since = stats.active_since.lock();
                     if answered {
                         since.get_or_insert(started);
                     } else {
+                        // Opened again for the next probe: a late answer must not be read as
+                        // that one's.
+                        open = None;
                         *since = None;
                     }
-                }),
-            );
-        }
+                }
+            }
+        });
+        Link { urls, due, task }
     }
+}
+
+/// One probe of the peer at `urls`, on the stream `open` (opened first if it is not).
+async fn probe(
+    peers: &Peers,
+    urls: &[String],
+    open: &mut Option<(Outgoing, Incoming)>,
+) -> Result<(), tonic::Status> {
+    if open.is_none() {
+        let io = peers.dial(urls).await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let opened = stream::open(io, stream::PROBE_PATH, peers.cluster_id, peers.member_id).await;
+        *open = Some(opened.map_err(stream::NotOpened::status)?);
+    }
+    let (out, answers) = open.as_mut().expect("opened");
+    stream::probe(out, answers).await
 }

@@ -1,8 +1,9 @@
-//! The streams between members that carry a message per write (etcd's `rafthttp` message
-//! streams): a leader's `Append` stream to each follower, and each member's `Forward` stream to
-//! the leader, on which it sends the requests only the leader can serve (`raft::forward`).
-//! A stream is a connection of its own to the receiver's peer URL, opened with an HTTP/1.1
-//! upgrade ([`APPEND_PATH`] or [`FORWARD_PATH`], `Upgrade: memetcd-raft`) that carries the
+//! The streams between members that carry a message per write or per heartbeat (etcd's
+//! `rafthttp` message streams): a leader's `Append` stream to each follower, each member's
+//! `Forward` stream to the leader, on which it sends the requests only the leader can serve
+//! (`raft::forward`), and each member's `Probe` stream to every peer (`probing`). A stream is
+//! a connection of its own to the receiver's peer URL, opened with an HTTP/1.1 upgrade
+//! ([`APPEND_PATH`], [`FORWARD_PATH`] or [`PROBE_PATH`], `Upgrade: memetcd-raft`) that carries the
 //! caller's stamp as the gRPC calls' metadata does; after the receiver's `101`, each message
 //! is a frame: its length (4 bytes, big endian) and its protobuf bytes.
 //!
@@ -17,8 +18,10 @@
 //! order, with a frame whose first byte says what follows: [`ANSWER`] and an `AppendResponse`,
 //! or [`REFUSED`], a gRPC code (4 bytes) and a message, after which the follower ends the
 //! stream. On a `Forward` stream a member writes `ForwardCall`s and the leader answers each
-//! with a `ForwardReply` as it is served, matched by id. A refused upgrade answers an HTTP
-//! status with the code and message in headers.
+//! with a `ForwardReply` as it is served, matched by id. On a `Probe` stream each probe is an
+//! empty frame, admitted as any call from the prober, and answered as an `Append` request is,
+//! with an empty [`ANSWER`] or a [`REFUSED`] (a removed member's, a dropped caller's). A
+//! refused upgrade answers an HTTP status with the code and message in headers.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -36,6 +39,8 @@ use crate::raft::node::RaftNode;
 pub const APPEND_PATH: &str = "/raft/stream/append";
 /// The `Forward` stream's upgrade path on the peer URL.
 pub const FORWARD_PATH: &str = "/raft/stream/forward";
+/// The `Probe` stream's upgrade path on the peer URL.
+pub const PROBE_PATH: &str = "/raft/stream/probe";
 /// The upgrades' protocol token.
 pub const UPGRADE: &str = "memetcd-raft";
 
@@ -147,23 +152,38 @@ impl Answers {
     /// The next answer; `None` when the follower ended the stream; an error for a refusal or a
     /// broken connection.
     pub async fn message(&mut self) -> Result<Option<pb::AppendResponse>, tonic::Status> {
-        let Some(mut frame) = self.frames.next().await.map_err(broken)? else {
+        let Some(frame) = self.frames.next().await.map_err(broken)? else {
             return Ok(None);
         };
-        match frame.first() {
-            Some(&ANSWER) => {
-                frame.advance(1);
-                pb::AppendResponse::decode(frame)
-                    .map(Some)
-                    .map_err(|e| tonic::Status::internal(format!("a malformed append answer: {e}")))
-            }
-            Some(&REFUSED) if frame.len() >= 5 => {
-                frame.advance(1);
-                let code = tonic::Code::from(frame.get_i32());
-                Err(tonic::Status::new(code, String::from_utf8_lossy(&frame).into_owned()))
-            }
-            _ => Err(tonic::Status::internal("a malformed append answer frame")),
+        pb::AppendResponse::decode(answer(frame)?)
+            .map(Some)
+            .map_err(|e| tonic::Status::internal(format!("a malformed append answer: {e}")))
+    }
+}
+
+/// What an answer frame carries: the answer's bytes, or the refusal's status.
+fn answer(mut frame: Bytes) -> Result<Bytes, tonic::Status> {
+    match frame.first() {
+        Some(&ANSWER) => {
+            frame.advance(1);
+            Ok(frame)
         }
+        Some(&REFUSED) if frame.len() >= 5 => {
+            frame.advance(1);
+            let code = tonic::Code::from(frame.get_i32());
+            Err(tonic::Status::new(code, String::from_utf8_lossy(&frame).into_owned()))
+        }
+        _ => Err(tonic::Status::internal("a malformed answer frame")),
+    }
+}
+
+/// Sends one probe on a `Probe` stream this member opened and waits for its answer: `Ok` once
+/// the peer admitted it, its refusal, or the broken stream's status.
+pub async fn probe(out: &mut Outgoing, answers: &mut Incoming) -> Result<(), tonic::Status> {
+    out.write_all(&0u32.to_be_bytes()).await.map_err(broken)?;
+    match answers.next().await.map_err(broken)? {
+        Some(frame) => answer(frame).map(drop),
+        None => Err(tonic::Status::unavailable("the peer ended the probe stream")),
     }
 }
 
@@ -332,11 +352,43 @@ pub async fn serve<C>(
     if conn.write_all(upgraded.as_bytes()).await.is_err() {
         return;
     }
-    if path == FORWARD_PATH {
-        serve_forward(node, from, conn, rest).await
-    } else {
-        serve_append(node, from, conn, rest).await
+    match path {
+        FORWARD_PATH => serve_forward(node, from, conn, rest).await,
+        PROBE_PATH => serve_probe(node, from, conn, rest).await,
+        _ => serve_append(node, from, conn, rest).await,
     }
+}
+
+/// Serves a member's `Probe` stream: each probe admitted as a call from it (which is what the
+/// probe is for: `network`'s one-way rule counts the calls admitted) and answered, until one
+/// is refused or the prober goes.
+async fn serve_probe<C>(node: Arc<RaftNode>, from: u64, conn: C, rest: BytesMut)
+where
+    C: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (read, mut write) = tokio::io::split(conn);
+    let mut frames = Frames::new(read, rest);
+    let counters = node.peer_stats().of(from);
+    let mut buf = BytesMut::with_capacity(64);
+    while let Ok(Some(_)) = frames.next().await {
+        let last = match node.admit(from) {
+            Ok(()) => {
+                counters.probes.fetch_add(1, Ordering::Relaxed);
+                buf.put_u32(1);
+                buf.put_u8(ANSWER);
+                false
+            }
+            Err(status) => {
+                put_refusal(&mut buf, &status);
+                true
+            }
+        };
+        if write.write_all(&buf).await.is_err() || last {
+            break;
+        }
+        buf.clear();
+    }
+    let _ = write.shutdown().await;
 }
 
 /// Serves a leader's `Append` stream: each request goes to openraft as it arrives and each
@@ -521,11 +573,38 @@ mod tests {
         }
     }
 
+    /// A probe is an empty frame; its answer comes back as `Ok`, a refusal as its status, and
+    /// a peer that went as a broken stream.
+    #[tokio::test]
+    async fn a_probe_reads_its_answer_or_its_refusal() {
+        let (client, mut peer) = tokio::io::duplex(4096);
+        let boxed: BoxIo = Box::new(client);
+        let (read, mut out) = tokio::io::split(boxed);
+        let mut answers = Frames::new(read, BytesMut::new());
+        let answering = tokio::spawn(async move {
+            let mut probe = [0u8; 4];
+            peer.read_exact(&mut probe).await.unwrap();
+            assert_eq!(probe, [0, 0, 0, 0], "a probe is an empty frame");
+            peer.write_all(&[0, 0, 0, 1, ANSWER]).await.unwrap();
+            peer.read_exact(&mut probe).await.unwrap();
+            let mut buf = BytesMut::new();
+            put_refusal(&mut buf, &super::super::network::member_removed());
+            peer.write_all(&buf).await.unwrap();
+            peer.read_exact(&mut probe).await.unwrap();
+        });
+        probe(&mut out, &mut answers).await.expect("answered");
+        let refused = probe(&mut out, &mut answers).await.unwrap_err();
+        assert!(super::super::network::is_member_removed(&refused), "{refused:?}");
+        let gone = probe(&mut out, &mut answers).await.unwrap_err();
+        assert_eq!(gone.code(), tonic::Code::Unavailable, "{gone:?}");
+        answering.await.unwrap();
+    }
+
     /// The upgrade's refusal reaches the opener as the status a call would have got, and
     /// marks the stream as never opened (nothing was sent on it).
     #[tokio::test]
     async fn a_refused_upgrade_comes_back_as_its_status() {
-        for path in [APPEND_PATH, FORWARD_PATH] {
+        for path in [APPEND_PATH, FORWARD_PATH, PROBE_PATH] {
             let (client, server) = tokio::io::duplex(4096);
             let served =
                 tokio::spawn(serve(None, path, Some("1"), Some("2"), server, BytesMut::new()));

@@ -1,6 +1,6 @@
 //! The streams other members open to this one (`raft::rafthttp::stream`: a leader's `Append`
-//! stream, a member's `Forward` stream to this leader), taken from the peer listener's tonic by
-//! their upgrade (`upgrade`).
+//! stream, a member's `Forward` stream to this leader, every peer's `Probe` stream), taken from
+//! the peer listener's tonic by their upgrade (`upgrade`).
 
 use std::sync::Arc;
 
@@ -20,7 +20,7 @@ pub struct RaftStreams {
 
 impl Divert for RaftStreams {
     fn takes(&self, h: &Head) -> bool {
-        matches!(h.uri.path(), stream::APPEND_PATH | stream::FORWARD_PATH)
+        matches!(h.uri.path(), stream::APPEND_PATH | stream::FORWARD_PATH | stream::PROBE_PATH)
             && h.upgrades_to(stream::UPGRADE)
     }
 
