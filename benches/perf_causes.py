@@ -18,7 +18,8 @@ from collections import Counter, defaultdict
 # (cause, patterns): the first cause any frame of a sample matches wins, so the narrow
 # causes come before the broad ones.
 CAUSES = [
-    ("probes (peer liveness)", [r"rafthttp::probing", r"PeerService.*probe", r"Raft>::probe",
+    ("probes (peer liveness)", [r"rafthttp::probing", r"rafthttp::stream::serve_probe",
+                                r"PeerService.*probe", r"Raft>::probe",
                                 r"rafthttp\.\(\*prober", r"probing\.", r"rafthttp\.\(\*peerStatus"]),
     ("forwarded calls (follower to leader)", [r"raft::forward", r"node::to_leader",
                                               r"serve_forward_call", r"rafthttp::stream::serve_forward",

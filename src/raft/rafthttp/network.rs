@@ -1,7 +1,9 @@
 //! Reaching the other members (etcd's `rafthttp`, client side): one HTTP/2 connection per peer
-//! over its peer URL, shared by openraft's votes and snapshots and by the follower-to-leader
-//! requests of `to_leader`; and replication to a follower on an `Append` stream, a connection of
-//! its own ([`super::stream`]), with a few requests in flight ([`APPEND_WINDOW`]). Every call
+//! over its peer URL, shared by openraft's votes and snapshots and the start-up calls; and the
+//! streams that carry a message per write or per heartbeat, each a connection of its own
+//! ([`super::stream`]): replication to a follower on an `Append` stream, with a few requests in
+//! flight ([`APPEND_WINDOW`]), requests forwarded to the leader (`raft::forward`), and probes
+//! (`super::probing`). Every call
 //! and stream is stamped with this member's cluster id and member id, which the receiving peer
 //! checks (`super::stamp`).
 //!
