@@ -39,19 +39,27 @@ impl RaftNode {
         // leader's change with every acknowledgement).
         let mut seen_config = None;
         let mut membership = MembershipSeen::default();
-        let mut tick = tokio::time::interval(self.opts.heartbeat.max(Duration::from_millis(50)));
+        // Without a leader (or a lease to run out) the watch looks again every heartbeat: a
+        // member that lost its leader asks its peers whether it was removed.
+        let every = self.opts.heartbeat.max(Duration::from_millis(50));
         // The log's entries up to here are no longer held in memory (see `held_upto`).
         let mut released = 0;
         loop {
-            let (role, upto, config_changed) = {
+            let (role, upto, config_changed, lease_left) = {
                 let m = rx.borrow_and_update();
                 let is_leader = m.state == ServerState::Leader;
-                let cut_off = if is_leader {
-                    m.last_quorum_acked.as_ref().is_none_or(|t| t.elapsed() > lease)
-                        && m.membership_config.membership().voter_ids().count() > 1
+                // How long the lease has left: nothing changes the role before then but a
+                // change of the metrics, which wakes the watch anyway. An idle member would
+                // otherwise look every heartbeat (ten wake-ups a second for nothing).
+                let quorum = m.membership_config.membership().voter_ids().count() > 1;
+                let since = if is_leader {
+                    m.last_quorum_acked.as_ref().map(|t| t.elapsed())
                 } else {
-                    self.since_leader_heard().is_none_or(|d| d > lease)
+                    self.since_leader_heard()
                 };
+                let cut_off = (quorum || !is_leader) && since.is_none_or(|d| d > lease);
+                let lease_left =
+                    since.filter(|_| quorum || !is_leader).map(|d| lease.saturating_sub(d));
                 let role = Role {
                     leader: if cut_off { None } else { m.current_leader },
                     term: m.current_term,
@@ -72,7 +80,7 @@ impl RaftNode {
                     };
                     seen_config = Some(key);
                 }
-                (role, held_upto(&m), config_changed)
+                (role, held_upto(&m), config_changed, lease_left)
             };
             // After the metrics borrow ends: openraft waits for it to publish, and the log's
             // lock may be busy with an append.
@@ -106,11 +114,16 @@ impl RaftNode {
                 *r = role;
                 changed
             });
+            let wait = match (role.leader, lease_left) {
+                // Just past the lease's end, so that it has ended when the watch looks.
+                (Some(_), Some(left)) => left + Duration::from_millis(1),
+                _ => every,
+            };
             tokio::select! {
                 changed = rx.changed() => if changed.is_err() {
                     return;
                 },
-                _ = tick.tick() => {}
+                _ = tokio::time::sleep(wait) => {}
             }
         }
     }
