@@ -366,29 +366,31 @@ async fn serve_probe<C>(node: Arc<RaftNode>, from: u64, conn: C, rest: BytesMut)
 where
     C: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let (read, mut write) = tokio::io::split(conn);
-    let mut frames = Frames::new(read, rest);
+    let (read, write) = tokio::io::split(conn);
     let counters = node.peer_stats().of(from);
-    let mut buf = BytesMut::with_capacity(64);
-    while let Ok(Some(_)) = frames.next().await {
-        let last = match node.admit(from) {
-            Ok(()) => {
-                counters.probes.fetch_add(1, Ordering::Relaxed);
-                buf.put_u32(1);
-                buf.put_u8(ANSWER);
-                false
-            }
-            Err(status) => {
-                put_refusal(&mut buf, &status);
-                true
-            }
-        };
-        if write.write_all(&buf).await.is_err() || last {
-            break;
+    let probes = futures_util::stream::unfold(Frames::new(read, rest), |mut frames| async move {
+        matches!(frames.next().await, Ok(Some(_))).then_some(((), frames))
+    });
+    let answers = std::pin::pin!(probes.map(|()| {
+        let admitted = node.admit(from);
+        if admitted.is_ok() {
+            counters.probes.fetch_add(1, Ordering::Relaxed);
         }
-        buf.clear();
-    }
-    let _ = write.shutdown().await;
+        admitted
+    }));
+    // A refusal is the stream's last answer.
+    send_with(write, answers, |buf, admitted| match admitted {
+        Ok(()) => {
+            buf.put_u32(1);
+            buf.put_u8(ANSWER);
+            false
+        }
+        Err(s) => {
+            put_refusal(buf, &s);
+            true
+        }
+    })
+    .await
 }
 
 /// Serves a leader's `Append` stream: each request goes to openraft as it arrives and each
