@@ -51,15 +51,16 @@ impl RaftNode {
                 // How long the lease has left: nothing changes the role before then but a
                 // change of the metrics, which wakes the watch anyway. An idle member would
                 // otherwise look every heartbeat (ten wake-ups a second for nothing).
-                let quorum = m.membership_config.membership().voter_ids().count() > 1;
-                let since = if is_leader {
-                    m.last_quorum_acked.as_ref().map(|t| t.elapsed())
+                // A leader alone holds no lease: it has no quorum to hear from.
+                let since = if !is_leader {
+                    Some(self.since_leader_heard())
+                } else if m.membership_config.membership().voter_ids().count() > 1 {
+                    Some(m.last_quorum_acked.as_ref().map(|t| t.elapsed()))
                 } else {
-                    self.since_leader_heard()
+                    None
                 };
-                let cut_off = (quorum || !is_leader) && since.is_none_or(|d| d > lease);
-                let lease_left =
-                    since.filter(|_| quorum || !is_leader).map(|d| lease.saturating_sub(d));
+                let cut_off = since.is_some_and(|s| s.is_none_or(|d| d > lease));
+                let lease_left = since.flatten().map(|d| lease.saturating_sub(d));
                 let role = Role {
                     leader: if cut_off { None } else { m.current_leader },
                     term: m.current_term,
