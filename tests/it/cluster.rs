@@ -438,6 +438,80 @@ async fn a_follower_down_for_seconds_in_none_mode_is_readmitted() {
     member_killed("none", false, Duration::from_secs(3)).await;
 }
 
+/// A member back without its state (`--wal-mode none`) stays a voter and serves its clients
+/// from the start; it votes again once it holds the log, so that when the leader dies it and
+/// the other follower elect a leader holding every acknowledged write. Demoted to a learner
+/// until it had caught up, as it once was, it refused its clients' writes ("rpc not supported
+/// for learner") for a while, and so did a founding member that merely started late, which a
+/// member without state cannot tell from one that lost its state.
+#[tokio::test]
+async fn a_member_back_without_state_stays_a_voter_and_votes_once_it_holds_the_log() {
+    let mut c = cluster!(Kind::MemEtcd, 3, ["--wal-mode=none", "--log-level=info"]);
+    let leader = c.leader().await;
+    let mut cl = c.client(leader).await;
+    let mut acked = BTreeMap::new();
+    for i in 0..200 {
+        let key = format!("/before/{i:03}");
+        acked.insert(key.clone(), put(&mut cl, &key, "v").await);
+    }
+    let victim = (leader + 1) % 3;
+    c.kill9(victim);
+    c.restart(victim).await;
+    let mut raw = c.raw(victim).await;
+    let mut vc = c.client(victim).await;
+    // Its first write may wait for it to hear from the leader; every one after is taken.
+    let back = Instant::now();
+    let mut first = None;
+    let mut n = 0;
+    while back.elapsed() < Duration::from_secs(4) {
+        let s = raw.maint.status(pb::StatusRequest {}).await.unwrap().into_inner();
+        assert!(
+            !s.is_learner,
+            "the member back without state is a learner after {:?}",
+            back.elapsed()
+        );
+        let key = format!("/back/{n:03}");
+        match vc.put(key.as_str(), "v", None).await {
+            Ok(r) => {
+                first.get_or_insert(back.elapsed());
+                acked.insert(key, rev(r.header()));
+                n += 1;
+            }
+            Err(e) => assert!(
+                first.is_none() && back.elapsed() < Duration::from_secs(2),
+                "a write through the member back without state, {:?} after it started (first \
+                 taken after {first:?}): {e}",
+                back.elapsed()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(n >= 10, "only {n} writes through the member back without state");
+    // Re-admitted: it votes again. Without the leader, it and the other follower elect one.
+    let server = c.members[victim].server.as_ref().unwrap();
+    wait_until("the member back without state votes again", Duration::from_secs(30), || async {
+        let said = server.grep_log("votes again");
+        if said.is_empty() { Err("not yet".to_string()) } else { Ok(()) }
+    })
+    .await;
+    c.kill9(leader);
+    let next = c.leader().await;
+    let mut cl = c.client(next).await;
+    acked.insert("/after".into(), put(&mut cl, "/after", "v").await);
+    c.converged().await;
+    for i in c.running() {
+        let mut cl = c.client(i).await;
+        let all = cl.get("/", Some(GetOptions::new().with_prefix().with_serializable())).await;
+        let held: BTreeMap<String, i64> = all
+            .unwrap()
+            .kvs()
+            .iter()
+            .map(|kv| (kv.key_str().unwrap().to_string(), kv.mod_revision()))
+            .collect();
+        assert_eq!(held, acked, "m{i} (back without state: m{victim}; new leader: m{next})");
+    }
+}
+
 #[tokio::test]
 async fn a_follower_killed_in_buffered_mode_catches_up() {
     member_killed("buffered", false, Duration::from_millis(800)).await;

@@ -625,12 +625,11 @@ impl Cluster {
         self.members[i].server.as_ref().expect("running").raw_clients().await
     }
 
-    /// Waits until the founding members agree on a leader and every one of them is a voter,
-    /// and counts the cluster formed from then on. A founding member that started after the
-    /// others had elected a leader, with no log of its own (`--wal-mode=none`), cannot tell
-    /// a late start from a restart that lost what it had acknowledged, so it comes back as a
-    /// learner and is promoted once it has caught up; until then it refuses writes ("rpc not
-    /// supported for learner").
+    /// Waits until the founding members agree on a leader and every one of them says it is a
+    /// voter, and counts the cluster formed from then on. (A founding member that started
+    /// after the others had elected a leader, with no log of its own (`--wal-mode=none`),
+    /// cannot tell a late start from a restart that lost what it had acknowledged: it asks to
+    /// be re-admitted, which must leave it a voter.)
     async fn founded(&mut self) {
         self.leader().await;
         let what = format!("{:?} cluster: every founding member a voter", self.kind);

@@ -16,22 +16,32 @@ use crate::error::Error;
 use crate::raft::types::{PeerNode, TypeConfig};
 
 impl RaftNode {
-    /// On the leader: a member that lost its state becomes a learner, catches up, and becomes
-    /// a voter again.
+    /// On the leader: a member that came back without its state (`--wal-mode none`) holds
+    /// the log again before it votes. It stays a voter meanwhile, as openraft's own recipe for
+    /// a follower whose data was removed has it (no membership change): it votes in no election
+    /// until this call returns (its own rule), and its acknowledgements are true ones, each
+    /// implying the whole log before it. Demoting it instead made it refuse its clients' writes
+    /// ("rpc not supported for learner") for a while after every start of a member without
+    /// state, a founding member that was merely late included, since a member without state
+    /// cannot tell the two apart.
     pub async fn readmit_member(&self, id: u64) -> Result<()> {
         // The member's log went back to nothing: openraft must accept that from it once,
         // rather than resending from where it was before (forever).
         let _ = self.raft.trigger().allow_next_revert(&id, true).await;
-        if self.membership().0.contains(&id) {
-            let deadline = Instant::now() + self.request_timeout();
-            self.change_voters(deadline, 0, |voters, _| {
-                voters.remove(&id);
-            })
-            .await?;
-        }
-        // Back as a voter once it holds everything up to its demotion: every entry it may have
-        // acknowledged before it lost its state is in there.
-        let target = self.with_metrics(|m| m.last_log_index.unwrap_or(0));
+        // The target is an entry written after the member asked: one it can only have
+        // acknowledged in this life, so holding it means holding everything before it, every
+        // entry it acknowledged before it lost its state included. (The leader's last entry
+        // would not do: the leader may still count the acknowledgements of the member's
+        // previous life.) A membership entry that changes nothing is such an entry.
+        let deadline = Instant::now() + self.request_timeout();
+        let observed = self.shown(deadline, 0).await?;
+        let guard =
+            Precondition::LastMembershipLogId { last_membership_log_id: *observed.log_id() };
+        let same = observed.membership().clone();
+        let written =
+            bounded(deadline, self.raft.append_membership(same, EntryPayload::Blank, [guard]))
+                .await?;
+        let target = written.log_id.index;
         let deadline = Instant::now() + Duration::from_secs(600);
         while self.matched(id) < target {
             if Instant::now() > deadline {
@@ -39,7 +49,7 @@ impl RaftNode {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        self.promote_member(id).await
+        Ok(())
     }
 
     /// etcd's `TransferLeadership` as it stops: a leader with other voters hands over to the

@@ -343,7 +343,7 @@ impl RaftNode {
 
     /// `--wal-mode none`: decides whether this member founds the cluster (every founding member
     /// is up and none has state) or comes back into a running one (any peer has state), in
-    /// which case the leader re-admits it as a learner until it has caught up, then as a voter.
+    /// which case it votes again once the leader has re-admitted it (it holds the log again).
     async fn join_without_state(self: Arc<Self>) {
         let others: Vec<(u64, Vec<String>)> = self
             .opts

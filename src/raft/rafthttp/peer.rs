@@ -227,7 +227,7 @@ impl pb::raft_server::Raft for PeerService {
         }
         tracing::warn!(
             member = format!("{id:x}"),
-            "raft: member came back without its state; re-admitting it as a learner until it catches up"
+            "raft: member came back without its state; it votes again once it holds the log"
         );
         node.readmit_member(id).await.map_err(status)?;
         Ok(Response::new(pb::Empty {}))
