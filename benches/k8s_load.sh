@@ -22,6 +22,8 @@
 #      OBJECTS      (default 10000): ConfigMaps per run
 #      WATCHERS     (25), VALUE_BYTES (1024), LISTS (200: full lists in create-list),
 #      PAGE_SIZE    (500), RUN_TIMEOUT (15m: bound on each run of the load)
+#      QPS          (unset: as fast as the servers go): each client's rate limit, so a run
+#                   writes at most QPS x clients a second (to compare backends at one rate)
 #      density: one run per backend (CONCURRENCY is not used): DENSITY_CLIENTS (10) clients
 #      create DENSITY_OBJECTS (1000) ConfigMaps of VALUE_BYTES and DENSITY_LEASES (100) node
 #      Leases in kube-node-lease, then renew every Lease every DENSITY_RENEW (10s) as kubelet
@@ -218,7 +220,8 @@ run_one() {
   "$TOOL" --kubeconfig "$TMP/apiserver/kubeconfig" --profile "$profile" --clients "$clients" \
     --objects "$objects" --watchers "$WATCHERS" --value-bytes "$VALUE_BYTES" \
     --lists "$LISTS" --page-size "$PAGE_SIZE" --timeout "$RUN_TIMEOUT" --label "$backend" \
-    --datastore-pids "${DS_PIDS[*]}" --apiserver-pids "$API_PID" ${STRICT:+--strict} "${extra[@]}" \
+    --datastore-pids "${DS_PIDS[*]}" --apiserver-pids "$API_PID" ${STRICT:+--strict} \
+    ${QPS:+--qps "$QPS"} "${extra[@]}" \
     >"$TMP/out" 2>"$TMP/err" || rc=$?
   # The JSON line is kept whenever the tool wrote one (with STRICT, a run with faults exits 2
   # after writing it: its "faults" say what).
