@@ -224,6 +224,15 @@ pub struct Config {
     #[cfg_attr(feature = "clap", clap(long, default_value = "0"))]
     pub heartbeat_min_interval: Option<u64>,
 
+    /// The interval in milliseconds at which the tick loop fires: the resolution of the
+    /// election timer and of the heartbeat timer.
+    ///
+    /// Defaults to `heartbeat_interval * 13 / 64`. A longer interval wakes an idle node less
+    /// often; a heartbeat then goes out at the first tick at or after its deadline, so a
+    /// `heartbeat_interval` just under a multiple of this interval keeps heartbeats regular.
+    #[cfg_attr(feature = "clap", clap(long))]
+    pub tick_interval: Option<u64>,
+
     /// The timeout for sending then installing the last snapshot segment,
     /// in millisecond. It is also used as the timeout for sending a non-last segment if
     /// `send_snapshot_timeout` is 0.
@@ -617,6 +626,7 @@ impl Default for Config {
             election_timeout_max: DEFAULTS.election_timeout_max,
             heartbeat_interval: DEFAULTS.heartbeat_interval,
             heartbeat_min_interval: Some(DEFAULTS.heartbeat_min_interval),
+            tick_interval: None,
             install_snapshot_timeout: DEFAULTS.install_snapshot_timeout,
             send_snapshot_timeout: DEFAULTS.send_snapshot_timeout,
             max_payload_entries: DEFAULTS.max_payload_entries,
@@ -756,7 +766,7 @@ impl Config {
     /// A heartbeat is only sent when a tick fires, so every heartbeat deadline is rounded up to
     /// this interval.
     pub(crate) fn tick_interval(&self) -> u64 {
-        let interval = self.heartbeat_interval * 13 / 64;
+        let interval = self.tick_interval.unwrap_or(self.heartbeat_interval * 13 / 64);
         interval.max(1)
     }
 
