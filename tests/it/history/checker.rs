@@ -10,7 +10,7 @@ use crate::support::*;
 use crate::watch::{Ev, hrev, is_progress};
 
 /// Model states the search may visit before it gives up (and the test fails, saying so).
-pub(super) const SEARCH_BUDGET: usize = 2_000_000;
+const SEARCH_BUDGET: usize = 2_000_000;
 
 /// What the watchers saw each revision change: (key, the value a put left, None for a delete),
 /// in key order, for every revision the watchers agree on. Writes of unknown outcome, and
@@ -22,7 +22,7 @@ pub(super) const SEARCH_BUDGET: usize = 2_000_000;
 pub(super) type Witness = BTreeMap<i64, Vec<Change>>;
 
 /// A key a revision changed, and the value a put left (None: a delete).
-pub(super) type Change = (Vec<u8>, Option<Vec<u8>>);
+type Change = (Vec<u8>, Option<Vec<u8>>);
 
 pub(super) fn witness(logs: &[Vec<WatchLog>]) -> Witness {
     let mut seen: BTreeMap<i64, BTreeSet<Change>> = BTreeMap::new();
@@ -54,7 +54,7 @@ pub(super) fn witness(logs: &[Vec<WatchLog>]) -> Witness {
 
 /// Whether the write from `s` to `n` changed what the watchers saw change at its revision (or
 /// they saw nothing of it).
-pub(super) fn as_witnessed(s: &State, n: &State, witness: &Witness) -> bool {
+fn as_witnessed(s: &State, n: &State, witness: &Witness) -> bool {
     let Some(seen) = witness.get(&n.rev) else { return true };
     let changed = s.kvs.keys().chain(n.kvs.keys()).filter(|k| s.kvs.get(*k) != n.kvs.get(*k));
     let changed: BTreeSet<Change> =
@@ -65,19 +65,15 @@ pub(super) fn as_witnessed(s: &State, n: &State, witness: &Witness) -> bool {
 /// A linearization: the order in which the operations took effect (unknown-outcome operations
 /// that never took effect are left out).
 #[derive(Debug)]
-pub(super) struct Linearization {
-    pub(super) order: Vec<usize>,
+struct Linearization {
+    order: Vec<usize>,
     /// Search states explored, to show how hard the history was.
-    pub(super) visited: usize,
+    visited: usize,
 }
 
 /// Wing & Gong's search with memoization of (linearized set, state). Iterative, so a history of
 /// a few hundred operations cannot overflow the stack.
-pub(super) fn linearize(
-    ops: &[Op],
-    init: &State,
-    witness: &Witness,
-) -> Result<Linearization, String> {
+fn linearize(ops: &[Op], init: &State, witness: &Witness) -> Result<Linearization, String> {
     let n = ops.len();
     let words = n.div_ceil(64).max(1);
     let required: Vec<usize> = (0..n).filter(|&i| ops[i].ret != u64::MAX).collect();
@@ -232,12 +228,12 @@ pub(super) fn linearize(
     ))
 }
 
-pub(super) fn text(b: &[u8]) -> String {
+fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
 /// `key=value@create/mod/version`, with the prefix left out.
-pub(super) fn show_kvs(kvs: &[Kv]) -> String {
+fn show_kvs(kvs: &[Kv]) -> String {
     let one = |k: &Kv| {
         let key = text(&k.key);
         format!(
@@ -282,7 +278,7 @@ pub(super) fn show_req(r: &Req) -> String {
     }
 }
 
-pub(super) fn show_resp(r: &Resp) -> String {
+fn show_resp(r: &Resp) -> String {
     format!(
         "rev {} succeeded {} deleted {} count {} more {} [{}]",
         r.rev,
@@ -303,7 +299,7 @@ pub(super) fn show_out(o: &Out) -> String {
 
 /// The states of a linearization by revision (the state right after the write that produced
 /// each revision; `init` for revisions up to its own) and every event, in revision order.
-pub(super) fn replay(
+fn replay(
     ops: &[Op],
     init: &State,
     lin: &Linearization,
@@ -350,7 +346,7 @@ pub(super) fn replay(
 }
 
 /// Every answered read at a pinned revision must be the page of the state at that revision.
-pub(super) fn check_pinned_reads(ops: &[Op], states: &BTreeMap<i64, State>) -> Result<(), String> {
+fn check_pinned_reads(ops: &[Op], states: &BTreeMap<i64, State>) -> Result<(), String> {
     for (i, op) in ops.iter().enumerate() {
         let (Req::List { start, rev, limit }, Out::Ok(got)) = (&op.req, &op.out) else { continue };
         if *rev == 0 {
@@ -381,7 +377,7 @@ pub(super) fn check_pinned_reads(ops: &[Op], states: &BTreeMap<i64, State>) -> R
 /// which answers a write only once it applied it, so reads on it are monotonic and see the
 /// client's own writes). Unlike a linearizable read it may be older than writes other clients
 /// completed before it was sent (a member that lags, or one cut off from the others).
-pub(super) fn check_serializable_reads(
+fn check_serializable_reads(
     ops: &[Op],
     states: &BTreeMap<i64, State>,
     born: &BTreeMap<i64, u64>,

@@ -11,23 +11,23 @@ use super::traffic::{LEASE_TTL, key_name};
 use crate::support::*;
 use crate::watch::Ev;
 
-pub(super) fn k(i: usize) -> Vec<u8> {
+fn k(i: usize) -> Vec<u8> {
     key_name(i)
 }
 
-pub(super) fn op(client: usize, call: u64, ret: u64, req: Req, out: Out) -> Op {
+fn op(client: usize, call: u64, ret: u64, req: Req, out: Out) -> Op {
     Op { client, call, ret, req, out }
 }
 
-pub(super) fn ok(rev: i64, succeeded: bool) -> Out {
+fn ok(rev: i64, succeeded: bool) -> Out {
     Out::Ok(Resp { rev, succeeded, ..Default::default() })
 }
 
-pub(super) fn got(rev: i64, kvs: Vec<Kv>) -> Out {
+fn got(rev: i64, kvs: Vec<Kv>) -> Out {
     Out::Ok(Resp { rev, count: kvs.len() as i64, kvs, ..Default::default() })
 }
 
-pub(super) fn kv_at(i: usize, value: &str, create: i64, modr: i64, version: i64) -> Kv {
+fn kv_at(i: usize, value: &str, create: i64, modr: i64, version: i64) -> Kv {
     Kv {
         key: k(i),
         value: value.into(),
@@ -38,7 +38,7 @@ pub(super) fn kv_at(i: usize, value: &str, create: i64, modr: i64, version: i64)
     }
 }
 
-pub(super) fn init1() -> State {
+fn init1() -> State {
     State { rev: 1, ..Default::default() }
 }
 
@@ -412,7 +412,7 @@ fn watch_checker_rejects_gaps_duplicates_and_wrong_progress() {
     check_watch(&bad, &events, 4).expect_err("a create flag on an update");
 }
 
-pub(super) fn mvcc_kv(k: &Kv) -> mvccpb::KeyValue {
+fn mvcc_kv(k: &Kv) -> mvccpb::KeyValue {
     mvccpb::KeyValue {
         key: k.key.clone().into(),
         value: k.value.clone().into(),

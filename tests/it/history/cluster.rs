@@ -18,19 +18,19 @@ use crate::support::*;
 use crate::watch::b;
 
 /// Members of the clusters the cluster runs start.
-pub(super) const MEMBERS: usize = 3;
+const MEMBERS: usize = 3;
 
 /// A cluster run's clients pause longer between operations: a run lasts as long as its faults
 /// (restarts, elections), and its history must stay a size the search checks in seconds.
-pub(super) const CLUSTER_THINK: Duration = Duration::from_millis(20);
+const CLUSTER_THINK: Duration = Duration::from_millis(20);
 
 /// Values padded to this size in cluster fault runs: three members apply every write, so less
 /// than a server alone gets, with a watcher stalling all the same.
-pub(super) const CLUSTER_PAD: usize = 4 << 10;
+const CLUSTER_PAD: usize = 4 << 10;
 
 /// A fault injected into a cluster while its traffic runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum MemberFault {
+enum MemberFault {
     /// `kill -9` of the leader, restarted on its data 0.3-1.5 s later.
     KillLeader,
     /// `kill -9` of a follower, restarted on its data 0.3-1.5 s later.
@@ -47,23 +47,23 @@ pub(super) enum MemberFault {
 
 /// What a cluster run injects.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct ClusterFaults {
+struct ClusterFaults {
     /// In this order, a few hundred milliseconds apart, each over before the next.
-    pub(super) faults: &'static [MemberFault],
+    faults: &'static [MemberFault],
     /// Bytes of padding per value.
-    pub(super) pad: usize,
+    pad: usize,
     /// The traffic runs at least this long.
-    pub(super) at_least: Duration,
+    at_least: Duration,
 }
 
 /// What [`inject_cluster`] did: each fault as text, with when it began and when it was over
 /// (undone, and every member agreeing on a leader again).
-pub(super) type Injected = Vec<(String, Instant, Instant)>;
+type Injected = Vec<(String, Instant, Instant)>;
 
 /// Injects `f.faults` into `c` while the traffic runs, announcing each member's restarts on its
 /// `incarnations` channel, then lets the traffic go on a little and `stop`s it. Returns the
 /// cluster, the senders (the watchers wait on them until they are done) and what was done.
-pub(super) async fn inject_cluster(
+async fn inject_cluster(
     mut c: Cluster,
     f: ClusterFaults,
     incarnations: Vec<tokio::sync::watch::Sender<Incarnation>>,
@@ -148,7 +148,7 @@ pub(super) async fn inject_cluster(
 
 /// Waits until the members other than `gone` (paused or cut off: it is not asked) have elected
 /// another leader, at most 15 s (the majority must go on); returns how long that took.
-pub(super) async fn replaced(c: &Cluster, gone: usize, ids: &[u64]) -> Duration {
+async fn replaced(c: &Cluster, gone: usize, ids: &[u64]) -> Duration {
     let t = Instant::now();
     let what = format!("a leader but m{gone} ({:x}) among the others", ids[gone]);
     wait_until(&what, Duration::from_secs(15), || async {
@@ -176,7 +176,7 @@ pub(super) async fn replaced(c: &Cluster, gone: usize, ids: &[u64]) -> Duration 
 /// one that stalls) and one from an older revision; `faults` injected meanwhile; then every check,
 /// each watcher's against its own member's streams.
 /// `read_heavy`: the clients mostly read, linearizably (see [`super::traffic::Habits`]).
-pub(super) async fn cluster_run(seed: u64, faults: ClusterFaults, read_heavy: bool) -> String {
+async fn cluster_run(seed: u64, faults: ClusterFaults, read_heavy: bool) -> String {
     let kind = target();
     // Periodic progress notifications as in the runs on one server; the WAL flag is mem_etcd's
     // (the harness gives etcd none of those).
@@ -321,12 +321,12 @@ pub(super) async fn cluster_run(seed: u64, faults: ClusterFaults, read_heavy: bo
 /// faults last up to 3 s, a leader's death takes up to two election timeouts to notice and
 /// replace, and a write caught in it is retried. etcd's request timeout (7 s), which a request
 /// held by a call to a leader that is gone would wait, is above it.
-pub(super) const CLUSTER_OUTAGE: Duration = Duration::from_secs(6);
+const CLUSTER_OUTAGE: Duration = Duration::from_secs(6);
 
 /// Runs of the cluster tests without faults.
-pub(super) const CLUSTER_RUNS: u64 = 3;
+const CLUSTER_RUNS: u64 = 3;
 /// Runs of each cluster fault test.
-pub(super) const CLUSTER_FAULT_RUNS: u64 = 2;
+const CLUSTER_FAULT_RUNS: u64 = 2;
 
 /// Clients on every member, serializable reads among their linearizable ones, watches on every
 /// member: against etcd too (`MEM_ETCD_TEST_TARGET=etcd`).

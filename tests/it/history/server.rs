@@ -18,40 +18,40 @@ use crate::support::*;
 use crate::watch::b;
 
 /// Runs (seeds) in the default, CI-sized test: about a second in release, ten in debug.
-pub(super) const RUNS: u64 = 10;
+const RUNS: u64 = 10;
 /// A client's average pause between operations in the runs of several seconds.
-pub(super) const THINK: Duration = Duration::from_millis(10);
+const THINK: Duration = Duration::from_millis(10);
 
 /// The faults a run injects while its traffic goes on.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Faults {
+struct Faults {
     /// The server's WAL mode flags.
-    pub(super) mode: &'static [&'static str],
+    mode: &'static [&'static str],
     /// Kill the server with SIGKILL now and then and restart it on its data dir.
-    pub(super) kill: bool,
+    kill: bool,
     /// Make the disk fail now and then (`--wal-failpoint`: `enospc` or `short`).
-    pub(super) disk: Option<&'static str>,
+    disk: Option<&'static str>,
     /// Bytes of padding per value, so that a stalled watcher falls megabytes behind.
-    pub(super) pad: usize,
+    pad: usize,
     /// The traffic runs at least this long, so leases (of `LEASE_TTL`) expire meanwhile.
-    pub(super) at_least: Duration,
+    at_least: Duration,
 }
 
 /// What a fault-injecting run restarts its server with.
-pub(super) struct Host {
-    pub(super) dir: DataDir,
-    pub(super) failpoint: std::path::PathBuf,
-    pub(super) args: Vec<String>,
+struct Host {
+    dir: DataDir,
+    failpoint: std::path::PathBuf,
+    args: Vec<String>,
 }
 
 /// Faults injected per run.
-pub(super) const FAULTS_PER_RUN: usize = 3;
+const FAULTS_PER_RUN: usize = 3;
 
 /// Injects `FAULTS_PER_RUN` of `f`'s faults, a few hundred milliseconds apart while the traffic
 /// runs, then lets the traffic go on a little and `stop`s it. Returns the server then current,
 /// the incarnation sender (the watchers wait on it until they are done) and how many kills and
 /// full disks there were.
-pub(super) async fn inject(
+async fn inject(
     f: Faults,
     host: Arc<Host>,
     mut s: Server,
@@ -97,12 +97,12 @@ pub(super) async fn inject(
 /// resuming twice; one from an older revision that compaction may have removed, started while
 /// the traffic runs; one that stalls in fault runs); `faults` injected meanwhile; then every
 /// check.
-pub(super) async fn run(seed: u64, faults: Option<Faults>) -> String {
+async fn run(seed: u64, faults: Option<Faults>) -> String {
     run_mix(seed, faults, false).await
 }
 
 /// [`run`], with the lease-heavy mix of operations or Kubernetes'.
-pub(super) async fn run_mix(seed: u64, faults: Option<Faults>, lease_heavy: bool) -> String {
+async fn run_mix(seed: u64, faults: Option<Faults>, lease_heavy: bool) -> String {
     // Periodic progress notifications too, not only answers to requests, while the runs last.
     let progress = ["--watch-progress-notify-interval", "100ms"];
     let (first, host) = match faults {
@@ -212,7 +212,7 @@ pub(super) async fn run_mix(seed: u64, faults: Option<Faults>, lease_heavy: bool
 
 /// Runs `RUNS`-sized batches of seeds (or, with `MEM_ETCD_HISTORY_SOAK=<seconds>`, new seeds
 /// until that long has passed), each a fresh [`run`].
-pub(super) async fn seeds(name: &str, runs: u64, faults: Option<Faults>) {
+async fn seeds(name: &str, runs: u64, faults: Option<Faults>) {
     seeds_with(name, runs, |seed| run(seed, faults)).await;
 }
 
@@ -243,13 +243,13 @@ async fn history_holds_while_leases_expire() {
 
 /// Values padded to this size in fault runs: enough that the stalled watcher falls megabytes
 /// behind, few enough that a run stays a few seconds.
-pub(super) const FAULT_PAD: usize = 16 << 10;
+const FAULT_PAD: usize = 16 << 10;
 
 /// The fault runs: each checks the same properties over a history in which the server was killed
 /// and restarted (every acknowledged write must survive and no revision may be handed out
 /// twice), or the disk failed (refused writes never take effect; held ones are acknowledged once
 /// it works again), while one watcher stalls.
-pub(super) const FAULT_RUNS: u64 = 4;
+const FAULT_RUNS: u64 = 4;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn history_holds_across_kill9_restarts_in_fsync_mode() {

@@ -19,21 +19,21 @@ use crate::watch::{CreateExt, Ws, hrev, is_progress, on_prefix, prefix_end};
 /// Few keys, so creates, updates and deletes of different clients collide.
 pub(super) const KEYS: usize = 10;
 /// Small pages, so a list of ten keys takes several requests at a pinned revision.
-pub(super) const PAGE: i64 = 3;
+const PAGE: i64 = 3;
 pub(super) const CLIENTS: usize = 8;
 /// Operations each client starts per run (a list counts once but sends several pages).
-pub(super) const OPS_PER_CLIENT: usize = 40;
+const OPS_PER_CLIENT: usize = 40;
 /// The TTL of the leases clients grant, in seconds: etcd's minimum, so that runs of a few
 /// seconds see leases expire.
 pub(super) const LEASE_TTL: i64 = 2;
 /// How long one request may take before its outcome counts as unknown.
-pub(super) const DEADLINE: Duration = Duration::from_secs(5);
+const DEADLINE: Duration = Duration::from_secs(5);
 
 pub(super) fn key_name(i: usize) -> Vec<u8> {
     format!("{PREFIX}pod-{i}").into_bytes()
 }
 
-pub(super) fn cmp(key: &[u8], target: CompareTarget, union: TargetUnion) -> pb::Compare {
+fn cmp(key: &[u8], target: CompareTarget, union: TargetUnion) -> pb::Compare {
     pb::Compare {
         result: CompareResult::Equal as i32,
         target: target as i32,
@@ -43,7 +43,7 @@ pub(super) fn cmp(key: &[u8], target: CompareTarget, union: TargetUnion) -> pb::
     }
 }
 
-pub(super) fn range_of(key: &[u8]) -> pb::RequestOp {
+fn range_of(key: &[u8]) -> pb::RequestOp {
     pb::RequestOp {
         request: Some(Rq::RequestRange(pb::RangeRequest {
             key: key.to_vec().into(),
@@ -52,7 +52,7 @@ pub(super) fn range_of(key: &[u8]) -> pb::RequestOp {
     }
 }
 
-pub(super) fn txn_of(req: &Req, pad: usize) -> pb::TxnRequest {
+fn txn_of(req: &Req, pad: usize) -> pb::TxnRequest {
     if let Req::CreateAll { keys, value } = req {
         let value = padded(value, pad);
         let put = |k: &Vec<u8>| pb::RequestOp {
@@ -115,7 +115,7 @@ pub(super) fn txn_of(req: &Req, pad: usize) -> pb::TxnRequest {
 }
 
 /// What the checker keeps of a Range answer (a Get or a list page).
-pub(super) fn range_resp(r: pb::RangeResponse) -> Resp {
+fn range_resp(r: pb::RangeResponse) -> Resp {
     Resp {
         rev: r.header.map_or(0, |h| h.revision),
         kvs: kvs_of(&r.kvs),
@@ -125,7 +125,7 @@ pub(super) fn range_resp(r: pb::RangeResponse) -> Resp {
     }
 }
 
-pub(super) fn kvs_of(kvs: &[mvccpb::KeyValue]) -> Vec<Kv> {
+fn kvs_of(kvs: &[mvccpb::KeyValue]) -> Vec<Kv> {
     kvs.iter()
         .map(|kv| {
             let mut kv = Kv::from(kv);
@@ -137,7 +137,7 @@ pub(super) fn kvs_of(kvs: &[mvccpb::KeyValue]) -> Vec<Kv> {
 
 /// The value sent for `tag`: the tag alone, or with `pad` bytes after it (`tag|pad|` and the tag
 /// repeated), so that fault runs move real volume while the model keeps only the tag.
-pub(super) fn padded(tag: &[u8], pad: usize) -> Vec<u8> {
+fn padded(tag: &[u8], pad: usize) -> Vec<u8> {
     if pad == 0 {
         return tag.to_vec();
     }
@@ -149,7 +149,7 @@ pub(super) fn padded(tag: &[u8], pad: usize) -> Vec<u8> {
 
 /// The tag of a value [`padded`] made. A value whose padding is not exactly what was sent (cut
 /// short, or mixed with another value's) becomes `tag|CORRUPT`, which the model never predicts.
-pub(super) fn unpad(v: &[u8]) -> Vec<u8> {
+fn unpad(v: &[u8]) -> Vec<u8> {
     let Some(bar) = v.iter().position(|&c| c == b'|') else { return v.to_vec() };
     let tag = &v[..bar];
     let pad = std::str::from_utf8(&v[bar + 1..])
@@ -273,20 +273,20 @@ pub(super) type Dial = tokio::sync::watch::Receiver<Incarnation>;
 
 /// How long a client waits for a killed server's replacement before it calls the failure
 /// something else (and, in a watcher, a bug).
-pub(super) const REPLACEMENT: Duration = Duration::from_secs(30);
+const REPLACEMENT: Duration = Duration::from_secs(30);
 
 /// A connection to whichever incarnation is current.
 pub(super) struct Conn {
     pub(super) raw: Raw,
     pub(super) epoch: u64,
-    pub(super) dial: Dial,
+    dial: Dial,
     /// The run injects faults: a request without an answer may mean the server was killed.
     pub(super) faults: bool,
 }
 
 /// Connects to the current incarnation, waiting through restarts (the server may be killed
 /// again between the announcement and the dial). Returns it with its epoch.
-pub(super) async fn dial(d: &mut Dial) -> (Channel, u64) {
+async fn dial(d: &mut Dial) -> (Channel, u64) {
     let deadline = Instant::now() + REPLACEMENT;
     loop {
         let inc = d.borrow_and_update().clone();
