@@ -20,6 +20,8 @@ use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use crate::metrics::Serial;
+
 /// A point in the store's history.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Revision {
@@ -57,6 +59,9 @@ pub struct RevisionClock<T> {
     payload: Box<[Mutex<Option<T>>]>,
     /// Held by the one thread publishing; others never wait for it (`try_lock`).
     publisher: Mutex<()>,
+    /// Time under `publisher`, and revisions published: every revision passes it once, on one
+    /// thread at a time.
+    pub publishing: Serial,
     /// Wakes tasks waiting for the watermark to pass their revision.
     advanced: Notify,
     /// Number of such waiters; the notify (which takes a lock) is skipped while it is zero.
@@ -75,6 +80,7 @@ impl<T> RevisionClock<T> {
             done,
             payload: (0..WINDOW).map(|_| Mutex::new(None)).collect(),
             publisher: Mutex::new(()),
+            publishing: Serial::default(),
             advanced: Notify::new(),
             waiters: AtomicUsize::new(0),
         }
@@ -117,6 +123,7 @@ impl<T> RevisionClock<T> {
                 // The holder re-checks after releasing, so our slot is not left behind.
                 return;
             };
+            let started = std::time::Instant::now();
             let mut cur = self.sequenced.load(Ordering::SeqCst);
             while self.done[slot(cur + 1)].load(Ordering::SeqCst) == cur + 1 {
                 cur += 1;
@@ -133,9 +140,11 @@ impl<T> RevisionClock<T> {
                 drop(_guard);
             } else {
                 let visible = publish(&mut batch);
+                let published = batch.len() as u64;
                 batch.clear();
                 self.sequenced.store(cur, Ordering::SeqCst);
                 drop(_guard);
+                self.publishing.record(started, published);
                 if visible {
                     self.advance(cur);
                 }

@@ -102,6 +102,35 @@ impl Value for bool {
     }
 }
 
+/// Time spent inside a section of code that one thread at a time runs for every write (the
+/// in-order publisher, the WAL writer, one resource's partition lock), and how many revisions
+/// (or writes) it served: their quotient is the section's serial cost per revision, whose
+/// inverse caps the server's write rate however many cores it has (`benches/README.md`, "The
+/// serial ceiling"). Two clock reads and two relaxed adds per section entered.
+#[derive(Debug, Default)]
+pub struct Serial {
+    nanos: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Serial {
+    /// Counts a pass through the section that began at `started` and served `count` revisions.
+    pub fn record(&self, started: std::time::Instant, count: u64) {
+        self.nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.count.fetch_add(count, Ordering::Relaxed);
+    }
+
+    /// Seconds spent in the section so far.
+    pub fn seconds(&self) -> f64 {
+        self.nanos.load(Ordering::Relaxed) as f64 / 1e9
+    }
+
+    /// Revisions (or writes) the section served so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
 /// The metric families of one `/metrics` page, in the order it shows them, written in
 /// Prometheus' text format by the `prometheus` crate's encoder. Built afresh for each scrape
 /// from the figures the layers keep: the gauges are read when scraped, and the counters stay

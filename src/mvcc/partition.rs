@@ -23,6 +23,7 @@ use super::index::{Keys, OrderedIndex};
 use super::key_index::{KeyHistory, KeyRecord, copy_version, record_cost};
 use super::request::KeyValue;
 use crate::keyspace::KeyRange;
+use crate::metrics::Serial;
 use crate::revision::Revision;
 
 #[derive(Debug)]
@@ -37,6 +38,9 @@ pub struct Partition {
     pub state: RwLock<PartitionState>,
     /// Bytes held by the partition's records, readable without the lock (Status, metrics).
     pub bytes: AtomicUsize,
+    /// How long writes (and transactions) held `state` exclusively, and how many: one
+    /// resource's writes pass it one at a time. Compaction's and restore's holds are not in it.
+    pub writing: Serial,
 }
 
 impl Partition {
@@ -46,6 +50,7 @@ impl Partition {
             prefix,
             state: RwLock::new(PartitionState::default()),
             bytes: AtomicUsize::new(0),
+            writing: Serial::default(),
         }
     }
 }

@@ -46,6 +46,7 @@ use super::validate;
 use crate::backend::schema::{VersionView, key_bucket_crc};
 use crate::error::{Error, Result};
 use crate::keyspace::{KeyRange, Keyspace};
+use crate::metrics::Serial;
 use crate::revision::{Revision, RevisionClock};
 use crate::wal::{self, Wal};
 
@@ -291,6 +292,20 @@ impl wal::DurableSink for Commit {
     }
 }
 
+/// One partition's figures for `/metrics`.
+#[derive(Debug)]
+pub struct PartitionStats {
+    /// The resource prefix, empty for the default partition.
+    pub prefix: Bytes,
+    /// Live keys.
+    pub keys: u64,
+    /// Bytes of keys, values and index.
+    pub bytes: usize,
+    /// Seconds its writers held its lock, and how many held it (`Partition::writing`).
+    pub lock_seconds: f64,
+    pub locks: u64,
+}
+
 #[derive(Debug)]
 pub struct Store {
     keyspace: Keyspace,
@@ -522,9 +537,7 @@ impl Store {
                 }
             }
             parts.sort_by_key(|p| p.id);
-            let guards: Vec<_> = parts.iter().map(|p| p.state.write()).collect();
-            let mut ctx = TxnCtx { store: self, parts: &parts, guards, default: None };
-            ctx.default = parts.iter().position(|p| p.id == 0);
+            let ctx = TxnCtx::lock(self, &parts);
             let (mut rev, mut allocated) = (0, 0);
             let (removed, all) = leases.remove_if(id, &mut |keys| {
                 // A key attached since we looked may be in a partition we do not hold: look
@@ -575,16 +588,29 @@ impl Store {
         parts.iter().map(|p| p.state.read().live_keys()).sum()
     }
 
-    /// Per partition: its resource prefix (empty for the default partition), live keys and
-    /// bytes held, in partition order (for metrics).
-    pub fn partition_stats(&self) -> Vec<(Bytes, u64, usize)> {
+    /// Per partition: its resource prefix (empty for the default partition), live keys, bytes
+    /// held and its writers' time under its lock, in partition order (for metrics).
+    pub fn partition_stats(&self) -> Vec<PartitionStats> {
         let parts = self.table.read().all.clone();
         parts
             .iter()
-            .map(|p| {
-                (p.prefix.clone(), p.state.read().live_keys(), p.bytes.load(Ordering::Relaxed))
+            .map(|p| PartitionStats {
+                prefix: p.prefix.clone(),
+                keys: p.state.read().live_keys(),
+                bytes: p.bytes.load(Ordering::Relaxed),
+                lock_seconds: p.writing.seconds(),
+                locks: p.writing.count(),
             })
             .collect()
+    }
+
+    /// The serial sections every write passes on its way out, one thread at a time: the
+    /// in-order publisher, and the WAL's writer if there is a WAL (see `metrics::Serial`).
+    pub fn serial_sections(&self) -> [(&'static str, Option<&Serial>); 2] {
+        [
+            ("publisher", Some(&self.commit.clock.publishing)),
+            ("wal_writer", self.commit.wal.get().map(|w| &w.stats.writing)),
+        ]
     }
 
     /// Number of partitions (the default one included).
@@ -916,9 +942,7 @@ impl Store {
             }
         }
         parts.sort_by_key(|p| p.id);
-        let guards: Vec<_> = parts.iter().map(|p| p.state.write()).collect();
-        let mut ctx = TxnCtx { store: self, parts: &parts, guards, default: None };
-        ctx.default = parts.iter().position(|p| p.id == 0);
+        let ctx = TxnCtx::lock(self, &parts);
 
         // Evaluate: compares decide the path, per-op checks may fail the whole txn.
         let current = self.commit.clock.allocated();
@@ -1303,6 +1327,26 @@ struct TxnCtx<'a> {
     /// Exclusive guards, in the same order as `parts` (ascending id).
     guards: Vec<RwLockWriteGuard<'a, PartitionState>>,
     default: Option<usize>,
+    /// When the guards were taken: each partition counts how long its writers hold it.
+    locked: std::time::Instant,
+}
+
+impl<'a> TxnCtx<'a> {
+    /// Takes the write locks of `parts` (sorted by id, as every writer takes them).
+    fn lock(store: &'a Store, parts: &'a [Arc<Partition>]) -> Self {
+        let guards: Vec<_> = parts.iter().map(|p| p.state.write()).collect();
+        let default = parts.iter().position(|p| p.id == 0);
+        Self { store, parts, guards, default, locked: std::time::Instant::now() }
+    }
+}
+
+impl Drop for TxnCtx<'_> {
+    /// Runs before the guards are dropped: the time counted is the time held.
+    fn drop(&mut self) {
+        for p in self.parts {
+            p.writing.record(self.locked, 1);
+        }
+    }
 }
 
 impl TxnCtx<'_> {

@@ -211,6 +211,10 @@ pub struct Stats {
     pub commit_seconds: Histogram,
     /// Snapshots written.
     pub snapshots: crate::metrics::SnapshotStats,
+    /// The writer's time per batch, under the writer lock: the writes (and the sync in fsync
+    /// mode), then the store told the batch is durable (its events published). One batch at
+    /// a time, so every revision pays its share of it in series.
+    pub writing: crate::metrics::Serial,
 }
 
 impl Default for Stats {
@@ -226,6 +230,7 @@ impl Default for Stats {
             write_seconds: metrics::seconds(),
             commit_seconds: metrics::seconds(),
             snapshots: Default::default(),
+            writing: Default::default(),
         }
     }
 }
@@ -452,8 +457,13 @@ impl Wal {
             {
                 handed_over = false;
                 while let Some(mut batch) = self.take_batch() {
+                    let started = Instant::now();
                     match w.try_write(&self, &mut batch, &mut Vec::new()) {
-                        Ok(()) => self.finish_batch(batch),
+                        Ok(()) => {
+                            let revisions = batch.revisions;
+                            self.finish_batch(batch);
+                            self.stats.writing.record(started, revisions);
+                        }
                         Err(e) => {
                             tracing::error!(error = %e, "wal: write failed; retrying in the writer");
                             self.failed.store(true, Ordering::SeqCst);
@@ -743,7 +753,9 @@ impl WriterState {
             self.last_error_log = None;
             tracing::warn!("wal: writes succeed again; client writes are accepted");
         }
+        let revisions = batch.revisions;
         wal.finish_batch(batch);
+        wal.stats.writing.record(started, revisions);
     }
 
     /// Writes the streams not yet written; `written` collects the files to sync.

@@ -190,26 +190,62 @@ pub fn render(shared: &Member) -> String {
         );
     }
 
-    o.family(
-        "mem_etcd_partition_keys",
-        "Live keys per partition (Kubernetes resource prefix; \"\" is the default partition).",
-        MetricType::GAUGE,
-    );
     let parts: Vec<_> = store
         .partition_stats()
         .into_iter()
-        .map(|(prefix, keys, bytes)| (String::from_utf8_lossy(&prefix).into_owned(), keys, bytes))
+        .map(|p| (String::from_utf8_lossy(&p.prefix).into_owned(), p))
         .collect();
-    for (prefix, keys, _) in &parts {
-        o.sample(&[("prefix", prefix)], *keys);
+    type Figure = fn(&crate::mvcc::store::PartitionStats) -> f64;
+    let families: [(&str, &str, MetricType, Figure); 4] = [
+        (
+            "mem_etcd_partition_keys",
+            "Live keys per partition (Kubernetes resource prefix; \"\" is the default partition).",
+            MetricType::GAUGE,
+            |p| p.keys as f64,
+        ),
+        (
+            "mem_etcd_partition_bytes",
+            "Bytes of keys, values and index held per partition.",
+            MetricType::GAUGE,
+            |p| p.bytes as f64,
+        ),
+        (
+            "mem_etcd_partition_lock_seconds_total",
+            "Seconds writes held the partition's lock: one resource's writes hold it one at a \
+             time, so its seconds per write cap that resource's write rate.",
+            MetricType::COUNTER,
+            |p| p.lock_seconds,
+        ),
+        (
+            "mem_etcd_partition_locks_total",
+            "Writes (and transactions) that held the partition's lock.",
+            MetricType::COUNTER,
+            |p| p.locks as f64,
+        ),
+    ];
+    for (name, help, kind, figure) in families {
+        o.family(name, help, kind);
+        for (prefix, p) in &parts {
+            o.sample(&[("prefix", prefix)], figure(p));
+        }
+    }
+    let sections = store.serial_sections();
+    o.family(
+        "mem_etcd_serial_seconds_total",
+        "Seconds spent in each section every write passes one at a time (publisher: the \
+         in-order publisher; wal_writer: the WAL's writer): the serial part of the write path.",
+        MetricType::COUNTER,
+    );
+    for (section, serial) in sections.iter().filter_map(|(n, s)| Some((n, (*s)?))) {
+        o.sample(&[("section", section)], serial.seconds());
     }
     o.family(
-        "mem_etcd_partition_bytes",
-        "Bytes of keys, values and index held per partition.",
-        MetricType::GAUGE,
+        "mem_etcd_serial_revisions_total",
+        "Revisions that passed each serial section (see mem_etcd_serial_seconds_total).",
+        MetricType::COUNTER,
     );
-    for (prefix, _, bytes) in &parts {
-        o.sample(&[("prefix", prefix)], *bytes);
+    for (section, serial) in sections.iter().filter_map(|(n, s)| Some((n, (*s)?))) {
+        o.sample(&[("section", section)], serial.count());
     }
 
     if let Some(w) = store.wal() {
