@@ -16,7 +16,7 @@ cluster_client_url() { echo "http://127.0.0.1:$(($1 + 2 * $2))"; } # BASE I
 cluster_peer_url() { echo "http://127.0.0.1:$(($1 + 2 * $2 + 1))"; }
 
 # cluster_start KIND MEMBERS DIR BASE TOKEN
-# KIND is mem_etcd or etcd. Sets CLUSTER_PIDS (one per member), CLUSTER_URLS (the client URLs,
+# KIND is mem_etcd or etcd (or floor or tonic, a member alone). Sets CLUSTER_PIDS (one per member), CLUSTER_URLS (the client URLs,
 # comma-separated, as kube-apiserver's --etcd-servers takes them) and CLUSTER_ENDPOINTS (the
 # same as host:port, as etcd's benchmark tool takes them). Returns 0 once every member answers
 # a health check (a linearizable read: a cluster has elected a leader); else prints the tail
@@ -34,8 +34,11 @@ cluster_start() {
   done
   CLUSTER_URLS=${CLUSTER_URLS%,} CLUSTER_ENDPOINTS=${CLUSTER_ENDPOINTS%,}
   local end=$((SECONDS + 30))
+  # tonic's floor serves KV alone, so a read stands for the health check (which asks for alarms).
+  local check=(endpoint health)
+  [ "$kind" != tonic ] || check=(get health)
   while [ "$SECONDS" -lt "$end" ]; do
-    "$ETCDCTL" --endpoints "$CLUSTER_URLS" --dial-timeout 1s --command-timeout 1s endpoint health \
+    "$ETCDCTL" --endpoints "$CLUSTER_URLS" --dial-timeout 1s --command-timeout 1s "${check[@]}" \
       >/dev/null 2>&1 && return 0
     sleep 0.1
   done
@@ -63,7 +66,11 @@ cluster_member() {
   case $kind in
     mem_etcd) ${pin[@]+"${pin[@]}"} "$MEM" "${flags[@]}" ${MEM_EXTRA[@]+"${MEM_EXTRA[@]}"} 2>>"$dir/$kind$i.log" & ;;
     etcd) ${pin[@]+"${pin[@]}"} "$ETCD_BIN" "${flags[@]}" 2>>"$dir/$kind$i.log" & ;;
-    *) echo "cluster_member: unknown kind '$kind' (mem_etcd or etcd)" >&2; return 2 ;;
+    # The floor (benches/README.md, "The floor"): mem_etcd's stack with a KV that touches no
+    # store, and the same KV on tonic's defaults.
+    floor) ${pin[@]+"${pin[@]}"} "$MEM" bench-floor "${flags[@]}" ${MEM_EXTRA[@]+"${MEM_EXTRA[@]}"} 2>>"$dir/$kind$i.log" & ;;
+    tonic) ${pin[@]+"${pin[@]}"} "$MEM" bench-floor-tonic "${flags[@]}" 2>>"$dir/$kind$i.log" & ;;
+    *) echo "cluster_member: unknown kind '$kind' (mem_etcd, etcd, floor or tonic)" >&2; return 2 ;;
   esac
   MEMBER_PID=$!
 }

@@ -3,8 +3,8 @@
 # (data on tmpfs), back to back on this machine, with the same flags. Prints requests/s, the
 # server's CPU time per request (user+system of the server processes / requests) and the ratio.
 #
-# Usage: benches/compare_etcd.sh [put|txn-put|range|watch|memory|snapshot|idle|all]   (default
-#        all: all but memory, snapshot and idle)
+# Usage: benches/compare_etcd.sh [put|txn-put|range|watch|memory|snapshot|idle|floor|serial|all]
+#        (default all: all but memory, snapshot, idle, floor and serial)
 # memory: TOTAL distinct keys put once each (8-byte keys, 1 KiB values); its RSS column, read two
 #        seconds after the load, is what a server holds for them (with MEMBERS=1 and MEMBERS=3,
 #        a cluster member's memory against a member alone's).
@@ -15,6 +15,17 @@
 # idle: no load at all: one put, then the servers' CPU over IDLE_SECONDS (default 30) as a
 #        percentage of one core, and their RSS summed at its end (a cluster's fixed cost: its
 #        heartbeats, probes, timers); its own table.
+# floor: range and put (as above) against four servers: mem_etcd, etcd, and two that answer
+#        every Range and Put at once without a store: `mem_etcd bench-floor` (mem_etcd's own
+#        listener, HTTP/2 and tonic settings, layers and runtime: the floor of its stack) and
+#        `mem_etcd bench-floor-tonic` (tonic's defaults); each server's CPU per request also as
+#        a multiple of the floor's. A member alone only.
+# serial: mem_etcd alone: TOTAL puts (as put), then TOTAL Lease renewals from etcd-lease-flood
+#        (kube-apiserver's update Txn, one hot resource); for each, the time per write inside
+#        the sections that pass writes one at a time (the in-order publisher, the WAL writer,
+#        the written resource's partition lock), read from /metrics, and the write rate each
+#        would cap the server at whatever its core count. FLOOD_BIN: etcd-lease-flood (else
+#        next to MEM).
 # env: TOTAL (requests per run, default 100000), CLIENTS (100), CONNS (10)
 #      MEMBERS (1: one server each; 3 or 5: a cluster of that many members on 127.0.0.1, started
 #      with etcd's cluster flags, every member in the benchmark's --endpoints, which spreads its
@@ -177,6 +188,63 @@ if [ "$WHAT" = snapshot ]; then
     done
   done
   echo "($(nproc) cores; $MEMBERS member(s) per server; $TOTAL keys of 1 KiB; saved through the first member to tmpfs)"
+  exit 0
+fi
+if [ "$WHAT" = serial ]; then
+  [ "$MEMBERS" = 1 ] || { echo "serial: a member alone only (MEMBERS=1)" >&2; exit 2; }
+  FLOOD=${FLOOD_BIN:-$(dirname "$MEM")/etcd-lease-flood}
+  # One Prometheus sample: metric{label="value"} from the member's /metrics.
+  sample() { curl -s "$(cluster_client_url "$PORT" 0)/metrics" | awk -v m="$1{$2=\"$3\"}" '$1 == m {print $2}'; }
+  printf '%-11s %-24s %10s %16s %18s\n' load section "per write" "ceiling (1/x)" "writes/s measured"
+  for load in put lease-flood; do
+    start mem_etcd
+    if [ "$load" = put ]; then
+      out=$(${CLIENT_PIN[@]+"${CLIENT_PIN[@]}"} "$BENCH" --endpoints "$ENDPOINTS" --clients "$CLIENTS" --conns "$CONNS" put \
+        --key-size 48 --val-size 1024 --key-space-size 100000 --sequential-keys=false --total "$TOTAL" 2>&1)
+      rps=$(grep -m1 -oE 'Requests/sec:\s*[0-9.]+' <<<"$out" | grep -oE '[0-9.]+$')
+      part=''
+    else
+      out=$(${CLIENT_PIN[@]+"${CLIENT_PIN[@]}"} "$FLOOD" --endpoints "$ENDPOINTS" --total "$TOTAL" 2>&1 | tail -1)
+      rps=$(grep -oE '[0-9.]+ writes/s' <<<"$out" | grep -oE '^[0-9.]+')
+      part=/registry/leases/
+    fi
+    for section in publisher wal_writer "partition $part"; do
+      if [ "${section%% *}" = partition ]; then
+        secs=$(sample mem_etcd_partition_lock_seconds_total prefix "$part")
+        n=$(sample mem_etcd_partition_locks_total prefix "$part")
+        name="lock ${part:-default}"
+      else
+        secs=$(sample mem_etcd_serial_seconds_total section "$section")
+        n=$(sample mem_etcd_serial_revisions_total section "$section")
+        name=$section
+      fi
+      awk -v l="$load" -v s="$name" -v t="$secs" -v n="$n" -v r="$rps" \
+        'BEGIN{u = t / n * 1e6; printf "%-11s %-24s %7.2f µs %14.0f/s %18.0f\n", l, s, u, 1e6 / u, r}'
+    done
+    stop
+  done
+  echo "($(nproc) cores${PIN:+, server on CPUs ${PIN%%:*} and the client on ${PIN#*:}}; $TOTAL writes per load; put: $CLIENTS clients over $CONNS connections, 1 KiB values; lease-flood: its defaults (kube-apiserver's Txn on 10,000 node Leases); a section's ceiling: the most writes/s it could pass with the server on any number of cores)"
+  exit 0
+fi
+if [ "$WHAT" = floor ]; then
+  [ "$MEMBERS" = 1 ] || { echo "floor: a member alone only (MEMBERS=1)" >&2; exit 2; }
+  kinds=(floor tonic mem_etcd etcd)
+  printf '%-8s %-9s %12s %16s %18s %14s\n' workload server "req/s" "server cpu/req" "client cpu/req" "cpu / floor's"
+  for w in range put; do
+    declare -A rps=() cpu=() cl=()
+    for _ in $(seq "$ROUNDS"); do
+      for kind in "${kinds[@]}"; do
+        read -r a b c _ < <(run "$kind" "$w"); rps[$kind]+="$a " cpu[$kind]+="$b " cl[$kind]+="$c "
+      done
+    done
+    f=$(median <<<"${cpu[floor]}")
+    for kind in "${kinds[@]}"; do
+      c=$(median <<<"${cpu[$kind]}")
+      printf '%-8s %-9s %12.0f %13s µs %15s µs %13s\n' "$w" "$kind" "$(median <<<"${rps[$kind]}")" "$c" \
+        "$(median <<<"${cl[$kind]}")" "$(awk -v a="$c" -v b="$f" 'BEGIN{printf "%.2fx", a / b}')"
+    done
+  done
+  echo "($(nproc) cores${PIN:+, servers on CPUs ${PIN%%:*} and the client on ${PIN#*:}}; $TOTAL requests per run; $CLIENTS clients over $CONNS connections; median of $ROUNDS run(s) per server, the servers alternating; floor: mem_etcd bench-floor, tonic: mem_etcd bench-floor-tonic)"
   exit 0
 fi
 printf '%-8s %14s %14s %7s %16s %16s %18s %18s %13s %13s\n' workload "mem_etcd req/s" "etcd req/s" ratio \

@@ -4,7 +4,8 @@ use std::io::IsTerminal;
 use std::sync::Arc;
 
 use mem_etcd::config::{self, AutoTls, Config, DefaultHost, Flags, LoadError};
-use mem_etcd::server::{self, embed::serve::Listener, etcdserver::member::Member};
+use mem_etcd::server::embed::serve::{self, Listener};
+use mem_etcd::server::{self, etcdserver::member::Member};
 use tracing_subscriber::EnvFilter;
 
 mod log_format;
@@ -64,7 +65,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::process::exit(runtime.block_on(mem_etcd::proxy::run(proxy)));
     }
     start_allocator_purge();
-    let loaded = match config::load(std::env::args_os()) {
+    // `mem_etcd bench-floor <flags>`: the member as the flags say, its KV calls answered by the
+    // floor (`v3rpc::floor`); `mem_etcd bench-floor-tonic <flags>`: the floor alone on tonic's
+    // defaults at the first client URL. Both for `benches/compare_etcd.sh floor` only.
+    let floor = match args.first().and_then(|a| a.to_str()) {
+        Some("bench-floor") => Some(Floor::Member),
+        Some("bench-floor-tonic") => Some(Floor::Tonic),
+        _ => None,
+    };
+    let args = std::env::args_os().enumerate().filter(|(i, _)| floor.is_none() || *i != 1);
+    let loaded = match config::load(args.map(|(_, a)| a)) {
         Ok(l) => l,
         Err(LoadError::Usage(e)) => e.exit(),
         // As Go's flag package: the message, and exit status 2.
@@ -122,7 +132,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     #[cfg(tokio_unstable)]
     builder.disable_lifo_slot();
     let runtime = builder.enable_all().build()?;
-    runtime.block_on(run(config))
+    match floor {
+        None => runtime.block_on(run(config, serve::Kv::Member)),
+        Some(Floor::Member) => runtime.block_on(run(config, serve::Kv::Floor)),
+        Some(Floor::Tonic) => {
+            // tonic's own runtime as a user starts it (tokio's defaults, the LIFO slot on).
+            drop(runtime);
+            let url = config.listen_client_urls.first().ok_or("no client URL")?;
+            let addr = url.trim_start_matches("http://").parse()?;
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            Ok(runtime.block_on(serve::serve_tonic_floor(addr))?)
+        }
+    }
+}
+
+/// The benchmark servers `mem_etcd` also runs (see `main`).
+#[derive(Clone, Copy)]
+enum Floor {
+    /// The member's own stack.
+    Member,
+    /// tonic's defaults.
+    Tonic,
 }
 
 /// Logs in `format` (etcd's `json`, or `console`: tracing's text, coloured on a terminal) at
@@ -315,7 +345,7 @@ fn fail(what: String) -> ! {
     std::process::exit(1);
 }
 
-async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+async fn run(config: Config, kv: serve::Kv) -> Result<(), Box<dyn std::error::Error>> {
     let tls = mem_etcd::tls::server_config(&config).unwrap_or_else(|e| fail(e));
     let (listeners, http_listeners) = Listener::bind_client(
         &config.listen_client_urls,
@@ -394,8 +424,9 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let stop = stop(shared.clone());
-    let served = server::embed::serve::serve(
+    let served = serve::serve(
         shared.clone(),
+        kv,
         listeners,
         http_listeners,
         metrics_listeners,

@@ -1117,3 +1117,74 @@ async fn a_restart_logs_the_compaction_it_finishes() {
     let v = log_line(&s, "finished scheduled compaction", "").await;
     assert_eq!(v["compact-revision"], 5, "{v}");
 }
+
+/// The counters behind `benches/compare_etcd.sh serial`: every revision passes the in-order
+/// publisher and the WAL writer once, and every write holds the lock of the resource it
+/// writes, each counted with the time it took there.
+#[tokio::test]
+async fn serial_sections_count_every_revision_and_every_partition_lock() {
+    let mem = server_of!(Kind::MemEtcd);
+    let mut c = mem.client().await;
+    for i in 0..10 {
+        c.put(format!("/registry/leases/kube-node-lease/n{i}"), "v", None).await.unwrap();
+    }
+    for i in 0..3 {
+        c.put(format!("/registry/pods/default/p{i}"), "v", None).await.unwrap();
+    }
+    // A read-only Txn locks its partition too; a Range takes no write lock.
+    let cmp = etcd_client::Compare::version(
+        "/registry/pods/default/p0",
+        etcd_client::CompareOp::Equal,
+        1,
+    );
+    c.txn(etcd_client::Txn::new().when([cmp])).await.unwrap();
+    c.get("/registry/pods/default/p1", None).await.unwrap();
+    // The WAL reports a batch durable after the writes are acknowledged: wait for its count.
+    let page = wait_until("the WAL writer's count", Duration::from_secs(5), || async {
+        let page = http_get(mem.addr(), "/metrics").await.body;
+        (sample(&page, "mem_etcd_serial_revisions_total{section=\"wal_writer\"}") == Some(13.0))
+            .then_some(page)
+    })
+    .await;
+    for (name, want) in [
+        ("mem_etcd_serial_revisions_total{section=\"publisher\"}", 13.0),
+        ("mem_etcd_partition_locks_total{prefix=\"/registry/leases/\"}", 10.0),
+        ("mem_etcd_partition_locks_total{prefix=\"/registry/pods/\"}", 4.0),
+    ] {
+        assert_eq!(sample(&page, name), Some(want), "{name}");
+    }
+    for name in [
+        "mem_etcd_serial_seconds_total{section=\"publisher\"}",
+        "mem_etcd_serial_seconds_total{section=\"wal_writer\"}",
+        "mem_etcd_partition_lock_seconds_total{prefix=\"/registry/leases/\"}",
+        "mem_etcd_partition_lock_seconds_total{prefix=\"/registry/pods/\"}",
+    ] {
+        let s = sample(&page, name).unwrap_or_else(|| panic!("no {name}:\n{page}"));
+        assert!(s > 0.0 && s < 1.0, "{name}: {s} s");
+    }
+}
+
+/// `mem_etcd bench-floor` (the floor of `benches/compare_etcd.sh floor`) serves the member's
+/// services on its stack, except KV: Range and Put answer at once and leave the store alone.
+#[tokio::test]
+async fn the_floor_answers_range_and_put_without_the_store() {
+    let args = [
+        "bench-floor",
+        "--listen-client-urls=http://127.0.0.1:0",
+        "--listen-peer-urls=http://127.0.0.1:0",
+    ];
+    let floor = Server::start_without_defaults(Kind::MemEtcd, &args).await;
+    let mut raw = floor.raw().await.unwrap();
+    let put = pb::PutRequest { key: "k".into(), value: "v".into(), ..Default::default() };
+    let header = raw.kv.put(put).await.unwrap().into_inner().header.expect("a header");
+    let range = pb::RangeRequest { key: "k".into(), ..Default::default() };
+    let got = raw.kv.range(range).await.unwrap().into_inner();
+    assert!(got.kvs.is_empty() && got.count == 0, "{got:?}");
+    assert_eq!(got.header.as_ref(), Some(&header));
+    // The store never saw the put; the other services are the member's own.
+    let status = raw.maint.status(pb::StatusRequest {}).await.unwrap().into_inner();
+    assert_eq!(status.header.unwrap().revision, 1);
+    assert_eq!(status.header.map(|h| h.member_id), Some(header.member_id));
+    let txn = raw.kv.txn(pb::TxnRequest::default()).await.unwrap_err();
+    assert_eq!(txn.code(), tonic::Code::Unimplemented);
+}

@@ -24,6 +24,7 @@ use crate::server::etcdserver::submit;
 use crate::server::v3rpc::auth;
 use crate::server::v3rpc::cluster;
 use crate::server::v3rpc::election;
+use crate::server::v3rpc::floor::Floor;
 use crate::server::v3rpc::health;
 use crate::server::v3rpc::kv;
 use crate::server::v3rpc::lease;
@@ -238,13 +239,32 @@ fn gateway(stack: http::Http) -> Arc<dyn Divert> {
     Arc::new(websocket::Gateway { max_message: stack.gateway_body_limit(), http: stack })
 }
 
+/// Which KV service the client listeners serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kv {
+    /// The member's: its store, through every check a request gets.
+    Member,
+    /// The floor (`v3rpc::floor`), for `benches/compare_etcd.sh floor`: the same stack in front
+    /// of a KV that answers at once and touches no store.
+    Floor,
+}
+
 /// A client listener's router, and the same stack for the gateway's WebSocket calls, which
 /// are served beside tonic (see `etcdhttp::websocket`).
-fn router(shared: &Arc<Member>, serves: http::Serves) -> (ClientRouter, http::Http) {
+fn router(shared: &Arc<Member>, serves: http::Serves, kv: Kv) -> (ClientRouter, http::Http) {
     let recv = shared.config.max_request_bytes as usize + GRPC_OVERHEAD_BYTES;
-    let kv = pb::kv_server::KvServer::new(kv::KvService::new(shared.clone()))
-        .max_decoding_message_size(recv)
-        .max_encoding_message_size(usize::MAX);
+    let routes = match kv {
+        Kv::Member => tonic::service::Routes::new(
+            pb::kv_server::KvServer::new(kv::KvService::new(shared.clone()))
+                .max_decoding_message_size(recv)
+                .max_encoding_message_size(usize::MAX),
+        ),
+        Kv::Floor => tonic::service::Routes::new(
+            pb::kv_server::KvServer::new(Floor::new(shared.header(0).unwrap_or_default()))
+                .max_decoding_message_size(recv)
+                .max_encoding_message_size(usize::MAX),
+        ),
+    };
     let maintenance = pb::maintenance_server::MaintenanceServer::new(
         maintenance::MaintenanceService::new(shared.clone()),
     )
@@ -273,7 +293,7 @@ fn router(shared: &Arc<Member>, serves: http::Serves) -> (ClientRouter, http::Ht
     )
     .max_decoding_message_size(recv)
     .max_encoding_message_size(usize::MAX);
-    let routes = tonic::service::Routes::new(kv)
+    let routes = routes
         .add_service(maintenance)
         .add_service(cluster)
         .add_service(auth)
@@ -296,10 +316,11 @@ fn router(shared: &Arc<Member>, serves: http::Serves) -> (ClientRouter, http::Ht
     (router, stack)
 }
 
-/// Serves every client listener (gRPC and HTTP) and metrics listener (HTTP) until `shutdown`
-/// resolves, then drains in-flight requests.
+/// Serves every client listener (gRPC and HTTP, with `kv` for KV calls) and metrics listener
+/// (HTTP) until `shutdown` resolves, then drains in-flight requests.
 pub async fn serve(
     shared: Arc<Member>,
+    kv: Kv,
     listeners: Vec<Listener>,
     http_listeners: Vec<Listener>,
     metrics_listeners: Vec<Listener>,
@@ -382,12 +403,12 @@ pub async fn serve(
         if !matches!(l, Listener::Tcp(..) | Listener::Unix(..)) {
             info!(traffic = "grpc+http", address = %address, "serving client traffic securely");
         }
-        let (r, stack) = router(&shared, serves);
+        let (r, stack) = router(&shared, serves, kv);
         serve_on!(r, l, "client", Some(gateway(stack)));
     }
     for l in http_listeners {
         info!(address = %l.describe(), "ready to serve client HTTP requests (no gRPC)");
-        let (r, stack) = router(&shared, http::Serves::HttpOnly);
+        let (r, stack) = router(&shared, http::Serves::HttpOnly, kv);
         serve_on!(r, l, "client", Some(gateway(stack)));
     }
     // The hash of a compaction the restart finished (see `Store::open`), off the way to serving.
@@ -442,6 +463,16 @@ pub async fn serve(
         c.abort();
     }
     Ok(())
+}
+
+/// The floor's second anchor (`mem_etcd bench-floor-tonic`): the floor's KV alone on `addr`,
+/// served as tonic serves by default, with none of the member's layers or settings.
+pub async fn serve_tonic_floor(addr: SocketAddr) -> Result<(), tonic::transport::Error> {
+    let header = pb::ResponseHeader { revision: 1, raft_term: 2, ..Default::default() };
+    Server::builder()
+        .add_service(pb::kv_server::KvServer::new(Floor::new(header)))
+        .serve(addr)
+        .await
 }
 
 /// A peer listener's service: Raft's messages and the requests forwarded to the leader.

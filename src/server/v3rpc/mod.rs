@@ -10,12 +10,14 @@
 //! - `lock`, `election`: etcd's Lock and Election, made of KV, Lease and Watch calls
 //!   (`concurrency`).
 //! - `health`: gRPC's health service; `codec`: the protobuf codec every service uses.
+//! - `floor`: a KV that answers without a store, served only to measure the stack's own cost.
 
 pub mod auth;
 pub mod cluster;
 pub mod codec;
 pub mod concurrency;
 pub mod election;
+pub mod floor;
 pub mod health;
 pub mod kv;
 pub mod lease;
