@@ -16,8 +16,9 @@ cluster_client_url() { echo "http://127.0.0.1:$(($1 + 2 * $2))"; } # BASE I
 cluster_peer_url() { echo "http://127.0.0.1:$(($1 + 2 * $2 + 1))"; }
 
 # cluster_start KIND MEMBERS DIR BASE TOKEN
-# KIND is mem_etcd or etcd (or floor or tonic, a member alone). Sets CLUSTER_PIDS (one per member), CLUSTER_URLS (the client URLs,
-# comma-separated, as kube-apiserver's --etcd-servers takes them) and CLUSTER_ENDPOINTS (the
+# KIND is mem_etcd or etcd (or floor or tonic, a member alone). Sets CLUSTER_PIDS (one per
+# member), CLUSTER_URLS (the client URLs, comma-separated, as kube-apiserver's --etcd-servers
+# takes them) and CLUSTER_ENDPOINTS (the
 # same as host:port, as etcd's benchmark tool takes them). Returns 0 once every member answers
 # a health check (a linearizable read: a cluster has elected a leader); else prints the tail
 # of the members' logs and returns 1 after 30 s, leaving the members running (CLUSTER_PIDS) for

@@ -195,7 +195,7 @@ if [ "$WHAT" = serial ]; then
   FLOOD=${FLOOD_BIN:-$(dirname "$MEM")/etcd-lease-flood}
   # One Prometheus sample: metric{label="value"} from the member's /metrics.
   sample() { curl -s "$(cluster_client_url "$PORT" 0)/metrics" | awk -v m="$1{$2=\"$3\"}" '$1 == m {print $2}'; }
-  printf '%-11s %-24s %10s %16s %18s\n' load section "per write" "ceiling (1/x)" "writes/s measured"
+  printf '%-11s %-24s %10s %16s %12s %18s\n' load section "per write" "ceiling (1/x)" "per pass" "writes/s measured"
   for load in put lease-flood; do
     start mem_etcd
     if [ "$load" = put ]; then
@@ -212,18 +212,20 @@ if [ "$WHAT" = serial ]; then
       if [ "${section%% *}" = partition ]; then
         secs=$(sample mem_etcd_partition_lock_seconds_total prefix "$part")
         n=$(sample mem_etcd_partition_locks_total prefix "$part")
+        passes=$n
         name="lock ${part:-default}"
       else
         secs=$(sample mem_etcd_serial_seconds_total section "$section")
         n=$(sample mem_etcd_serial_revisions_total section "$section")
+        passes=$(sample mem_etcd_serial_passes_total section "$section")
         name=$section
       fi
-      awk -v l="$load" -v s="$name" -v t="$secs" -v n="$n" -v r="$rps" \
-        'BEGIN{u = t / n * 1e6; printf "%-11s %-24s %7.2f µs %14.0f/s %18.0f\n", l, s, u, 1e6 / u, r}'
+      awk -v l="$load" -v s="$name" -v t="$secs" -v n="$n" -v p="$passes" -v r="$rps" \
+        'BEGIN{u = t / n * 1e6; printf "%-11s %-24s %7.2f µs %14.0f/s %12.1f %18.0f\n", l, s, u, 1e6 / u, n / p, r}'
     done
     stop
   done
-  echo "($(nproc) cores${PIN:+, server on CPUs ${PIN%%:*} and the client on ${PIN#*:}}; $TOTAL writes per load; put: $CLIENTS clients over $CONNS connections, 1 KiB values; lease-flood: its defaults (kube-apiserver's Txn on 10,000 node Leases); a section's ceiling: the most writes/s it could pass with the server on any number of cores)"
+  echo "($(nproc) cores${PIN:+, server on CPUs ${PIN%%:*} and the client on ${PIN#*:}}; $TOTAL writes per load; put: $CLIENTS clients over $CONNS connections, 1 KiB values; lease-flood: its defaults (kube-apiserver's Txn on 10,000 node Leases); a section's ceiling: the most writes/s it could pass with the server on any number of cores, at the writes per pass measured)"
   exit 0
 fi
 if [ "$WHAT" = floor ]; then

@@ -111,6 +111,9 @@ impl Value for bool {
 pub struct Serial {
     nanos: AtomicU64,
     count: AtomicU64,
+    /// Passes through the section: a pass serves a batch of revisions, so revisions per pass
+    /// say how much of the section's cost the measured rate shared out (more at higher rates).
+    passes: AtomicU64,
 }
 
 impl Serial {
@@ -118,6 +121,12 @@ impl Serial {
     pub fn record(&self, started: std::time::Instant, count: u64) {
         self.nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         self.count.fetch_add(count, Ordering::Relaxed);
+        self.passes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Passes through the section so far.
+    pub fn passes(&self) -> u64 {
+        self.passes.load(Ordering::Relaxed)
     }
 
     /// Seconds spent in the section so far.

@@ -1146,6 +1146,8 @@ async fn serial_sections_count_every_revision_and_every_partition_lock() {
             .then_some(page)
     })
     .await;
+    let passes = sample(&page, "mem_etcd_serial_passes_total{section=\"wal_writer\"}");
+    assert!(passes.is_some_and(|p| (1.0..=13.0).contains(&p)), "{passes:?} passes");
     for (name, want) in [
         ("mem_etcd_serial_revisions_total{section=\"publisher\"}", 13.0),
         ("mem_etcd_partition_locks_total{prefix=\"/registry/leases/\"}", 10.0),

@@ -247,6 +247,14 @@ pub fn render(shared: &Member) -> String {
     for (section, serial) in sections.iter().filter_map(|(n, s)| Some((n, (*s)?))) {
         o.sample(&[("section", section)], serial.count());
     }
+    o.family(
+        "mem_etcd_serial_passes_total",
+        "Passes through each serial section, each serving a batch of revisions.",
+        MetricType::COUNTER,
+    );
+    for (section, serial) in sections.iter().filter_map(|(n, s)| Some((n, (*s)?))) {
+        o.sample(&[("section", section)], serial.passes());
+    }
 
     if let Some(w) = store.wal() {
         let st = &w.stats;
