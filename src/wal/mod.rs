@@ -459,11 +459,7 @@ impl Wal {
                 while let Some(mut batch) = self.take_batch() {
                     let started = Instant::now();
                     match w.try_write(&self, &mut batch, &mut Vec::new()) {
-                        Ok(()) => {
-                            let revisions = batch.revisions;
-                            self.finish_batch(batch);
-                            self.stats.writing.record(started, revisions);
-                        }
+                        Ok(()) => self.finish_batch(batch, started),
                         Err(e) => {
                             tracing::error!(error = %e, "wal: write failed; retrying in the writer");
                             self.failed.store(true, Ordering::SeqCst);
@@ -507,8 +503,9 @@ impl Wal {
         Some(batch)
     }
 
-    /// Tells the store and the waiters that a written batch is durable.
-    fn finish_batch(&self, b: Batch) {
+    /// Tells the store and the waiters that a written batch is durable, and counts the writer's
+    /// pass over it, begun at `started`, as serial time (`Stats::writing`).
+    fn finish_batch(&self, b: Batch, started: Instant) {
         if !b.written.is_empty() {
             let mut g = self.pending.lock();
             for mut buf in b.written {
@@ -534,6 +531,7 @@ impl Wal {
         // Blocking waiters are rare (compactions); the lock is uncontended, once per batch.
         let _g = self.durable_lock.lock();
         self.durable_cv.notify_all();
+        self.stats.writing.record(started, b.revisions);
     }
 
     /// The writer thread: writes what appenders leave to it, retrying failures.
@@ -753,9 +751,7 @@ impl WriterState {
             self.last_error_log = None;
             tracing::warn!("wal: writes succeed again; client writes are accepted");
         }
-        let revisions = batch.revisions;
-        wal.finish_batch(batch);
-        wal.stats.writing.record(started, revisions);
+        wal.finish_batch(batch, started);
     }
 
     /// Writes the streams not yet written; `written` collects the files to sync.

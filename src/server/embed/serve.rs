@@ -253,17 +253,16 @@ pub enum Kv {
 /// are served beside tonic (see `etcdhttp::websocket`).
 fn router(shared: &Arc<Member>, serves: http::Serves, kv: Kv) -> (ClientRouter, http::Http) {
     let recv = shared.config.max_request_bytes as usize + GRPC_OVERHEAD_BYTES;
+    fn kv_routes(kv: impl pb::kv_server::Kv, recv: usize) -> tonic::service::Routes {
+        tonic::service::Routes::new(
+            pb::kv_server::KvServer::new(kv)
+                .max_decoding_message_size(recv)
+                .max_encoding_message_size(usize::MAX),
+        )
+    }
     let routes = match kv {
-        Kv::Member => tonic::service::Routes::new(
-            pb::kv_server::KvServer::new(kv::KvService::new(shared.clone()))
-                .max_decoding_message_size(recv)
-                .max_encoding_message_size(usize::MAX),
-        ),
-        Kv::Floor => tonic::service::Routes::new(
-            pb::kv_server::KvServer::new(Floor::new(shared.header(0).unwrap_or_default()))
-                .max_decoding_message_size(recv)
-                .max_encoding_message_size(usize::MAX),
-        ),
+        Kv::Member => kv_routes(kv::KvService::new(shared.clone()), recv),
+        Kv::Floor => kv_routes(Floor::new(shared.header(0).unwrap_or_default()), recv),
     };
     let maintenance = pb::maintenance_server::MaintenanceServer::new(
         maintenance::MaintenanceService::new(shared.clone()),

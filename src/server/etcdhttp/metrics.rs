@@ -229,31 +229,32 @@ pub fn render(shared: &Member) -> String {
             o.sample(&[("prefix", prefix)], figure(p));
         }
     }
-    let sections = store.serial_sections();
-    o.family(
-        "mem_etcd_serial_seconds_total",
-        "Seconds spent in each section every write passes one at a time (publisher: the \
-         in-order publisher; wal_writer: the WAL's writer): the serial part of the write path.",
-        MetricType::COUNTER,
-    );
-    for (section, serial) in sections.iter().filter_map(|(n, s)| Some((n, (*s)?))) {
-        o.sample(&[("section", section)], serial.seconds());
-    }
-    o.family(
-        "mem_etcd_serial_revisions_total",
-        "Revisions that passed each serial section (see mem_etcd_serial_seconds_total).",
-        MetricType::COUNTER,
-    );
-    for (section, serial) in sections.iter().filter_map(|(n, s)| Some((n, (*s)?))) {
-        o.sample(&[("section", section)], serial.count());
-    }
-    o.family(
-        "mem_etcd_serial_passes_total",
-        "Passes through each serial section, each serving a batch of revisions.",
-        MetricType::COUNTER,
-    );
-    for (section, serial) in sections.iter().filter_map(|(n, s)| Some((n, (*s)?))) {
-        o.sample(&[("section", section)], serial.passes());
+    let sections: Vec<_> =
+        store.serial_sections().into_iter().filter_map(|(n, s)| Some((n, s?))).collect();
+    type SerialFigure = fn(&crate::metrics::Serial) -> f64;
+    let families: [(&str, &str, SerialFigure); 3] = [
+        (
+            "mem_etcd_serial_seconds_total",
+            "Seconds spent in each section every write passes one at a time (publisher: the \
+             in-order publisher; wal_writer: the WAL's writer): the serial part of the write path.",
+            |s| s.seconds(),
+        ),
+        (
+            "mem_etcd_serial_revisions_total",
+            "Revisions that passed each serial section (see mem_etcd_serial_seconds_total).",
+            |s| s.count() as f64,
+        ),
+        (
+            "mem_etcd_serial_passes_total",
+            "Passes through each serial section, each serving a batch of revisions.",
+            |s| s.passes() as f64,
+        ),
+    ];
+    for (name, help, figure) in families {
+        o.family(name, help, MetricType::COUNTER);
+        for (section, serial) in &sections {
+            o.sample(&[("section", section)], figure(serial));
+        }
     }
 
     if let Some(w) = store.wal() {
