@@ -109,6 +109,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tracing::warn!(keys = ?loaded.unknown_keys, "configuration file keys that are no flag: ignored");
     }
     log_no_effect(&flags, &loaded.no_effect);
+    if floor.is_some() {
+        // Acknowledged puts are not kept: nobody should mistake it for a datastore.
+        tracing::warn!(
+            "bench-floor: KV answers every Range empty and every Put without storing it; a \
+             benchmark server, not a datastore"
+        );
+    }
     let default_host = DefaultHost::resolve(&flags, mem_etcd::netutil::default_host);
     if let Some(h) = &default_host {
         tracing::info!(host = %h.host, "detected default host for advertise");
