@@ -5,9 +5,12 @@
 #
 # Usage: benches/compare_etcd.sh [put|txn-put|range|watch|memory|snapshot|idle|floor|serial|all]
 #        (default all: all but memory, snapshot, idle, floor and serial)
-# memory: TOTAL distinct keys put once each (8-byte keys, 1 KiB values); its RSS column, read two
-#        seconds after the load, is what a server holds for them (with MEMBERS=1 and MEMBERS=3,
-#        a cluster member's memory against a member alone's).
+# memory: TOTAL distinct keys put once each (KEY_SIZE-byte keys, default 8, VAL_SIZE-byte values,
+#        default 1024); its RSS column, read two seconds after the load, is what a server holds
+#        for them (with MEMBERS=1 and MEMBERS=3, a cluster member's memory against a member
+#        alone's), and a line after the table gives each server's RSS growth per key, also as a
+#        multiple of the key and value bytes (`TOTAL=1000000 KEY_SIZE=16 VAL_SIZE=300`: a
+#        million small objects such as node Leases).
 # snapshot: TOTAL keys loaded as for memory, then `etcdctl snapshot save` of them to tmpfs, timed;
 #        its own table: seconds to save, the servers' CPU seconds meanwhile, how far the largest
 #        member's peak RSS rose above its RSS before the save, and the file's size (TOTAL=1000000
@@ -65,6 +68,9 @@ if [ -n "${PIN:-}" ]; then
 fi
 ETCDCTL=$(dirname "$ETCD_BIN")/etcdctl
 
+# The largest resident set among the servers, in KiB.
+max_rss_kb() { local p; for p in "$@"; do awk '$1 == "VmRSS:" {print $2}' "/proc/$p/status"; done | sort -n | tail -1; }
+
 # The largest resident set among the servers, in MiB.
 max_rss_mb() { local p; for p in "$@"; do awk '$1 == "VmRSS:" {print $2}' "/proc/$p/status"; done | sort -n | tail -1 | awk '{printf "%.0f", $1 / 1024}'; }
 
@@ -96,9 +102,10 @@ run() { # KIND WORKLOAD
         --key-space-size 1000 --sequential-keys --total 1000 >/dev/null 2>&1
       args=(range foo --consistency l --total "$TOTAL") ;;
     watch) args=(watch --streams 10 --watch-per-stream 100 --watched-key-total 100 --put-total "$TOTAL" --put-rate 0) ;;
-    memory | snapshot) args=(put --key-size 8 --val-size 1024 --key-space-size "$TOTAL" --sequential-keys --total "$TOTAL") ;;
+    memory | snapshot) args=(put --key-size "${KEY_SIZE:-8}" --val-size "${VAL_SIZE:-1024}" --key-space-size "$TOTAL" --sequential-keys --total "$TOTAL") ;;
   esac
-  local c0 c1 out client
+  local c0 c1 out client kb0
+  kb0=$(max_rss_kb "${SERVER_PIDS[@]}")
   c0=$(cpu_ticks "${SERVER_PIDS[@]}")
   out=$(/usr/bin/time -f '%U %S' -o "$TMP/client.time" ${CLIENT_PIN[@]+"${CLIENT_PIN[@]}"} "$BENCH" "${common[@]}" "${args[@]}" 2>&1)
   c1=$(cpu_ticks "${SERVER_PIDS[@]}")
@@ -109,8 +116,9 @@ run() { # KIND WORKLOAD
     out=$(save_snapshot "$1") && stop && echo "$out"
     return
   fi
-  local rss
+  local rss per_key
   rss=$(max_rss_mb "${SERVER_PIDS[@]}")
+  per_key=$(( ($(max_rss_kb "${SERVER_PIDS[@]}") - kb0) * 1024 / TOTAL ))
   client=$(awk -v n="$TOTAL" '{printf "%.1f", ($1 + $2) * 1e6 / n}' "$TMP/client.time")
   stop
   local rps
@@ -118,7 +126,7 @@ run() { # KIND WORKLOAD
   [ -n "$rps" ] || rps=$(grep -m1 -oE '[0-9.]+ (events|requests)/s' <<<"$out" | grep -oE '^[0-9.]+' || echo 0)
   local ticks=$((c1 - c0)) hz
   hz=$(getconf CLK_TCK)
-  echo "$rps $(awk -v t="$ticks" -v hz="$hz" -v n="$TOTAL" 'BEGIN{printf "%.1f", t / hz * 1e6 / n}') $client $rss"
+  echo "$rps $(awk -v t="$ticks" -v hz="$hz" -v n="$TOTAL" 'BEGIN{printf "%.1f", t / hz * 1e6 / n}') $client $rss $per_key"
   echo "$out" >"$TMP/$1-$2.out"
   cp "$TMP/$1-$2.out" "/tmp/compare-$1-$2.out"
 }
@@ -252,15 +260,19 @@ fi
 printf '%-8s %14s %14s %7s %16s %16s %18s %18s %13s %13s\n' workload "mem_etcd req/s" "etcd req/s" ratio \
   "mem_etcd cpu/req" "etcd cpu/req" "client cpu (mem)" "client cpu (etcd)" "mem_etcd RSS" "etcd RSS"
 for w in "${workloads[@]}"; do
-  mr='' mc='' mk='' mm='' er='' ec='' ek='' em=''
+  mr='' mc='' mk='' mm='' mp='' er='' ec='' ek='' em='' ep=''
   for _ in $(seq "$ROUNDS"); do
-    read -r a b c d < <(run mem_etcd "$w"); mr+="$a " mc+="$b " mk+="$c " mm+="$d "
-    read -r a b c d < <(run etcd "$w"); er+="$a " ec+="$b " ek+="$c " em+="$d "
+    read -r a b c d e < <(run mem_etcd "$w"); mr+="$a " mc+="$b " mk+="$c " mm+="$d " mp+="$e "
+    read -r a b c d e < <(run etcd "$w"); er+="$a " ec+="$b " ek+="$c " em+="$d " ep+="$e "
   done
   m_rps=$(median <<<"$mr") m_cpu=$(median <<<"$mc") m_cl=$(median <<<"$mk") m_rss=$(median <<<"$mm")
   e_rps=$(median <<<"$er") e_cpu=$(median <<<"$ec") e_cl=$(median <<<"$ek") e_rss=$(median <<<"$em")
   ratio=$(awk -v a="$m_rps" -v b="$e_rps" 'BEGIN{ if (b > 0) printf "%.2fx", a / b; else print "-" }')
   printf '%-8s %14.0f %14.0f %7s %13s µs %13s µs %15s µs %15s µs %9s MiB %9s MiB\n' "$w" "$m_rps" "$e_rps" "$ratio" \
     "$m_cpu" "$e_cpu" "$m_cl" "$e_cl" "$m_rss" "$e_rss"
+  if [ "$w" = memory ]; then
+    raw=$((${KEY_SIZE:-8} + ${VAL_SIZE:-1024}))
+    awk -v m="$(median <<<"$mp")" -v e="$(median <<<"$ep")" -v r="$raw" 'BEGIN{printf "memory per key (RSS growth / keys, the largest member): mem_etcd %d B (%.2fx the %d B of key and value), etcd %d B (%.2fx)\n", m, m / r, r, e, e / r}'
+  fi
 done
 echo "($(nproc) cores${PIN:+, servers on CPUs ${PIN%%:*} and the client on ${PIN#*:}}; $MEMBERS member(s) per server (RSS: the largest member's); $TOTAL requests per run${RATE:+ at $RATE/s}; $CLIENTS clients over $CONNS connections; median of $ROUNDS alternating run(s) per server; mem_etcd flags: --wal-mode buffered ${MEM_ARGS:-}; full outputs in /tmp/compare-*.out)"

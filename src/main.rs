@@ -28,7 +28,7 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// (renewals up to 330 ms). So the automatic delay is set too long to expire, and a thread of
 /// its own purges whatever was freed, once a second: memory goes back as soon as it did, and no
 /// request pays for it.
-#[allow(unsafe_code)] // the project's only unsafe code: two FFI calls that take no pointers
+#[allow(unsafe_code)] // two FFI calls that take no pointers (the other unsafe code: mvcc::kv_buf)
 fn start_allocator_purge() {
     const PURGE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
     // SAFETY: setting an option and collecting are thread-safe mimalloc calls.

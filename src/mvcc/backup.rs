@@ -98,7 +98,7 @@ impl Store {
                 let p = fresh.partition_for_key(&key);
                 let mut st = p.state.write();
                 for v in versions {
-                    st.restore(&key, KeyRecord::from(v));
+                    st.restore(KeyRecord::from_version(&key, &v));
                 }
             }
             Ok(())
@@ -165,7 +165,7 @@ impl Backup<'_> {
         self.walk(&mut |item| {
             if let Walk::Key(key, recs) = item {
                 let kept = first_kept(&recs, self.compacted);
-                out.extend(recs.into_iter().skip(kept).map(|r| (key.clone(), Version::from(r))));
+                out.extend(recs.iter().skip(kept).map(|r| (key.clone(), r.to_version())));
             }
             true
         });
@@ -213,7 +213,7 @@ impl Backup<'_> {
                 true
             }
             Walk::Key(key, recs) => {
-                e.key(key, recs.into_iter().map(Version::from).collect());
+                e.key(key, recs.iter().map(KeyRecord::to_version).collect());
                 e.buffered() < PIECE_BYTES || flush(e)
             }
         });

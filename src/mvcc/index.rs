@@ -21,7 +21,7 @@ const MAX_CHUNK: usize = 511;
 /// (4 bytes a key instead of a second copy of the key's `Bytes` header), and compares keys
 /// through this.
 pub trait Keys {
-    fn key(&self, slot: u32) -> &Bytes;
+    fn key(&self, slot: u32) -> &[u8];
 }
 
 /// One key in the index: its slot in the partition's slab, and whether the key exists at the
@@ -180,7 +180,7 @@ impl OrderedIndex {
     }
 
     /// Adds `key`, which is not yet in the index, at `slot`.
-    pub fn insert(&mut self, keys: &impl Keys, key: &Bytes, slot: u32, live: bool) {
+    pub fn insert(&mut self, keys: &impl Keys, key: &[u8], slot: u32, live: bool) {
         self.len += 1;
         let entry = Entry::new(slot, live);
         if self.chunks.is_empty() {
@@ -444,7 +444,7 @@ mod tests {
     struct Slab(Vec<Bytes>);
 
     impl Keys for Slab {
-        fn key(&self, slot: u32) -> &Bytes {
+        fn key(&self, slot: u32) -> &[u8] {
             &self.0[slot as usize]
         }
     }
@@ -486,15 +486,18 @@ mod tests {
         let all = KeyRange::from_request(b"\0", b"\0");
         assert_eq!(idx.count_live(&slab, &all), model.values().filter(|l| **l).count() as u64);
         assert_eq!(idx.live_total(), idx.count_live(&slab, &all));
-        let scanned: Vec<_> =
-            idx.iter_from(&slab, &key(3000)).map(|e| slab.key(e.slot()).clone()).collect();
+        let scanned: Vec<_> = idx
+            .iter_from(&slab, &key(3000))
+            .map(|e| Bytes::copy_from_slice(slab.key(e.slot())))
+            .collect();
         let want: Vec<_> = model.range(key(3000)..).map(|(k, _)| k.clone()).collect();
         assert_eq!(scanned, want);
         for (a, b) in
             [(0, 20_000), (100, 101), (100, 100), (5, 19_000), (7000, 6000), (19_990, 20_001)]
         {
             let r = KeyRange::from_request(&key(a), &key(b));
-            let got: Vec<_> = idx.range(&slab, &r).map(|e| slab.key(e.slot()).clone()).collect();
+            let got: Vec<_> =
+                idx.range(&slab, &r).map(|e| Bytes::copy_from_slice(slab.key(e.slot()))).collect();
             let want: Vec<_> = if a < b {
                 model.range(key(a)..key(b)).map(|(k, _)| k.clone()).collect()
             } else {
@@ -504,10 +507,11 @@ mod tests {
         }
         let from: Vec<_> = idx
             .range(&slab, &KeyRange::from_request(&key(3000), b"\0"))
-            .map(|e| slab.key(e.slot()).clone())
+            .map(|e| Bytes::copy_from_slice(slab.key(e.slot())))
             .collect();
         assert_eq!(from, scanned);
-        let live: Vec<_> = idx.iter().map(|e| (slab.key(e.slot()).clone(), e.live())).collect();
+        let live: Vec<_> =
+            idx.iter().map(|e| (Bytes::copy_from_slice(slab.key(e.slot())), e.live())).collect();
         let want: Vec<_> = model.iter().map(|(k, l)| (k.clone(), *l)).collect();
         assert_eq!(live, want);
         let (k, live) = model.iter().next().map(|(k, l)| (k.clone(), *l)).unwrap();
@@ -580,13 +584,17 @@ mod tests {
         check_heads(&idx, &slab);
         assert!(idx.chunks.len() > 4, "splits happened");
         assert!(idx.chunks.iter().any(|c| c.skip > 8), "some chunk skips a long prefix");
-        let listed: Vec<_> = idx.iter().map(|e| slab.key(e.slot()).clone()).collect();
+        let listed: Vec<_> =
+            idx.iter().map(|e| Bytes::copy_from_slice(slab.key(e.slot()))).collect();
         assert_eq!(listed, model.keys().cloned().collect::<Vec<_>>());
         for probe in made.iter().chain([&Bytes::from_static(b"/registry/pods/default/\0\x01")]) {
             let found = idx.find(&slab, probe).map(|(c, p)| idx.chunks[c].entries[p].slot());
             assert_eq!(found, model.get(probe).copied(), "find {probe:?}");
-            let from: Vec<_> =
-                idx.iter_from(&slab, probe).take(3).map(|e| slab.key(e.slot()).clone()).collect();
+            let from: Vec<_> = idx
+                .iter_from(&slab, probe)
+                .take(3)
+                .map(|e| Bytes::copy_from_slice(slab.key(e.slot())))
+                .collect();
             let want: Vec<_> =
                 model.range(probe.clone()..).take(3).map(|(k, _)| k.clone()).collect();
             assert_eq!(from, want, "iter_from {probe:?}");
@@ -620,7 +628,8 @@ mod tests {
         assert_eq!(idx.chunks.last().unwrap().skip, 2, "x/z shares 2 with the last chunk's");
         let mut sorted = keys.clone();
         sorted.sort();
-        let listed: Vec<_> = idx.iter().map(|e| slab.key(e.slot()).clone()).collect();
+        let listed: Vec<_> =
+            idx.iter().map(|e| Bytes::copy_from_slice(slab.key(e.slot()))).collect();
         assert_eq!(listed, sorted);
         for (slot, k) in keys.iter().enumerate() {
             assert_eq!(

@@ -6,10 +6,13 @@
 
 use bytes::Bytes;
 
+use super::kv_buf::KvBuf;
 use crate::revision::Revision;
 use crate::wal::record::Version;
 
-/// One version of a key. A tombstone has `version == 0`.
+/// One version of a key: 56 bytes, its key and value in a buffer of their own ([`KvBuf`]). A
+/// tombstone has `version == 0`, and shares the buffer of the version it deleted (its key is
+/// that one's; its value reads as empty), so a delete allocates nothing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyRecord {
     /// When this version was written.
@@ -20,7 +23,8 @@ pub struct KeyRecord {
     pub version: i64,
     /// The lease the key is attached to (0 for none).
     pub lease: i64,
-    pub value: Bytes,
+    /// The key, and the value of this version (or, for a tombstone, of the one it deleted).
+    pub data: KvBuf,
 }
 
 impl KeyRecord {
@@ -28,38 +32,51 @@ impl KeyRecord {
         self.version == 0
     }
 
-    /// A tombstone written at `rev`.
-    pub fn tombstone(rev: Revision) -> Self {
-        Self { rev, create_rev: 0, version: 0, lease: 0, value: Bytes::new() }
+    /// A tombstone written at `rev` over the version whose buffer is `data`.
+    pub fn tombstone(rev: Revision, data: KvBuf) -> Self {
+        Self { rev, create_rev: 0, version: 0, lease: 0, data }
+    }
+
+    pub fn key(&self) -> &[u8] {
+        self.data.key()
+    }
+
+    pub fn value(&self) -> &[u8] {
+        if self.is_tombstone() { b"" } else { self.data.value() }
+    }
+
+    /// A logged version of `key` as the partition keeps it (WAL replay, backup restore), its
+    /// key and value copied out of the log record or snapshot they were read from: a view
+    /// would keep that whole buffer alive as long as the version lives.
+    pub fn from_version(key: &[u8], v: &Version) -> Self {
+        KeyRecord {
+            rev: Revision::new(v.main, v.sub),
+            create_rev: v.create_rev,
+            version: v.version,
+            lease: v.lease,
+            data: KvBuf::new(key, if v.version == 0 { b"" } else { &v.value }),
+        }
+    }
+
+    /// The version as the log and backups write it.
+    pub fn to_version(&self) -> Version {
+        let (_, value) = self.data.to_bytes();
+        Version {
+            main: self.rev.main,
+            sub: self.rev.sub,
+            create_rev: self.create_rev,
+            version: self.version,
+            lease: self.lease,
+            value: if self.is_tombstone() { Bytes::new() } else { value },
+        }
     }
 }
 
-/// A new version's key and value, copied out of the request or log record they arrived in (a
-/// view would pin that whole buffer as long as the version lives), into one allocation that
-/// both view: the key then costs no allocation of its own, and the two share one of the
-/// reference-count headers `bytes` allocates for a shared buffer, where a key and a value
-/// apart took two (about 70 bytes less per key in all). The key's history points at its
-/// newest live version's copy ([`KeyHistory::key`]), so an older version's allocation goes
-/// when compaction drops that version. An empty value has nothing to share: the key is copied
-/// alone.
-pub fn copy_version(key: &[u8], value: &[u8]) -> (Bytes, Bytes) {
-    if value.is_empty() {
-        return (Bytes::copy_from_slice(key), Bytes::new());
-    }
-    let mut buf = Vec::with_capacity(key.len() + value.len());
-    buf.extend_from_slice(key);
-    buf.extend_from_slice(value);
-    let buf = Bytes::from(buf);
-    (buf.slice(..key.len()), buf.slice(key.len()..))
-}
-
-/// All retained versions of a key, ascending by revision: 104 bytes with its one version (the
-/// common case after a compaction), or plus a vector of them.
+/// All retained versions of a key, ascending by revision: 56 bytes with its one version (the
+/// common case after a compaction), or plus a vector of them. The key is its records' (each
+/// version's buffer holds it): a history never outlives its last record.
 #[derive(Debug)]
 pub struct KeyHistory {
-    /// The key: a view of its newest live version's allocation (see [`copy_version`]), or a
-    /// copy of its own. Never of an older version's, which compaction may free.
-    pub key: Bytes,
     records: Records,
 }
 
@@ -72,14 +89,19 @@ enum Records {
 }
 
 impl KeyHistory {
-    /// A key without versions yet.
-    pub fn new(key: Bytes) -> Self {
-        Self { key, records: Records::Many(Vec::new()) }
+    /// A key with its first version.
+    pub fn new(first: KeyRecord) -> Self {
+        Self { records: Records::One(first) }
     }
 
-    /// What a freed slot holds: no key, no allocation.
+    /// What a freed slot holds: no records, no allocation.
     pub fn vacant() -> Self {
-        Self::new(Bytes::new())
+        Self { records: Records::Many(Vec::new()) }
+    }
+
+    /// The key (empty for a vacant slot).
+    pub fn key(&self) -> &[u8] {
+        self.last().map_or(b"", KeyRecord::key)
     }
 
     /// The newest record, tombstones included.
@@ -194,7 +216,7 @@ impl KeyHistory {
 
 /// The memory a record holds, for `dbSize` and the quota: value bytes plus the record itself.
 pub fn record_cost(r: &KeyRecord) -> usize {
-    r.value.len() + std::mem::size_of::<KeyRecord>()
+    r.value().len() + std::mem::size_of::<KeyRecord>()
 }
 
 /// The index of the first of `records` (one key's, oldest first) that a compaction at `rev`
@@ -209,36 +231,13 @@ pub fn first_kept(records: &[KeyRecord], rev: i64) -> usize {
     }
 }
 
-/// A logged version as the partition keeps it (WAL replay, backup restore).
-impl From<Version> for KeyRecord {
-    fn from(v: Version) -> Self {
-        KeyRecord {
-            rev: Revision::new(v.main, v.sub),
-            create_rev: v.create_rev,
-            version: v.version,
-            lease: v.lease,
-            value: v.value,
-        }
-    }
-}
-
-/// A kept version as the log and backups write it.
-impl From<KeyRecord> for Version {
-    fn from(r: KeyRecord) -> Self {
-        Version {
-            main: r.rev.main,
-            sub: r.rev.sub,
-            create_rev: r.create_rev,
-            version: r.version,
-            lease: r.lease,
-            value: r.value,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tombstone(main: i64) -> KeyRecord {
+        KeyRecord::tombstone(Revision::new(main, 0), KvBuf::new(b"k", b"deleted"))
+    }
 
     fn put(main: i64, create: i64, version: i64, v: &'static str) -> KeyRecord {
         KeyRecord {
@@ -246,34 +245,34 @@ mod tests {
             create_rev: create,
             version,
             lease: 0,
-            value: Bytes::from_static(v.as_bytes()),
+            data: KvBuf::new(b"k", v.as_bytes()),
         }
     }
 
     #[test]
     fn reads_pick_the_newest_version_at_or_below_the_revision() {
-        let mut h = KeyHistory::new(Bytes::from_static(b"k"));
+        let mut h = KeyHistory::vacant();
         h.push(put(2, 2, 1, "a"));
         h.push(put(4, 2, 2, "b"));
-        h.push(KeyRecord::tombstone(Revision::new(6, 0)));
+        h.push(tombstone(6));
         h.push(put(8, 8, 1, "c"));
         assert!(h.at(1).is_none());
-        assert_eq!(h.at(3).unwrap().value, "a");
-        assert_eq!(h.at(5).unwrap().value, "b");
+        assert_eq!(h.at(3).unwrap().value(), b"a");
+        assert_eq!(h.at(5).unwrap().value(), b"b");
         assert!(h.at(6).is_none() && h.at(7).is_none());
         assert_eq!(h.at(9).unwrap().version, 1);
     }
 
     #[test]
     fn compaction_keeps_the_newest_live_version_at_or_below_it() {
-        let mut h = KeyHistory::new(Bytes::from_static(b"k"));
+        let mut h = KeyHistory::vacant();
         h.push(put(2, 2, 1, "a"));
         h.push(put(4, 2, 2, "b"));
         let mut dropped = vec![];
         h.compact(5, &mut dropped);
         assert_eq!(h.records().len(), 1);
-        assert_eq!(h.at(5).unwrap().value, "b");
-        h.push(KeyRecord::tombstone(Revision::new(6, 0)));
+        assert_eq!(h.at(5).unwrap().value(), b"b");
+        h.push(tombstone(6));
         h.compact(6, &mut dropped);
         assert!(h.is_empty(), "a delete at or below the compaction revision removes the key");
         let revs: Vec<i64> = dropped.iter().map(|r| r.rev.main).collect();
@@ -283,10 +282,10 @@ mod tests {
     #[test]
     fn one_version_is_inline_and_more_grow_by_half_until_compaction() {
         assert!(
-            std::mem::size_of::<KeyHistory>() <= 104,
+            std::mem::size_of::<KeyHistory>() == 56,
             "the single version shares the vector's room"
         );
-        let mut h = KeyHistory::new(Bytes::from_static(b"k"));
+        let mut h = KeyHistory::vacant();
         let cap = |h: &KeyHistory| match &h.records {
             Records::One(_) => 1,
             Records::Many(v) => v.capacity(),
@@ -307,24 +306,24 @@ mod tests {
         assert_eq!(h.records().len(), 2);
         h.compact(12, &mut vec![]);
         assert!(matches!(h.records, Records::One(_)));
-        assert_eq!(h.at(12).unwrap().value, "x");
-        h.push(KeyRecord::tombstone(Revision::new(13, 0)));
+        assert_eq!(h.at(12).unwrap().value(), b"x");
+        h.push(tombstone(13));
         h.push(put(14, 14, 1, "y"));
         h.push(put(15, 14, 2, "z"));
         h.compact(13, &mut vec![]);
         assert_eq!(h.records().len(), 2);
         h.compact(15, &mut vec![]);
         assert_eq!(h.records().len(), 1);
-        h.push(KeyRecord::tombstone(Revision::new(16, 0)));
+        h.push(tombstone(16));
         h.compact(16, &mut vec![]);
         assert!(h.is_empty() && !h.compactable());
         h.push(put(17, 17, 1, "again"));
-        assert_eq!(h.latest().unwrap().value, "again");
+        assert_eq!(h.latest().unwrap().value(), b"again");
     }
 
     #[test]
     fn compaction_below_every_record_keeps_everything() {
-        let mut h = KeyHistory::new(Bytes::from_static(b"k"));
+        let mut h = KeyHistory::vacant();
         h.push(put(5, 5, 1, "a"));
         assert_eq!(h.compact(3, &mut vec![]), 0);
         assert_eq!(h.records().len(), 1);

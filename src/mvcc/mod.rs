@@ -1,6 +1,7 @@
 //! The multi-version key-value store (etcd's `storage/mvcc`).
 //!
 //! - [`key_index`]: one key's versions (etcd's keyIndex, with the values inline);
+//! - [`kv_buf`]: one version's key and value in one shared allocation;
 //! - [`index`]: a partition's ordered key index with live counts (etcd's treeIndex);
 //! - [`partition`]: one resource's keys: hash map, ordered index, histories;
 //! - [`store`]: the partitions, the revision clock and the one write path;
@@ -19,6 +20,7 @@ pub mod event;
 pub mod event_log;
 pub mod index;
 pub mod key_index;
+pub mod kv_buf;
 pub mod partition;
 pub mod persist;
 pub mod request;

@@ -3,11 +3,12 @@
 //! ranges and counts, and the per-key histories.
 //!
 //! # Memory
-//! A key's bytes live once, in its history (`KeyHistory::key`: 104 bytes with a single version
-//! inline); the hash map and the ordered index hold only its 4-byte slot in the slab and reach
-//! the key through it. Each further version: its record (72 bytes, in a vector grown by half),
-//! the value's own allocation, and a 12-byte entry in the change log, from which the event log
-//! reads a revision's events back (see `EventLog::track`). Logs and the slab grow in fixed-size
+//! A key's bytes live in its versions' buffers (`KvBuf`: key and value in one allocation), its
+//! history in the slab (56 bytes with a single version inline); the hash map and the ordered
+//! index hold only its 4-byte slot in the slab and reach the key through it. Each further
+//! version: its record (56 bytes, in a vector grown by half), its buffer, and a 12-byte entry
+//! in the change log, from which the event log reads a revision's events back (see
+//! `EventLog::track`). Logs and the slab grow in fixed-size
 //! chunks: no power-of-two slack, and no copy of a whole structure under the lock as it grows.
 
 use std::collections::VecDeque;
@@ -20,7 +21,8 @@ use parking_lot::RwLock;
 
 use super::event::{Event, EventKind};
 use super::index::{Keys, OrderedIndex};
-use super::key_index::{KeyHistory, KeyRecord, copy_version, record_cost};
+use super::key_index::{KeyHistory, KeyRecord, first_kept, record_cost};
+use super::kv_buf::KvBuf;
 use super::request::KeyValue;
 use crate::keyspace::KeyRange;
 use crate::metrics::Serial;
@@ -55,13 +57,33 @@ impl Partition {
     }
 }
 
-/// A record written to the partition at main revision `main` to the key in `slot` (a key gets
-/// at most one record per revision). 12 bytes.
+/// A record written to the partition at main revision `main` to the key in a slot (a key gets
+/// at most one record per revision), and whether it created or deleted the key. 12 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(C, packed(4))]
 struct Change {
     main: i64,
-    slot: u32,
+    /// The slot, and in the top bit (slots take 31) whether the record changed the key's
+    /// liveness: counting at a past revision undoes only those, and a log of its own for them
+    /// cost 12 bytes more per key created.
+    tagged: u32,
+}
+
+const FLIPS: u32 = 1 << 31;
+
+impl Change {
+    fn new(main: i64, slot: u32, flips: bool) -> Self {
+        Self { main, tagged: slot | if flips { FLIPS } else { 0 } }
+    }
+
+    fn slot(self) -> u32 {
+        self.tagged & !FLIPS
+    }
+
+    /// The record created or deleted its key.
+    fn flips(self) -> bool {
+        self.tagged & FLIPS != 0
+    }
 }
 
 /// What a compaction took out of a partition under its lock, freed after the lock is
@@ -70,16 +92,12 @@ struct Change {
 #[derive(Debug, Default)]
 pub struct Dropped {
     versions: Vec<KeyRecord>,
-    /// Keys of histories compaction emptied: each may hold the last view of a value's
-    /// allocation.
-    keys: Vec<Bytes>,
 }
 
 impl Dropped {
     /// Frees what was collected, keeping the room for the next chunk.
     pub fn free(&mut self) {
         self.versions.clear();
-        self.keys.clear();
     }
 }
 
@@ -98,10 +116,9 @@ pub struct PartitionState {
     free: Vec<u32>,
     /// Keys in order with live counts: ranges and exact counts.
     index: OrderedIndex,
-    /// Every create and delete not yet compacted away: the changes to undo when counting at a
-    /// past revision, since the index counts at the newest one.
-    liveness: ChunkedLog<Change>,
-    /// Every record not yet compacted away, in revision order: the revisions' events.
+    /// Every record not yet compacted away, in revision order: the revisions' events, and
+    /// (those that flip) the creates and deletes to undo when counting at a past revision,
+    /// since the index counts at the newest one.
     changes: ChunkedLog<Change>,
     /// Slots whose history compaction may shrink; compaction visits only these. A slot is in it
     /// exactly while its history is `compactable()`.
@@ -123,7 +140,7 @@ impl PartitionState {
 
     fn slot_of(&self, key: &[u8]) -> Option<u32> {
         let (slab, h) = (&self.slab, self.hash32(key));
-        let found = self.map.find(table_hash(h), |&(s, sh)| sh == h && slab.get(s).key[..] == *key);
+        let found = self.map.find(table_hash(h), |&(s, sh)| sh == h && slab.get(s).key() == key);
         found.map(|&(s, _)| s)
     }
 
@@ -140,28 +157,25 @@ impl PartitionState {
         self.bytes
     }
 
-    /// Writes a new version of `key` at `rev`; returns the previous live version. `key` and
-    /// `value` are the version's own (see [`copy_version`]): the history keeps `key`.
-    pub fn put(
-        &mut self,
-        key: &Bytes,
-        rev: Revision,
-        value: Bytes,
-        lease: i64,
-    ) -> Option<KeyValue> {
-        let (slot, fresh) = match self.slot_of(key) {
-            Some(s) => (s, false),
-            None => (self.new_slot(key, true), true),
-        };
-        let h = self.slab.get(slot);
-        let prev = h.latest().map(|r| to_kv(&h.key, r));
+    /// The live version of `key` now, as stored: what a put that keeps the value or the
+    /// lease (`ignore_value`, `ignore_lease`) takes them from.
+    pub fn latest(&self, key: &[u8]) -> Option<&KeyRecord> {
+        self.history(key)?.latest()
+    }
+
+    /// Writes a new version at `rev` whose key and value are `data`'s; returns the previous
+    /// live version.
+    pub fn put(&mut self, data: KvBuf, rev: Revision, lease: i64) -> Option<KeyValue> {
+        let slot = self.slot_of(data.key());
+        let prev = slot.and_then(|s| self.slab.get(s).latest().map(to_kv));
         let (create_rev, version) = match &prev {
             Some(p) => (p.create_revision, p.version + 1),
             None => (rev.main, 1),
         };
-        self.push_record(slot, KeyRecord { rev, create_rev, version, lease, value }, fresh);
-        if !fresh {
-            self.slab.get_mut(slot).key = key.clone();
+        let rec = KeyRecord { rev, create_rev, version, lease, data };
+        match slot {
+            Some(slot) => self.push_record(slot, rec),
+            None => _ = self.insert_key(rec),
         }
         prev
     }
@@ -169,75 +183,65 @@ impl PartitionState {
     /// Deletes a live key at `rev`; returns its last version.
     pub fn delete(&mut self, key: &[u8], rev: Revision) -> Option<KeyValue> {
         let slot = self.slot_of(key)?;
-        let h = self.slab.get(slot);
-        let prev = h.latest().map(|r| to_kv(&h.key, r))?;
-        self.push_record(slot, KeyRecord::tombstone(rev), false);
+        let live = self.slab.get(slot).latest()?;
+        let prev = to_kv(live);
+        let tombstone = KeyRecord::tombstone(rev, live.data.clone());
+        self.push_record(slot, tombstone);
         Some(prev)
     }
 
     /// Appends a version exactly as given (recovery: from a snapshot or the WAL). Versions of
-    /// a key must come oldest first. The key and value are copied out of the log record or
-    /// snapshot they were read from ([`copy_version`]): a view would keep the whole record
-    /// alive (all of a key's versions, for a snapshot) as long as the key or that one version
-    /// lives.
-    pub fn restore(&mut self, key: &Bytes, rec: KeyRecord) {
+    /// a key must come oldest first; a tombstone shares the buffer of the version it follows,
+    /// as a delete's does.
+    pub fn restore(&mut self, rec: KeyRecord) {
         // A snapshot's keys come in order, each once: a key after the last one indexed is
         // new, with no lookup.
+        let key = rec.key();
         let slot = if self.index.after_last(&self.slab, key) { None } else { self.slot_of(key) };
-        if rec.is_tombstone()
-            && let Some(slot) = slot
-        {
-            // The key stays with the live version before the delete.
-            return self.push_record(slot, rec, false);
-        }
-        let (key, value) = copy_version(key, &rec.value);
-        let rec = KeyRecord { value, ..rec };
         match slot {
             Some(slot) => {
-                self.slab.get_mut(slot).key = key;
-                self.push_record(slot, rec, false);
+                let rec = match self.slab.get(slot).last() {
+                    Some(last) if rec.is_tombstone() => {
+                        KeyRecord { data: last.data.clone(), ..rec }
+                    }
+                    _ => rec,
+                };
+                self.push_record(slot, rec);
             }
-            None => {
-                let slot = self.new_slot(&key, !rec.is_tombstone());
-                self.push_record(slot, rec, true);
-            }
+            None => _ = self.insert_key(rec),
         }
     }
 
-    /// Puts the liveness and change logs back in revision order after a snapshot was loaded
-    /// key by key.
-    pub fn sort_liveness(&mut self) {
-        self.liveness.sort();
+    /// Puts the change log back in revision order after a snapshot was loaded key by key.
+    pub fn sort_changes(&mut self) {
         self.changes.sort();
     }
 
-    /// Appends a record to a key's history and keeps the index, the liveness and change logs,
-    /// the compaction queue and the byte count in step. `fresh`: the key was just indexed with
-    /// the record's liveness (one index search per new key instead of two).
-    fn push_record(&mut self, slot: u32, rec: KeyRecord, fresh: bool) {
+    /// Appends a record to an indexed key's history and keeps the index, the change log, the
+    /// compaction queue and the byte count in step.
+    fn push_record(&mut self, slot: u32, rec: KeyRecord) {
         let h = self.slab.get_mut(slot);
         let was_live = h.is_live();
         let was_compactable = h.compactable();
         let live = !rec.is_tombstone();
-        let rev = rec.rev;
+        let main = rec.rev.main;
         self.bytes += record_cost(&rec);
         h.push(rec);
         if !was_compactable && h.compactable() {
             self.compact_queue.push(slot);
         }
         if was_live != live {
-            if !fresh {
-                self.index.set_live(&self.slab, &self.slab.get(slot).key, live);
-            }
-            self.liveness.push_back(Change { main: rev.main, slot });
+            self.index.set_live(&self.slab, self.slab.get(slot).key(), live);
         }
-        self.changes.push_back(Change { main: rev.main, slot });
-        self.last_applied = self.last_applied.max(rev.main);
+        self.logged(slot, main, was_live != live);
     }
 
-    /// A slot for a new key, indexed with the liveness its first record will give it.
-    fn new_slot(&mut self, key: &Bytes, live: bool) -> u32 {
-        let h = KeyHistory::new(key.clone());
+    /// A new key with its first record: a slot, the hash map and the index (with the
+    /// liveness the record gives it: one index search, not two), the change log.
+    fn insert_key(&mut self, rec: KeyRecord) -> u32 {
+        let (live, main) = (!rec.is_tombstone(), rec.rev.main);
+        self.bytes += key_cost(rec.key()) + record_cost(&rec);
+        let h = KeyHistory::new(rec);
         let slot = match self.free.pop() {
             Some(s) => {
                 *self.slab.get_mut(s) = h;
@@ -245,21 +249,31 @@ impl PartitionState {
             }
             None => self.slab.push(h),
         };
-        self.bytes += key_cost(key);
+        let key = self.slab.get(slot).key();
         let h = self.hash32(key);
         self.map.insert_unique(table_hash(h), (slot, h), |&(_, h)| table_hash(h));
-        self.index.insert(&self.slab, key, slot, live);
+        self.index.insert(&self.slab, self.slab.get(slot).key(), slot, live);
+        if self.slab.get(slot).compactable() {
+            self.compact_queue.push(slot);
+        }
+        self.logged(slot, main, live);
         slot
+    }
+
+    /// The change log's entry for a record written to `slot` at `main`; `flips`: the record
+    /// created or deleted the key.
+    fn logged(&mut self, slot: u32, main: i64, flips: bool) {
+        self.changes.push_back(Change::new(main, slot, flips));
+        self.last_applied = self.last_applied.max(main);
     }
 
     /// The live version of a single key as of `rev` (`i64::MAX` for the newest).
     pub fn get(&self, key: &[u8], rev: i64) -> Option<KeyValue> {
-        let h = self.history(key)?;
-        h.at(rev).map(|r| to_kv(&h.key, r))
+        self.history(key)?.at(rev).map(to_kv)
     }
 
     /// Live keys in `range` as of `rev`: the index's count at the newest revision, corrected by
-    /// undoing the creates and deletes after `rev` (found in the liveness log).
+    /// undoing the creates and deletes after `rev` (the change log's records that flip).
     pub fn count_at(&self, range: &KeyRange, rev: i64) -> u64 {
         if range.single {
             return self.get(&range.start, rev).is_some() as u64;
@@ -269,15 +283,16 @@ impl PartitionState {
             return n as u64;
         }
         let mut seen = HashSet::new();
-        for &Change { main: r, slot } in self.liveness.iter_rev() {
-            if r <= rev {
+        for &c in self.changes.iter_rev() {
+            if { c.main } <= rev {
                 break;
             }
-            if !seen.insert(slot) {
+            let slot = c.slot();
+            if !c.flips() || !seen.insert(slot) {
                 continue;
             }
             let h = self.slab.get(slot);
-            if range.contains(&h.key) {
+            if range.contains(h.key()) {
                 n += h.live_at(rev) as i64 - h.is_live() as i64;
             }
         }
@@ -301,7 +316,7 @@ impl PartitionState {
             }
             let h = self.slab.get(e.slot());
             if let Some(r) = h.at(rev) {
-                out.push(to_kv(&h.key, r));
+                out.push(to_kv(r));
             }
         }
     }
@@ -322,14 +337,14 @@ impl PartitionState {
         self.index
             .range(&self.slab, range)
             .filter(|e| e.live())
-            .map(|e| self.slab.key(e.slot()).clone())
+            .filter_map(|e| self.slab.get(e.slot()).last().map(|r| r.data.key_bytes()))
             .collect()
     }
 
     /// Compacts at `rev` in one go (recovery, where nobody waits for the lock): trims the
     /// histories that changed since the last compaction, removes keys whose history is gone,
-    /// and forgets liveness changes no read can ask about any more and the changes of
-    /// revisions up to `rev` (the event log keeps revision `rev`'s events itself: compaction
+    /// and forgets the changes of revisions up to `rev`, which no read can ask about any more
+    /// (the event log keeps revision `rev`'s events itself: compaction
     /// may drop a delete at exactly `rev`).
     pub fn compact(&mut self, rev: i64) {
         let queue = self.take_compact_queue();
@@ -351,21 +366,26 @@ impl PartitionState {
     /// what goes into `dropped` for the caller to free once it has released the lock.
     pub fn compact_slots(&mut self, rev: i64, slots: &[u32], dropped: &mut Dropped) {
         for &slot in slots {
-            let h = self.slab.get_mut(slot);
-            self.bytes -= h.compact(rev, &mut dropped.versions);
-            if h.is_empty() {
-                let key = h.key.clone();
-                self.bytes -= key_cost(&key);
-                // Out of the index and the map while the slab still holds the key they compare.
-                self.index.remove(&self.slab, &key);
-                let h = table_hash(self.hash32(&key));
+            let recs = self.slab.get(slot).records();
+            if !recs.is_empty() && first_kept(recs, rev) == recs.len() {
+                // Nothing stays: out of the index and the map while the slab still holds the
+                // key they compare, then the records go.
+                let key = self.slab.get(slot).key();
+                self.bytes -= key_cost(key);
+                let h = table_hash(self.hash32(key));
+                self.index.remove(&self.slab, self.slab.get(slot).key());
                 if let Ok(e) = self.map.find_entry(h, |&(s, _)| s == slot) {
                     e.remove();
                 }
-                let gone = std::mem::replace(self.slab.get_mut(slot), KeyHistory::vacant());
-                dropped.keys.push(gone.key);
+                let h = self.slab.get_mut(slot);
+                self.bytes -= h.compact(rev, &mut dropped.versions);
+                debug_assert!(h.is_empty());
                 self.free.push(slot);
-            } else if h.compactable() {
+                continue;
+            }
+            let h = self.slab.get_mut(slot);
+            self.bytes -= h.compact(rev, &mut dropped.versions);
+            if h.compactable() {
                 self.compact_queue.push(slot);
             }
         }
@@ -375,10 +395,6 @@ impl PartitionState {
     /// the partition then counts as compacted at `rev`.
     pub fn finish_compact(&mut self, rev: i64, budget: usize) -> bool {
         let mut left = budget;
-        while left > 0 && self.liveness.front().is_some_and(|c| { c.main } <= rev) {
-            self.liveness.pop_front();
-            left -= 1;
-        }
         while left > 0 && self.changes.front().is_some_and(|c| { c.main } <= rev) {
             self.changes.pop_front();
             left -= 1;
@@ -405,7 +421,8 @@ impl PartitionState {
         let mut current = None;
         let mut i = self.changes.partition_point(|c| { c.main } < from);
         while i < self.changes.len() {
-            let Change { main, slot } = *self.changes.get(i);
+            let c = *self.changes.get(i);
+            let (main, slot) = (c.main, c.slot());
             if main > to {
                 break;
             }
@@ -423,18 +440,15 @@ impl PartitionState {
             };
             let recs = h.records();
             let r = &recs[at];
-            let prev = at
-                .checked_sub(1)
-                .map(|j| &recs[j])
-                .filter(|p| !p.is_tombstone())
-                .map(|p| to_kv(&h.key, p));
+            let prev = at.checked_sub(1).map(|j| &recs[j]).filter(|p| !p.is_tombstone()).map(to_kv);
             let e = if r.is_tombstone() {
-                let kv = KeyValue { key: h.key.clone(), mod_revision: main, ..Default::default() };
+                let kv =
+                    KeyValue { key: r.data.key_bytes(), mod_revision: main, ..Default::default() };
                 Event::new(EventKind::Delete, kv, prev)
             } else {
-                Event::new(EventKind::Put, to_kv(&h.key, r), prev)
+                Event::new(EventKind::Put, to_kv(r), prev)
             };
-            bytes += h.key.len() + r.value.len();
+            bytes += r.key().len() + r.value().len();
             out.push((r.rev, e));
         }
         to
@@ -453,7 +467,7 @@ impl PartitionState {
         let mut out = Vec::with_capacity(limit.min(4096));
         for e in self.index.iter_from(&self.slab, start) {
             let h = self.slab.get(e.slot());
-            if after.is_some_and(|a| h.key == *a) {
+            if after.is_some_and(|a| h.key() == &a[..]) {
                 continue;
             }
             if out.len() >= limit {
@@ -462,7 +476,7 @@ impl PartitionState {
             let recs: Vec<KeyRecord> =
                 h.records().iter().take_while(|r| r.rev.main <= rev).cloned().collect();
             if !recs.is_empty() {
-                out.push((h.key.clone(), recs));
+                out.push((Bytes::copy_from_slice(h.key()), recs));
             }
         }
         out
@@ -470,7 +484,7 @@ impl PartitionState {
 
     /// Every retained record in key order (for Hash/HashKV).
     pub fn for_each_record(&self, mut f: impl FnMut(&[u8], &KeyRecord)) {
-        self.for_each_history(|h| h.records().iter().for_each(|r| f(&h.key, r)));
+        self.for_each_history(|h| h.records().iter().for_each(|r| f(r.key(), r)));
     }
 
     /// Every key's history, in key order.
@@ -507,18 +521,19 @@ fn table_hash(h: u32) -> u64 {
 
 /// Memory a key costs besides its records: its bytes, its hash map and index entries and its
 /// history header (measured sizes of those structures, rounded up for allocator overhead).
-fn key_cost(key: &Bytes) -> usize {
+fn key_cost(key: &[u8]) -> usize {
     key.len() + 100
 }
 
 /// The client-facing form of a record.
-fn to_kv(key: &Bytes, r: &KeyRecord) -> KeyValue {
+fn to_kv(r: &KeyRecord) -> KeyValue {
+    let (key, value) = r.data.to_bytes();
     KeyValue {
-        key: key.clone(),
+        key,
         create_revision: r.create_rev,
         mod_revision: r.rev.main,
         version: r.version,
-        value: r.value.clone(),
+        value: if r.is_tombstone() { Bytes::new() } else { value },
         lease: r.lease,
     }
 }
@@ -566,8 +581,8 @@ impl Slab {
 }
 
 impl Keys for Slab {
-    fn key(&self, slot: u32) -> &Bytes {
-        &self.get(slot).key
+    fn key(&self, slot: u32) -> &[u8] {
+        self.get(slot).key()
     }
 }
 

@@ -14,6 +14,7 @@ use bytes::Bytes;
 
 use super::event_log::EventLog;
 use super::key_index::KeyRecord;
+use super::kv_buf::KvBuf;
 use super::store::{Commit, Store, StoreConfig};
 use crate::revision::Revision;
 use crate::wal::record::{Op, Version};
@@ -64,14 +65,14 @@ impl Store {
         Ok((store, rec))
     }
 
-    /// Makes the recovered partitions a consistent store at revision `rev`: liveness and
-    /// change logs in order, an event log reading the revisions since the compaction back from
+    /// Makes the recovered partitions a consistent store at revision `rev`: change logs
+    /// in order, an event log reading the revisions since the compaction back from
     /// them, compaction applied, the clock at `rev`.
     pub(super) fn finish_restore(&mut self, rev: i64, compacted: i64) {
         let started = std::time::Instant::now();
         let parts = self.table.read().all.clone();
         // A big store's partitions take seconds each to put in order, and to compact below.
-        on_each_core(&parts, |p| p.state.write().sort_liveness());
+        on_each_core(&parts, |p| p.state.write().sort_changes());
         let log = EventLog::new(compacted.max(2).min(rev + 1));
         for p in &parts {
             log.track(p.clone());
@@ -122,7 +123,7 @@ impl Store {
             p.state.read().for_each_slot_history(range.clone(), |h| {
                 if let Some(r) = h.latest().filter(|r| r.lease != 0) {
                     // A copy: the record's key views its version's allocation, value and all.
-                    by_lease.entry(r.lease).or_default().push(Bytes::copy_from_slice(&h.key));
+                    by_lease.entry(r.lease).or_default().push(Bytes::copy_from_slice(h.key()));
                 }
             });
             by_lease
@@ -177,7 +178,7 @@ impl Store {
                     if wal.excluded(&key) {
                         continue;
                     }
-                    out.key(key, recs.into_iter().map(Version::from).collect())?;
+                    out.key(key, recs.iter().map(KeyRecord::to_version).collect())?;
                 }
             }
             out.finish()?;
@@ -197,7 +198,7 @@ impl Replay for Restore<'_> {
         let p = self.store.partition_for_key(&key);
         let mut st = p.state.write();
         for v in versions {
-            st.restore(&key, KeyRecord::from(v));
+            st.restore(KeyRecord::from_version(&key, &v));
         }
     }
 
@@ -205,12 +206,16 @@ impl Replay for Restore<'_> {
         for op in ops {
             let (key, rec) = match op {
                 Op::Put { sub, key, value, lease, create_rev, version } => {
-                    let rev = Revision::new(rev, sub);
-                    (key, KeyRecord { rev, create_rev, version, lease, value })
+                    let v = Version { main: rev, sub, create_rev, version, lease, value };
+                    let rec = KeyRecord::from_version(&key, &v);
+                    (key, rec)
                 }
-                Op::Delete { sub, key } => (key, KeyRecord::tombstone(Revision::new(rev, sub))),
+                Op::Delete { sub, key } => {
+                    let rec = KeyRecord::tombstone(Revision::new(rev, sub), KvBuf::new(&key, b""));
+                    (key, rec)
+                }
             };
-            self.store.partition_for_key(&key).state.write().restore(&key, rec);
+            self.store.partition_for_key(&key).state.write().restore(rec);
         }
     }
 }

@@ -39,7 +39,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::event::{Event, EventKind, RevisionEvents};
 use super::event_log::{CommitObserver, EventLog};
-use super::key_index::copy_version;
+use super::kv_buf::KvBuf;
 use super::partition::{Dropped, Partition, PartitionState};
 use super::request::*;
 use super::validate;
@@ -1229,9 +1229,9 @@ impl Store {
                                 create_rev: r.create_rev,
                                 version: r.version,
                                 lease: r.lease,
-                                value: &r.value,
+                                value: r.value(),
                             };
-                            let (crc, len) = key_bucket_crc(&h.key, &v, &mut scratch);
+                            let (crc, len) = key_bucket_crc(h.key(), &v, &mut scratch);
                             let old_not_live = r.rev.main <= compacted && live != Some(i);
                             chunk.push((r.rev, crc, len, old_not_live));
                         }
@@ -1526,22 +1526,21 @@ impl TxnCtx<'_> {
                     let st = &mut self.guards[i];
                     // The request's key and value are views into the gRPC decode buffer (8 KiB
                     // or more). A version lives until compaction, so keeping the view would pin
-                    // that whole buffer per version: copy both into one allocation of the exact
-                    // size. An ignored value stays the previous version's, with its key.
-                    let (key, value, lease) = if p.ignore_value || p.ignore_lease {
-                        let prev = st.get(&p.key, i64::MAX).expect("checked in plan");
+                    // that whole buffer per version: copy both into one buffer of the exact
+                    // size. An ignored value stays the previous version's buffer, key and all.
+                    let (data, lease) = if p.ignore_value || p.ignore_lease {
+                        let prev = st.latest(&p.key).expect("checked in plan");
                         let lease = if p.ignore_lease { prev.lease } else { p.lease };
                         if p.ignore_value {
-                            (prev.key, prev.value, lease)
+                            (prev.data.clone(), lease)
                         } else {
-                            let (key, value) = copy_version(&p.key, &p.value);
-                            (key, value, lease)
+                            (KvBuf::new(&p.key, &p.value), lease)
                         }
                     } else {
-                        let (key, value) = copy_version(&p.key, &p.value);
-                        (key, value, p.lease)
+                        (KvBuf::new(&p.key, &p.value), p.lease)
                     };
-                    let prev = st.put(&key, Revision::new(rev, *sub), value.clone(), lease);
+                    let (key, value) = data.to_bytes();
+                    let prev = st.put(data, Revision::new(rev, *sub), lease);
                     *sub += 1;
                     // Attached to `lease` already, in `plan`.
                     self.store.detach_moved(&key, prev.as_ref().map_or(0, |p| p.lease), lease);

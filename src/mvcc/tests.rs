@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 
+use super::key_index::KeyRecord;
 use super::*;
 use crate::error::Error;
 
@@ -720,21 +721,21 @@ fn held_revisions_are_published_together_at_the_release() {
     assert_eq!(revs, [2, 3, 4, 5, 6], "every revision once, in order");
 }
 
-/// Whether `key`'s history views its newest live version's allocation (or, when that value is
-/// empty, has its own): then no older version's allocation outlives the version.
+/// Whether `key`'s history reads its key from its newest record's buffer, so that no buffer of
+/// a version compaction dropped stays alive for the key's sake; and whether each record's key
+/// and value sit side by side in one buffer.
 fn key_views_the_newest_version(s: &Store, key: &str) -> bool {
     let p = s.partition_for_key(key.as_bytes());
     let st = p.state.read();
     let h = st.history(key.as_bytes()).expect("the key has a history");
-    let Some(newest) = h.records().iter().rev().find(|r| !r.is_tombstone()) else { return true };
-    if newest.value.is_empty() {
-        return h.records().iter().all(|r| r.value.is_empty() || !adjacent(&h.key, &r.value));
-    }
-    adjacent(&h.key, &newest.value)
-}
-
-fn adjacent(key: &Bytes, value: &Bytes) -> bool {
-    key.as_ptr().wrapping_add(key.len()) == value.as_ptr()
+    let newest = h.last().expect("a history has records");
+    let side_by_side = |r: &KeyRecord| {
+        let (k, v) = (r.data.key(), r.data.value());
+        k.as_ptr().wrapping_add(k.len()) == v.as_ptr()
+    };
+    h.key() == key.as_bytes()
+        && std::ptr::eq(h.key(), newest.data.key())
+        && h.records().iter().all(side_by_side)
 }
 
 #[test]
