@@ -57,33 +57,13 @@ impl Partition {
     }
 }
 
-/// A record written to the partition at main revision `main` to the key in a slot (a key gets
-/// at most one record per revision), and whether it created or deleted the key. 12 bytes.
+/// A record written to the partition at main revision `main` to the key in `slot` (a key gets
+/// at most one record per revision). 12 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(C, packed(4))]
 struct Change {
     main: i64,
-    /// The slot, and in the top bit (slots take 31) whether the record changed the key's
-    /// liveness: counting at a past revision undoes only those, and a log of its own for them
-    /// cost 12 bytes more per key created.
-    tagged: u32,
-}
-
-const FLIPS: u32 = 1 << 31;
-
-impl Change {
-    fn new(main: i64, slot: u32, flips: bool) -> Self {
-        Self { main, tagged: slot | if flips { FLIPS } else { 0 } }
-    }
-
-    fn slot(self) -> u32 {
-        self.tagged & !FLIPS
-    }
-
-    /// The record created or deleted its key.
-    fn flips(self) -> bool {
-        self.tagged & FLIPS != 0
-    }
+    slot: u32,
 }
 
 /// What a compaction took out of a partition under its lock, freed after the lock is
@@ -116,9 +96,13 @@ pub struct PartitionState {
     free: Vec<u32>,
     /// Keys in order with live counts: ranges and exact counts.
     index: OrderedIndex,
-    /// Every record not yet compacted away, in revision order: the revisions' events, and
-    /// (those that flip) the creates and deletes to undo when counting at a past revision,
-    /// since the index counts at the newest one.
+    /// Every create and delete not yet compacted away: the changes to undo when counting at a
+    /// past revision, since the index counts at the newest one. A log of its own, not a flag
+    /// in `changes`: a count at a past revision (every page of a paged list after the first)
+    /// walks back to it, and in a resource of hot keys (node Leases) `changes` holds every
+    /// update too.
+    liveness: ChunkedLog<Change>,
+    /// Every record not yet compacted away, in revision order: the revisions' events.
     changes: ChunkedLog<Change>,
     /// Slots whose history compaction may shrink; compaction visits only these. A slot is in it
     /// exactly while its history is `compactable()`.
@@ -212,13 +196,15 @@ impl PartitionState {
         }
     }
 
-    /// Puts the change log back in revision order after a snapshot was loaded key by key.
-    pub fn sort_changes(&mut self) {
+    /// Puts the liveness and change logs back in revision order after a snapshot was loaded
+    /// key by key.
+    pub fn sort_logs(&mut self) {
+        self.liveness.sort();
         self.changes.sort();
     }
 
-    /// Appends a record to an indexed key's history and keeps the index, the change log, the
-    /// compaction queue and the byte count in step.
+    /// Appends a record to an indexed key's history and keeps the index, the liveness and
+    /// change logs, the compaction queue and the byte count in step.
     fn push_record(&mut self, slot: u32, rec: KeyRecord) {
         let h = self.slab.get_mut(slot);
         let was_live = h.is_live();
@@ -237,7 +223,7 @@ impl PartitionState {
     }
 
     /// A new key with its first record: a slot, the hash map and the index (with the
-    /// liveness the record gives it: one index search, not two), the change log.
+    /// liveness the record gives it: one index search, not two), the logs.
     fn insert_key(&mut self, rec: KeyRecord) -> u32 {
         let (live, main) = (!rec.is_tombstone(), rec.rev.main);
         self.bytes += key_cost(rec.key()) + record_cost(&rec);
@@ -260,10 +246,13 @@ impl PartitionState {
         slot
     }
 
-    /// The change log's entry for a record written to `slot` at `main`; `flips`: the record
+    /// The logs' entries for a record written to `slot` at `main`; `flips`: the record
     /// created or deleted the key.
     fn logged(&mut self, slot: u32, main: i64, flips: bool) {
-        self.changes.push_back(Change::new(main, slot, flips));
+        if flips {
+            self.liveness.push_back(Change { main, slot });
+        }
+        self.changes.push_back(Change { main, slot });
         self.last_applied = self.last_applied.max(main);
     }
 
@@ -273,7 +262,7 @@ impl PartitionState {
     }
 
     /// Live keys in `range` as of `rev`: the index's count at the newest revision, corrected by
-    /// undoing the creates and deletes after `rev` (the change log's records that flip).
+    /// undoing the creates and deletes after `rev` (found in the liveness log).
     pub fn count_at(&self, range: &KeyRange, rev: i64) -> u64 {
         if range.single {
             return self.get(&range.start, rev).is_some() as u64;
@@ -283,12 +272,11 @@ impl PartitionState {
             return n as u64;
         }
         let mut seen = HashSet::new();
-        for &c in self.changes.iter_rev() {
-            if { c.main } <= rev {
+        for &Change { main: r, slot } in self.liveness.iter_rev() {
+            if r <= rev {
                 break;
             }
-            let slot = c.slot();
-            if !c.flips() || !seen.insert(slot) {
+            if !seen.insert(slot) {
                 continue;
             }
             let h = self.slab.get(slot);
@@ -343,8 +331,8 @@ impl PartitionState {
 
     /// Compacts at `rev` in one go (recovery, where nobody waits for the lock): trims the
     /// histories that changed since the last compaction, removes keys whose history is gone,
-    /// and forgets the changes of revisions up to `rev`, which no read can ask about any more
-    /// (the event log keeps revision `rev`'s events itself: compaction
+    /// and forgets liveness changes no read can ask about any more and the changes of
+    /// revisions up to `rev` (the event log keeps revision `rev`'s events itself: compaction
     /// may drop a delete at exactly `rev`).
     pub fn compact(&mut self, rev: i64) {
         let queue = self.take_compact_queue();
@@ -395,6 +383,10 @@ impl PartitionState {
     /// the partition then counts as compacted at `rev`.
     pub fn finish_compact(&mut self, rev: i64, budget: usize) -> bool {
         let mut left = budget;
+        while left > 0 && self.liveness.front().is_some_and(|c| { c.main } <= rev) {
+            self.liveness.pop_front();
+            left -= 1;
+        }
         while left > 0 && self.changes.front().is_some_and(|c| { c.main } <= rev) {
             self.changes.pop_front();
             left -= 1;
@@ -421,8 +413,7 @@ impl PartitionState {
         let mut current = None;
         let mut i = self.changes.partition_point(|c| { c.main } < from);
         while i < self.changes.len() {
-            let c = *self.changes.get(i);
-            let (main, slot) = (c.main, c.slot());
+            let Change { main, slot } = *self.changes.get(i);
             if main > to {
                 break;
             }

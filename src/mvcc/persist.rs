@@ -65,14 +65,14 @@ impl Store {
         Ok((store, rec))
     }
 
-    /// Makes the recovered partitions a consistent store at revision `rev`: change logs
-    /// in order, an event log reading the revisions since the compaction back from
+    /// Makes the recovered partitions a consistent store at revision `rev`: liveness and
+    /// change logs in order, an event log reading the revisions since the compaction back from
     /// them, compaction applied, the clock at `rev`.
     pub(super) fn finish_restore(&mut self, rev: i64, compacted: i64) {
         let started = std::time::Instant::now();
         let parts = self.table.read().all.clone();
         // A big store's partitions take seconds each to put in order, and to compact below.
-        on_each_core(&parts, |p| p.state.write().sort_changes());
+        on_each_core(&parts, |p| p.state.write().sort_logs());
         let log = EventLog::new(compacted.max(2).min(rev + 1));
         for p in &parts {
             log.track(p.clone());
