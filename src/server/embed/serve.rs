@@ -253,16 +253,15 @@ pub enum Kv {
 /// are served beside tonic (see `etcdhttp::websocket`).
 fn router(shared: &Arc<Member>, serves: http::Serves, kv: Kv) -> (ClientRouter, http::Http) {
     let recv = shared.config.max_request_bytes as usize + GRPC_OVERHEAD_BYTES;
-    fn kv_routes(kv: impl pb::kv_server::Kv, recv: usize) -> tonic::service::Routes {
-        tonic::service::Routes::new(
-            pb::kv_server::KvServer::new(kv)
-                .max_decoding_message_size(recv)
-                .max_encoding_message_size(usize::MAX),
-        )
+    fn kv_call(kv: impl pb::kv_server::Kv, recv: usize) -> http::KvCall {
+        let svc = pb::kv_server::KvServer::new(kv)
+            .max_decoding_message_size(recv)
+            .max_encoding_message_size(usize::MAX);
+        Arc::new(move |req| tower_service::Service::call(&mut svc.clone(), req))
     }
-    let routes = match kv {
-        Kv::Member => kv_routes(kv::KvService::new(shared.clone()), recv),
-        Kv::Floor => kv_routes(Floor::new(shared.header(0).unwrap_or_default()), recv),
+    let kv = match kv {
+        Kv::Member => kv_call(kv::KvService::new(shared.clone()), recv),
+        Kv::Floor => kv_call(Floor::new(shared.header(0).unwrap_or_default()), recv),
     };
     let maintenance = pb::maintenance_server::MaintenanceServer::new(
         maintenance::MaintenanceService::new(shared.clone()),
@@ -292,8 +291,8 @@ fn router(shared: &Arc<Member>, serves: http::Serves, kv: Kv) -> (ClientRouter, 
     )
     .max_decoding_message_size(recv)
     .max_encoding_message_size(usize::MAX);
-    let routes = routes
-        .add_service(maintenance)
+    // KV is not among them: `HttpLayer` calls it directly (see `http::KvCall`).
+    let routes = tonic::service::Routes::new(maintenance)
         .add_service(cluster)
         .add_service(auth)
         .add_service(watch)
@@ -301,7 +300,7 @@ fn router(shared: &Arc<Member>, serves: http::Serves, kv: Kv) -> (ClientRouter, 
         .add_service(lock)
         .add_service(election)
         .add_service(health::service());
-    let layer = http::HttpLayer::new(shared.clone(), serves);
+    let layer = http::HttpLayer::new(shared.clone(), serves, Some(kv));
     let stack = tower_layer::Layer::layer(&layer, routes.clone());
     let router = Server::builder()
         .tcp_nodelay(true)
@@ -492,7 +491,7 @@ pub(in crate::server) fn peer_router(shared: &Arc<Member>) -> (ClientRouter, Arc
         .tcp_nodelay(true)
         // etcd's peer handler is HTTP/1.1 (`/version`, `/members`, its Raft streams).
         .accept_http1(true)
-        .layer(http::HttpLayer::new(shared.clone(), http::Serves::Peer))
+        .layer(http::HttpLayer::new(shared.clone(), http::Serves::Peer, None))
         .initial_stream_window_size(4 << 20)
         .initial_connection_window_size(16 << 20)
         .max_concurrent_streams(u32::MAX)
