@@ -590,7 +590,7 @@ async fn check_get(b: &Backend) -> Option<String> {
         match tokio::time::timeout_at(deadline, call).await {
             Ok(Ok(_)) => return None,
             Ok(Err(s)) if s.message() == "etcdserver: permission denied" => return None,
-            Ok(Err(s)) if s.code() != tonic::Code::Unavailable => {
+            Ok(Err(s)) if !unreachable(&s) => {
                 return Some(format!("GET ERROR:{}", s.message()));
             }
             Ok(Err(_)) if tokio::time::Instant::now() + Duration::from_millis(50) < deadline => {
@@ -599,6 +599,14 @@ async fn check_get(b: &Backend) -> Option<String> {
             _ => return Some("GET ERROR:context deadline exceeded".into()),
         }
     }
+}
+
+/// Whether a call failed because the endpoint could not be reached. A connection that goes
+/// away under a call in flight (a cluster stopping) is tonic's `UNKNOWN` "transport error",
+/// where grpc-go's client, hence etcd's proxy, sees `UNAVAILABLE` and tries again.
+fn unreachable(s: &tonic::Status) -> bool {
+    s.code() == tonic::Code::Unavailable
+        || (s.code() == tonic::Code::Unknown && s.message() == "transport error")
 }
 
 /// `/proxy/health` also needs a watch created within 3 seconds.
