@@ -65,8 +65,8 @@ struct Chunk {
     heads: Vec<u32>,
     live: u32,
     /// The key of `entries[0]`: the search for a key's chunk compares with it directly. A copy
-    /// of its own: a key's `Bytes` views its newest version's allocation
-    /// (`key_index::copy_version`), which a view kept here would keep after the version.
+    /// of its own: a key lives in its versions' buffers (`kv_buf::KvBuf`), which a view kept
+    /// here would keep alive after compaction dropped them.
     first: Bytes,
     /// How many leading bytes every key of the chunk shares with `first` (at most; 0 is always
     /// true): Kubernetes keys of one resource and namespace share long prefixes, so the heads

@@ -40,17 +40,19 @@ const MAX_REFS: u32 = i32::MAX as u32;
 const HEADER: usize = size_of::<AtomicU32>();
 
 fn layout(len: usize) -> Layout {
-    Layout::from_size_align(HEADER + len, align_of::<AtomicU32>())
+    let size = HEADER.checked_add(len).expect("a key and value under 4 GiB fit a layout");
+    Layout::from_size_align(size, align_of::<AtomicU32>())
         .expect("a key and value under 4 GiB fit a layout")
 }
 
 impl KvBuf {
-    /// Copies `key` and `value` into a new buffer. Requests are bounded far below 4 GiB
-    /// (`--max-request-bytes`), so both lengths fit 32 bits.
+    /// Copies `key` and `value` into a new buffer. A request is at most `--max-request-bytes`
+    /// (a 32-bit flag), so both lengths fit 32 bits.
     pub fn new(key: &[u8], value: &[u8]) -> Self {
         let key_len = u32::try_from(key.len()).expect("a key under 4 GiB");
         let value_len = u32::try_from(value.len()).expect("a value under 4 GiB");
-        let layout = layout(key.len() + value.len());
+        let len = key.len().checked_add(value.len()).expect("a key and value under 4 GiB");
+        let layout = layout(len);
         // SAFETY: the layout is never zero-sized (the count takes 4 bytes); the count is
         // written before anything reads it, and the bytes are copied into the room the layout
         // gives after it.
@@ -138,14 +140,6 @@ impl std::fmt::Debug for KvBuf {
             .finish()
     }
 }
-
-impl PartialEq for KvBuf {
-    fn eq(&self, other: &Self) -> bool {
-        self.ptr == other.ptr || (self.key() == other.key() && self.value() == other.value())
-    }
-}
-
-impl Eq for KvBuf {}
 
 #[cfg(test)]
 mod tests {
