@@ -71,9 +71,6 @@ ETCDCTL=$(dirname "$ETCD_BIN")/etcdctl
 # The largest resident set among the servers, in KiB.
 max_rss_kb() { local p; for p in "$@"; do awk '$1 == "VmRSS:" {print $2}' "/proc/$p/status"; done | sort -n | tail -1; }
 
-# The largest resident set among the servers, in MiB.
-max_rss_mb() { local p; for p in "$@"; do awk '$1 == "VmRSS:" {print $2}' "/proc/$p/status"; done | sort -n | tail -1 | awk '{printf "%.0f", $1 / 1024}'; }
-
 cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
 
 # shellcheck source=benches/cluster.sh
@@ -116,9 +113,10 @@ run() { # KIND WORKLOAD
     out=$(save_snapshot "$1") && stop && echo "$out"
     return
   fi
-  local rss per_key
-  rss=$(max_rss_mb "${SERVER_PIDS[@]}")
-  per_key=$(( ($(max_rss_kb "${SERVER_PIDS[@]}") - kb0) * 1024 / TOTAL ))
+  local kb1 rss per_key
+  kb1=$(max_rss_kb "${SERVER_PIDS[@]}")
+  rss=$(awk -v k="$kb1" 'BEGIN{printf "%.0f", k / 1024}')
+  per_key=$(( (kb1 - kb0) * 1024 / TOTAL ))
   client=$(awk -v n="$TOTAL" '{printf "%.1f", ($1 + $2) * 1e6 / n}' "$TMP/client.time")
   stop
   local rps
