@@ -19,6 +19,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
@@ -38,6 +39,14 @@ pub struct EventLog {
     /// its own copy of them cost more than delivering the events. A lock of its own, held only
     /// to look one up or to add one, so that a rebuild never waits for the publisher.
     rebuilt: Mutex<Blocks>,
+    /// Revisions that left the recent ones, whose events the next writer frees
+    /// ([`EventLog::reclaim`]): freeing them (their views' owners, most of them long out of
+    /// the cache) was half of what the WAL writer spent per revision, in a section one thread
+    /// passes at a time. A lock of its own: the publisher moves revisions in, a writer takes
+    /// them all out; at most a batch of revisions waits here.
+    expired: Mutex<Vec<(i64, RevisionEvents)>>,
+    /// Whether `expired` holds anything: a writer reads it before taking the lock.
+    has_expired: AtomicBool,
 }
 
 /// The blocks of rebuilt revisions kept for other readers.
@@ -162,6 +171,8 @@ impl EventLog {
                 recent_max: RECENT,
             }),
             rebuilt: Mutex::new(Blocks::new(REBUILT)),
+            expired: Mutex::new(Vec::new()),
+            has_expired: AtomicBool::new(false),
         }
     }
 
@@ -193,8 +204,25 @@ impl EventLog {
         let skip = batch.len().saturating_sub(g.recent_max);
         g.recent.extend(batch[skip..].iter().cloned());
         let over = g.recent.len().saturating_sub(g.recent_max);
-        g.recent.drain(..over);
+        if over > 0 {
+            self.expired.lock().extend(g.recent.drain(..over));
+            self.has_expired.store(true, Ordering::Release);
+        }
         g.last = g.last.max(last);
+    }
+
+    /// Frees the events of revisions that left the recent ones (see [`EventLog::expired`]).
+    /// Writers call it, in parallel, outside every lock but this log's own for a moment.
+    pub fn reclaim(&self) {
+        if !self.has_expired.load(Ordering::Acquire) {
+            return;
+        }
+        let gone = {
+            let mut ex = self.expired.lock();
+            self.has_expired.store(false, Ordering::Release);
+            std::mem::take(&mut *ex)
+        };
+        drop(gone);
     }
 
     /// Keeps at most `recent` revisions as published and `rebuilt` blocks of rebuilt ones

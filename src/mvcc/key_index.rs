@@ -7,6 +7,7 @@
 use bytes::Bytes;
 
 use super::kv_buf::KvBuf;
+use super::request::KeyValue;
 use crate::revision::Revision;
 use crate::wal::record::Version;
 
@@ -56,6 +57,20 @@ impl KeyRecord {
 
     pub fn value(&self) -> &[u8] {
         if self.is_tombstone() { b"" } else { self.data.value() }
+    }
+
+    /// The client-facing form: views of the buffer (one small allocation, the views' owner).
+    /// A tombstone gives what etcd's DELETE event carries: its key and mod revision.
+    pub fn to_kv(&self) -> KeyValue {
+        let (key, value) = self.data.to_bytes();
+        KeyValue {
+            key,
+            create_revision: self.create_rev,
+            mod_revision: self.rev.main,
+            version: self.version,
+            value: if self.is_tombstone() { Bytes::new() } else { value },
+            lease: self.lease,
+        }
     }
 
     /// A logged version of `key` as the partition keeps it (WAL replay, backup restore), its

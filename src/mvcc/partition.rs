@@ -66,6 +66,22 @@ struct Change {
     slot: u32,
 }
 
+/// A put or delete as a writer applied it under the partition's lock: the record written (a
+/// delete's tombstone) and the live version before it. Made into an [`Event`], whose views
+/// allocate, once the lock is released.
+#[derive(Debug)]
+pub struct Written {
+    pub rec: KeyRecord,
+    pub prev: Option<KeyRecord>,
+}
+
+impl Written {
+    pub fn to_event(&self) -> Event {
+        let kind = if self.rec.is_tombstone() { EventKind::Delete } else { EventKind::Put };
+        Event::new(kind, self.rec.to_kv(), self.prev.as_ref().map(KeyRecord::to_kv))
+    }
+}
+
 /// What a compaction took out of a partition under its lock, freed after the lock is
 /// released (see [`KeyHistory::compact`]). Reused from chunk to chunk, so that after the first
 /// chunk collecting costs no allocation under the lock either.
@@ -147,31 +163,32 @@ impl PartitionState {
         self.history(key)?.latest()
     }
 
-    /// Writes a new version at `rev` whose key and value are `data`'s; returns the previous
-    /// live version.
-    pub fn put(&mut self, data: KvBuf, rev: Revision, lease: i64) -> Option<KeyValue> {
+    /// Writes a new version at `rev` whose key and value are `data`'s. Returns the version
+    /// written and the previous live one as records, not views: a writer holding the
+    /// partition's lock pays a reference count for each, not an allocation.
+    pub fn put(&mut self, data: KvBuf, rev: Revision, lease: i64) -> Written {
         let slot = self.slot_of(data.key());
-        let prev = slot.and_then(|s| self.slab.get(s).latest().map(to_kv));
+        let prev = slot.and_then(|s| self.slab.get(s).latest().cloned());
         let (create_rev, version) = match &prev {
-            Some(p) => (p.create_revision, p.version + 1),
+            Some(p) => (p.create_rev, p.version + 1),
             None => (rev.main, 1),
         };
         let rec = KeyRecord { rev, create_rev, version, lease, data };
+        let written = rec.clone();
         match slot {
             Some(slot) => self.push_record(slot, rec),
             None => _ = self.insert_key(rec),
         }
-        prev
+        Written { rec: written, prev }
     }
 
-    /// Deletes a live key at `rev`; returns its last version.
-    pub fn delete(&mut self, key: &[u8], rev: Revision) -> Option<KeyValue> {
+    /// Deletes a live key at `rev`: the tombstone written and the key's last version.
+    pub fn delete(&mut self, key: &[u8], rev: Revision) -> Option<Written> {
         let slot = self.slot_of(key)?;
-        let live = self.slab.get(slot).latest()?;
-        let prev = to_kv(live);
+        let live = self.slab.get(slot).latest()?.clone();
         let tombstone = KeyRecord::tombstone(rev, live.data.clone());
-        self.push_record(slot, tombstone);
-        Some(prev)
+        self.push_record(slot, tombstone.clone());
+        Some(Written { rec: tombstone, prev: Some(live) })
     }
 
     /// Appends a version exactly as given (recovery: from a snapshot or the WAL). Versions of
@@ -258,7 +275,7 @@ impl PartitionState {
 
     /// The live version of a single key as of `rev` (`i64::MAX` for the newest).
     pub fn get(&self, key: &[u8], rev: i64) -> Option<KeyValue> {
-        self.history(key)?.at(rev).map(to_kv)
+        self.history(key)?.at(rev).map(KeyRecord::to_kv)
     }
 
     /// Live keys in `range` as of `rev`: the index's count at the newest revision, corrected by
@@ -304,7 +321,7 @@ impl PartitionState {
             }
             let h = self.slab.get(e.slot());
             if let Some(r) = h.at(rev) {
-                out.push(to_kv(r));
+                out.push(r.to_kv());
             }
         }
     }
@@ -431,13 +448,17 @@ impl PartitionState {
             };
             let recs = h.records();
             let r = &recs[at];
-            let prev = at.checked_sub(1).map(|j| &recs[j]).filter(|p| !p.is_tombstone()).map(to_kv);
+            let prev = at
+                .checked_sub(1)
+                .map(|j| &recs[j])
+                .filter(|p| !p.is_tombstone())
+                .map(KeyRecord::to_kv);
             let e = if r.is_tombstone() {
                 let kv =
                     KeyValue { key: r.data.key_bytes(), mod_revision: main, ..Default::default() };
                 Event::new(EventKind::Delete, kv, prev)
             } else {
-                Event::new(EventKind::Put, to_kv(r), prev)
+                Event::new(EventKind::Put, r.to_kv(), prev)
             };
             bytes += r.key().len() + r.value().len();
             out.push((r.rev, e));
@@ -514,19 +535,6 @@ fn table_hash(h: u32) -> u64 {
 /// history header (measured sizes of those structures, rounded up for allocator overhead).
 fn key_cost(key: &[u8]) -> usize {
     key.len() + 100
-}
-
-/// The client-facing form of a record.
-fn to_kv(r: &KeyRecord) -> KeyValue {
-    let (key, value) = r.data.to_bytes();
-    KeyValue {
-        key,
-        create_revision: r.create_rev,
-        mod_revision: r.rev.main,
-        version: r.version,
-        value: if r.is_tombstone() { Bytes::new() } else { value },
-        lease: r.lease,
-    }
 }
 
 impl Partition {

@@ -39,8 +39,9 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::event::{Event, EventKind, RevisionEvents};
 use super::event_log::{CommitObserver, EventLog};
+use super::key_index::KeyRecord;
 use super::kv_buf::KvBuf;
-use super::partition::{Dropped, Partition, PartitionState};
+use super::partition::{Dropped, Partition, PartitionState, Written};
 use super::request::*;
 use super::validate;
 use crate::backend::schema::{VersionView, key_bucket_crc};
@@ -537,7 +538,7 @@ impl Store {
                 }
             }
             parts.sort_by_key(|p| p.id);
-            let ctx = TxnCtx::lock(self, &parts);
+            let ctx = TxnCtx::lock(self, &parts, Vec::new());
             let (mut rev, mut allocated) = (0, 0);
             let (removed, all) = leases.remove_if(id, &mut |keys| {
                 // A key attached since we looked may be in a partition we do not hold: look
@@ -942,11 +943,21 @@ impl Store {
             }
         }
         parts.sort_by_key(|p| p.id);
-        let ctx = TxnCtx::lock(self, &parts);
+        // Every put's key and value copied into the buffer its version keeps, before the locks:
+        // the allocation and the copy stay out of the section a resource's writers pass one at
+        // a time. (A put of an untaken branch copies for nothing; kube-apiserver's txns put on
+        // one branch only.)
+        let mut bufs = Vec::new();
+        visit_puts(&req, &mut |p| {
+            if !p.ignore_value {
+                bufs.push((std::ptr::from_ref(p), KvBuf::new(&p.key, &p.value)));
+            }
+        });
+        let mut path = Vec::with_capacity(1);
+        let ctx = TxnCtx::lock(self, &parts, bufs);
 
         // Evaluate: compares decide the path, per-op checks may fail the whole txn.
         let current = self.commit.clock.allocated();
-        let mut path = Vec::new();
         let writes = match ctx.plan(&req, &mut path, current) {
             Ok(w) => w,
             Err(e) => {
@@ -981,12 +992,13 @@ impl Store {
         let base = if writes { rev - 1 } else { current };
         // Completes the revision even if applying panics, so one bad request cannot wedge
         // every reader behind the watermark.
-        let mut completion = writes.then(|| Completion { store: self, rev, events: Vec::new() });
+        let written = std::mem::take(&mut ctx.written);
+        let mut completion = writes.then(|| Completion { store: self, rev, written });
         let mut sub = 0;
         let mut path_iter = path.into_iter();
         let mut scratch = Vec::new();
-        let events = completion.as_mut().map_or(&mut scratch, |c| &mut c.events);
-        let mut response = ctx.exec(req, &mut path_iter, rev, base, &mut sub, events);
+        let written = completion.as_mut().map_or(&mut scratch, |c| &mut c.written);
+        let mut response = ctx.exec(req, &mut path_iter, rev, base, &mut sub, written);
         response.revision = if sub > 0 { base + 1 } else { base };
         for (p, g) in ctx.parts.iter().zip(&ctx.guards) {
             p.sync_bytes(g);
@@ -1267,12 +1279,14 @@ const COMPACTION_CHUNK: usize = 1024;
 struct Completion<'a> {
     store: &'a Store,
     rev: i64,
-    events: Vec<Event>,
+    /// The revision's changes as records, made into events here, after the partition locks
+    /// are released (the events' views allocate).
+    written: Vec<Written>,
 }
 
 impl Drop for Completion<'_> {
     fn drop(&mut self) {
-        let events: RevisionEvents = std::mem::take(&mut self.events).into();
+        let events: RevisionEvents = self.written.iter().map(Written::to_event).collect();
         // Encoded here, by the writer, so that encoding runs in parallel across writers and the
         // in-order publisher only copies bytes.
         let entry = self.store.commit.wal.get().map(|w| {
@@ -1284,6 +1298,7 @@ impl Drop for Completion<'_> {
             b.finish()
         });
         let commit = &self.store.commit;
+        commit.events.reclaim();
         commit.clock.complete(self.rev, Payload { events, entry }, |batch| commit.publish(batch));
     }
 }
@@ -1300,6 +1315,17 @@ fn to_wal_op(sub: i64, e: &Event) -> wal::record::Op {
             version: e.kv.version,
         },
         EventKind::Delete => wal::record::Op::Delete { sub, key: e.kv.key.clone() },
+    }
+}
+
+/// Calls `f` for every put of a txn, recursively, both branches.
+fn visit_puts<'r>(t: &'r TxnRequest, f: &mut impl FnMut(&'r PutRequest)) {
+    for op in t.success.iter().chain(&t.failure) {
+        match op {
+            RequestOp::Put(p) => f(p),
+            RequestOp::Txn(t) => visit_puts(t, f),
+            _ => {}
+        }
     }
 }
 
@@ -1327,16 +1353,26 @@ struct TxnCtx<'a> {
     /// Exclusive guards, in the same order as `parts` (ascending id).
     guards: Vec<RwLockWriteGuard<'a, PartitionState>>,
     default: Option<usize>,
+    /// The puts' buffers, made before the locks were taken, by the put they belong to
+    /// (compared by address: a txn has a few puts).
+    bufs: Vec<(*const PutRequest, KvBuf)>,
+    /// Room for the changes, allocated before the locks too.
+    written: Vec<Written>,
     /// When the guards were taken: each partition counts how long its writers hold it.
     locked: std::time::Instant,
 }
 
 impl<'a> TxnCtx<'a> {
     /// Takes the write locks of `parts` (sorted by id, as every writer takes them).
-    fn lock(store: &'a Store, parts: &'a [Arc<Partition>]) -> Self {
+    fn lock(
+        store: &'a Store,
+        parts: &'a [Arc<Partition>],
+        bufs: Vec<(*const PutRequest, KvBuf)>,
+    ) -> Self {
+        let written = Vec::with_capacity(bufs.len().max(1));
         let guards: Vec<_> = parts.iter().map(|p| p.state.write()).collect();
         let default = parts.iter().position(|p| p.id == 0);
-        Self { store, parts, guards, default, locked: std::time::Instant::now() }
+        Self { store, parts, guards, default, bufs, written, locked: std::time::Instant::now() }
     }
 }
 
@@ -1352,6 +1388,10 @@ impl Drop for TxnCtx<'_> {
 impl TxnCtx<'_> {
     /// Index of the locked partition holding `key`.
     fn part_of(&self, key: &[u8]) -> usize {
+        if self.parts.len() == 1 {
+            // Every key a txn touches has its partition locked: with one, it is that one.
+            return 0;
+        }
         let i = match self.store.keyspace.partition_of(key) {
             None => self.default,
             Some(prefix) => self.parts.iter().position(|p| &p.prefix[..] == prefix),
@@ -1395,8 +1435,8 @@ impl TxnCtx<'_> {
         }
     }
 
-    fn latest(&self, key: &[u8]) -> Option<KeyValue> {
-        self.guards[self.part_of(key)].get(key, i64::MAX)
+    fn latest(&self, key: &[u8]) -> Option<&KeyRecord> {
+        self.guards[self.part_of(key)].latest(key)
     }
 
     /// Live versions in `range` as of `rev` (i64::MAX = newest), in key order, and their count.
@@ -1419,6 +1459,17 @@ impl TxnCtx<'_> {
 
     fn compares_hold(&self, cmps: &[Compare]) -> bool {
         cmps.iter().all(|c| {
+            if c.range_end.is_empty() {
+                // One key (kube-apiserver's every update): compared on the record itself, with
+                // no copy of the key and no views, under the lock.
+                return match self.latest(&c.key) {
+                    Some(r) => compare_record(c, r),
+                    None => {
+                        !matches!(c.target, CompareTarget::Value(_))
+                            && compare_kv(c, &KeyValue::default())
+                    }
+                };
+            }
             let range = KeyRange::from_request(&c.key, &c.range_end);
             let (kvs, _) = self.read(&range, i64::MAX, 0, false);
             if kvs.is_empty() {
@@ -1483,13 +1534,13 @@ impl TxnCtx<'_> {
         key: &Bytes,
         rev: i64,
         sub: &mut i64,
-        events: &mut Vec<Event>,
-    ) -> Option<KeyValue> {
-        let prev = self.guards[i].delete(key, Revision::new(rev, *sub));
+        written: &mut Vec<Written>,
+    ) -> Option<KeyRecord> {
+        let w = self.guards[i].delete(key, Revision::new(rev, *sub))?;
         *sub += 1;
+        let prev = w.prev.clone();
         self.store.detach_moved(key, prev.as_ref().map_or(0, |p| p.lease), 0);
-        let kv = KeyValue { key: key.clone(), mod_revision: rev, ..Default::default() };
-        events.push(Event::new(EventKind::Delete, kv, prev.clone()));
+        written.push(w);
         prev
     }
 
@@ -1502,7 +1553,7 @@ impl TxnCtx<'_> {
         rev: i64,
         base: i64,
         sub: &mut i64,
-        events: &mut Vec<Event>,
+        written: &mut Vec<Written>,
     ) -> TxnResponse {
         let ok = path.next().expect("planned path covers every executed txn");
         let ops = if ok { &t.success } else { &t.failure };
@@ -1526,37 +1577,28 @@ impl TxnCtx<'_> {
                     let st = &mut self.guards[i];
                     // The request's key and value are views into the gRPC decode buffer (8 KiB
                     // or more). A version lives until compaction, so keeping the view would pin
-                    // that whole buffer per version: copy both into one buffer of the exact
-                    // size. An ignored value stays the previous version's buffer, key and all.
-                    let (data, lease) = if p.ignore_value || p.ignore_lease {
-                        let prev = st.latest(&p.key).expect("checked in plan");
-                        let lease = if p.ignore_lease { prev.lease } else { p.lease };
-                        if p.ignore_value {
-                            (prev.data.clone(), lease)
-                        } else {
-                            (KvBuf::new(&p.key, &p.value), lease)
-                        }
+                    // that whole buffer per version: both were copied into one buffer of the
+                    // exact size before the locks (`bufs`). An ignored value stays the previous
+                    // version's buffer, key and all.
+                    let prev = || st.latest(&p.key).expect("checked in plan");
+                    let lease = if p.ignore_lease { prev().lease } else { p.lease };
+                    let data = if p.ignore_value {
+                        prev().data.clone()
                     } else {
-                        (KvBuf::new(&p.key, &p.value), p.lease)
+                        let made = self.bufs.iter().position(|(q, _)| std::ptr::eq(*q, p));
+                        match made {
+                            Some(j) => self.bufs.swap_remove(j).1,
+                            None => KvBuf::new(&p.key, &p.value),
+                        }
                     };
-                    let (key, value) = data.to_bytes();
-                    let prev = st.put(data, Revision::new(rev, *sub), lease);
+                    let w = st.put(data, Revision::new(rev, *sub), lease);
                     *sub += 1;
                     // Attached to `lease` already, in `plan`.
-                    self.store.detach_moved(&key, prev.as_ref().map_or(0, |p| p.lease), lease);
-                    let kv = KeyValue {
-                        key,
-                        create_revision: prev.as_ref().map_or(rev, |p| p.create_revision),
-                        mod_revision: rev,
-                        version: prev.as_ref().map_or(1, |p| p.version + 1),
-                        value,
-                        lease,
-                    };
-                    events.push(Event::new(EventKind::Put, kv, prev.clone()));
-                    ResponseOp::Put(PutResponse {
-                        revision: base + 1,
-                        prev_kv: if p.prev_kv { prev } else { None },
-                    })
+                    self.store.detach_moved(&p.key, w.prev.as_ref().map_or(0, |p| p.lease), lease);
+                    let prev_kv =
+                        if p.prev_kv { w.prev.as_ref().map(KeyRecord::to_kv) } else { None };
+                    written.push(w);
+                    ResponseOp::Put(PutResponse { revision: base + 1, prev_kv })
                 }
                 RequestOp::DeleteRange(d) => {
                     let range = KeyRange::from_request(&d.key, &d.range_end);
@@ -1569,9 +1611,9 @@ impl TxnCtx<'_> {
                     keys.sort_by(|a, b| a.1.cmp(&b.1));
                     let mut prev_kvs = Vec::new();
                     for (i, k) in &keys {
-                        let prev = self.delete_key(*i, k, rev, sub, events);
+                        let prev = self.delete_key(*i, k, rev, sub, written);
                         if d.prev_kv {
-                            prev_kvs.extend(prev);
+                            prev_kvs.extend(prev.as_ref().map(KeyRecord::to_kv));
                         }
                     }
                     ResponseOp::DeleteRange(DeleteRangeResponse {
@@ -1581,7 +1623,7 @@ impl TxnCtx<'_> {
                     })
                 }
                 RequestOp::Txn(nested) => {
-                    let mut r = self.exec(nested, path, rev, base, sub, events);
+                    let mut r = self.exec(nested, path, rev, base, sub, written);
                     // etcd fills only the outermost txn header.
                     r.revision = 0;
                     ResponseOp::Txn(r)
@@ -1589,10 +1631,10 @@ impl TxnCtx<'_> {
                 RequestOp::Empty => unreachable!("refused in plan"),
                 RequestOp::DeleteLeased { key, lease } => {
                     let i = self.part_of(key);
-                    let live = self.guards[i].get(key, i64::MAX);
+                    let live = self.guards[i].latest(key);
                     let mut deleted = 0;
-                    if live.is_some_and(|kv| kv.lease == *lease) {
-                        self.delete_key(i, key, rev, sub, events);
+                    if live.is_some_and(|r| r.lease == *lease) {
+                        self.delete_key(i, key, rev, sub, written);
                         deleted = 1;
                     }
                     ResponseOp::DeleteRange(DeleteRangeResponse {
@@ -1617,6 +1659,24 @@ fn compare_kv(c: &Compare, kv: &KeyValue) -> bool {
         CompareTarget::Lease(n) => kv.lease.cmp(n),
         CompareTarget::Unknown => std::cmp::Ordering::Equal,
     };
+    compared(c, ord)
+}
+
+/// [`compare_kv`] on a live version as stored.
+fn compare_record(c: &Compare, r: &KeyRecord) -> bool {
+    let ord = match &c.target {
+        CompareTarget::Value(v) => r.value().cmp(&v[..]),
+        CompareTarget::Create(n) => r.create_rev.cmp(n),
+        CompareTarget::Mod(n) => r.rev.main.cmp(n),
+        CompareTarget::Version(n) => r.version.cmp(n),
+        CompareTarget::Lease(n) => r.lease.cmp(n),
+        CompareTarget::Unknown => std::cmp::Ordering::Equal,
+    };
+    compared(c, ord)
+}
+
+/// Whether a compare holds, given how the key's field orders against its operand.
+fn compared(c: &Compare, ord: std::cmp::Ordering) -> bool {
     match c.result {
         CompareResult::Equal => ord.is_eq(),
         CompareResult::NotEqual => ord.is_ne(),

@@ -129,11 +129,13 @@ pub trait DurableSink: Send + Sync {
     fn durable(&self, rev: i64);
 }
 
-/// One revision's records, one per partition it wrote to, framed and ready to append.
+/// One revision's records, one per partition it wrote to, framed and ready to append, each
+/// with the index of its partition's stream (found by the writer that built it, so that the
+/// in-order publisher, which appends it, only copies bytes).
 #[derive(Debug, Default)]
 pub struct Entry {
     rev: i64,
-    records: Vec<(Bytes, Vec<u8>)>,
+    records: Vec<(usize, Vec<u8>)>,
 }
 
 /// Builds an [`Entry`] from a revision's changes, in sub-revision order.
@@ -183,7 +185,7 @@ impl EntryBuilder<'_> {
                 record::begin_txn(f.body(), self.rev, n, ops);
                 f.body().extend_from_slice(&body);
                 f.finish();
-                (prefix, out)
+                (self.wal.stream_index(&prefix), out)
             })
             .collect();
         Entry { rev: self.rev, records }
@@ -282,7 +284,8 @@ pub struct Wal {
     /// Set by the append that wakes the flusher, cleared when the flusher starts a round.
     flush_scheduled: AtomicBool,
     flush_wake: Notify,
-    /// Stream index by partition prefix; stream 0 is `_meta`. Only grows; read on every append.
+    /// Stream index by partition prefix; stream 0 is `_meta`. Only grows; read by every writer
+    /// as it builds its entry.
     streams: Mutex<(HashMap<Bytes, usize>, Vec<Bytes>)>,
     /// The last batch fully written (and synced in fsync mode).
     durable_gen: AtomicU64,
@@ -408,8 +411,7 @@ impl Wal {
     pub fn append(&self, entries: impl IntoIterator<Item = Entry>) {
         let mut g = self.pending.lock();
         for e in entries {
-            for (prefix, bytes) in e.records {
-                let i = self.stream_index(&prefix);
+            for (i, bytes) in e.records {
                 if g.bufs.len() <= i {
                     g.bufs.resize_with(i + 1, || (Vec::new(), 0));
                 }
