@@ -24,11 +24,14 @@
 #        `mem_etcd bench-floor-tonic` (tonic's defaults); each server's CPU per request also as
 #        a multiple of the floor's. A member alone only.
 # serial: mem_etcd alone: TOTAL puts (as put), then TOTAL Lease renewals from etcd-lease-flood
-#        (kube-apiserver's update Txn, one hot resource); for each, the time per write inside
-#        the sections that pass writes one at a time (the in-order publisher, the WAL writer,
-#        the written resource's partition lock), read from /metrics, and the write rate each
-#        would cap the server at whatever its core count. FLOOD_BIN: etcd-lease-flood (else
-#        next to MEM).
+#        (kube-apiserver's update Txn, one hot resource) from its 100 workers and again from
+#        WIDE_WORKERS (400); for each, the time per write inside the sections that pass writes
+#        one at a time (the in-order publisher, the WAL writer, the written resource's
+#        partition lock), read from /metrics, and the write rate each would cap the server at
+#        whatever its core count. The two Lease loads write batches of different sizes: from
+#        them, the WAL writer's cost per pass and per revision, and its ceiling as batches grow
+#        with the rate (1 / the cost per revision). FLOOD_BIN: etcd-lease-flood (else next to
+#        MEM).
 # env: TOTAL (requests per run, default 100000), CLIENTS (100), CONNS (10)
 #      MEMBERS (1: one server each; 3 or 5: a cluster of that many members on 127.0.0.1, started
 #      with etcd's cluster flags, every member in the benchmark's --endpoints, which spreads its
@@ -202,7 +205,9 @@ if [ "$WHAT" = serial ]; then
   # One Prometheus sample: metric{label="value"} from the member's /metrics.
   sample() { curl -s "$(cluster_client_url "$PORT" 0)/metrics" | awk -v m="$1{$2=\"$3\"}" '$1 == m {print $2}'; }
   printf '%-11s %-24s %10s %16s %12s %18s\n' load section "per write" "ceiling (1/x)" "per pass" "writes/s measured"
-  for load in put lease-flood; do
+  WIDE=${WIDE_WORKERS:-400}
+  writer=()
+  for load in put lease-flood "lease-flood-$WIDE"; do
     start mem_etcd
     if [ "$load" = put ]; then
       out=$(${CLIENT_PIN[@]+"${CLIENT_PIN[@]}"} "$BENCH" --endpoints "$ENDPOINTS" --clients "$CLIENTS" --conns "$CONNS" put \
@@ -210,7 +215,9 @@ if [ "$WHAT" = serial ]; then
       rps=$(grep -m1 -oE 'Requests/sec:\s*[0-9.]+' <<<"$out" | grep -oE '[0-9.]+$')
       part=''
     else
-      out=$(${CLIENT_PIN[@]+"${CLIENT_PIN[@]}"} "$FLOOD" --endpoints "$ENDPOINTS" --total "$TOTAL" 2>&1 | tail -1)
+      workers=100
+      [ "$load" = lease-flood ] || workers=$WIDE
+      out=$(${CLIENT_PIN[@]+"${CLIENT_PIN[@]}"} "$FLOOD" --endpoints "$ENDPOINTS" --total "$TOTAL" --workers "$workers" 2>&1 | tail -1)
       rps=$(grep -oE '[0-9.]+ writes/s' <<<"$out" | grep -oE '^[0-9.]+')
       part=/registry/leases/
     fi
@@ -225,13 +232,23 @@ if [ "$WHAT" = serial ]; then
         n=$(sample mem_etcd_serial_revisions_total section "$section")
         passes=$(sample mem_etcd_serial_passes_total section "$section")
         name=$section
+        [ "$section" != wal_writer ] || [ "$load" = put ] || writer+=("$secs $n $passes")
       fi
       awk -v l="$load" -v s="$name" -v t="$secs" -v n="$n" -v p="$passes" -v r="$rps" \
         'BEGIN{u = t / n * 1e6; printf "%-11s %-24s %7.2f µs %14.0f/s %12.1f %18.0f\n", l, s, u, 1e6 / u, n / p, r}'
     done
     stop
   done
-  echo "($(nproc) cores${PIN:+, server on CPUs ${PIN%%:*} and the client on ${PIN#*:}}; $TOTAL writes per load; put: $CLIENTS clients over $CONNS connections, 1 KiB values; lease-flood: its defaults (kube-apiserver's Txn on 10,000 node Leases); a section's ceiling: the most writes/s it could pass with the server on any number of cores, at the writes per pass measured)"
+  # A pass of n revisions takes a + b*n: the two Lease loads give a and b. As the rate grows,
+  # batches grow and a is shared by more revisions, so the writer keeps up until 1/b.
+  printf '%s\n' "${writer[@]}" | awk '
+    { t[NR] = $1 / $3 * 1e6; n[NR] = $2 / $3 }
+    END {
+      if (NR < 2 || n[2] == n[1]) exit
+      b = (t[2] - t[1]) / (n[2] - n[1]); a = t[1] - b * n[1]
+      printf "wal_writer, from the two lease-flood loads (%.1f and %.1f revisions per pass): %.2f µs per pass + %.3f µs per revision; ceiling as batches grow %s\n", n[1], n[2], a, b, (b > 0 ? sprintf("%.0f/s", 1e6 / b) : "none measured")
+    }'
+  echo "($(nproc) cores${PIN:+, server on CPUs ${PIN%%:*} and the client on ${PIN#*:}}; $TOTAL writes per load; put: $CLIENTS clients over $CONNS connections, 1 KiB values; lease-flood: its defaults (kube-apiserver's Txn on 10,000 node Leases; 100 workers over 10 connections), lease-flood-$WIDE the same from $WIDE workers; a section's ceiling: the most writes/s it could pass with the server on any number of cores, at the writes per pass measured)"
   exit 0
 fi
 if [ "$WHAT" = floor ]; then

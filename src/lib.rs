@@ -83,9 +83,12 @@
 //! - [`humanize`]: sizes as etcd's log lines write them (`1.0 GB`).
 //!
 //! ## The write path
-//! validate → lock partitions → evaluate compares → allocate revision → apply → encode WAL
-//! records → complete → hand to the WAL in revision order → written (and synced) → publish
-//! (event log, then watchers) → move the read watermark → reply.
+//! validate → copy each put's key and value into the buffer its version keeps → lock
+//! partitions → evaluate compares → allocate revision → apply → unlock → make the events →
+//! encode WAL records → complete → hand to the WAL in revision order → written (and synced) →
+//! publish (event log, then watchers) → move the read watermark → reply. Only what must be
+//! ordered runs in the sections writers pass one at a time (a partition's lock, the in-order
+//! hand-off, the WAL writer); benches/README.md, "The serial ceiling", measures them.
 //! See [`mvcc::store`] for why this is linearizable without a global lock.
 //!
 //! In a cluster one floor goes on top, and the Raft log takes the WAL's place below: validate →
