@@ -77,9 +77,15 @@ pub struct Written {
 
 impl Written {
     pub fn to_event(&self) -> Event {
-        let kind = if self.rec.is_tombstone() { EventKind::Delete } else { EventKind::Put };
-        Event::new(kind, self.rec.to_kv(), self.prev.as_ref().map(KeyRecord::to_kv))
+        event_of(&self.rec, self.prev.as_ref())
     }
+}
+
+/// The event of record `rec` (a put's version or a delete's tombstone) over the live version
+/// `prev` it replaced: as a writer makes it, and as a read of past revisions rebuilds it.
+fn event_of(rec: &KeyRecord, prev: Option<&KeyRecord>) -> Event {
+    let kind = if rec.is_tombstone() { EventKind::Delete } else { EventKind::Put };
+    Event::new(kind, rec.to_kv(), prev.map(KeyRecord::to_kv))
 }
 
 /// What a compaction took out of a partition under its lock, freed after the lock is
@@ -448,20 +454,9 @@ impl PartitionState {
             };
             let recs = h.records();
             let r = &recs[at];
-            let prev = at
-                .checked_sub(1)
-                .map(|j| &recs[j])
-                .filter(|p| !p.is_tombstone())
-                .map(KeyRecord::to_kv);
-            let e = if r.is_tombstone() {
-                let kv =
-                    KeyValue { key: r.data.key_bytes(), mod_revision: main, ..Default::default() };
-                Event::new(EventKind::Delete, kv, prev)
-            } else {
-                Event::new(EventKind::Put, r.to_kv(), prev)
-            };
+            let prev = at.checked_sub(1).map(|j| &recs[j]).filter(|p| !p.is_tombstone());
             bytes += r.key().len() + r.value().len();
-            out.push((r.rev, e));
+            out.push((r.rev, event_of(r, prev)));
         }
         to
     }
