@@ -1,6 +1,6 @@
 //! The MVCC store: partitions, the revision clock, and the one write path.
 //!
-//! One file of about 1,700 lines on purpose: the steps below and the reads at the watermark
+//! One file of about 1,800 lines on purpose: the steps below and the reads at the watermark
 //! are one protocol, whose correctness argument (lock order, allocation under the locks,
 //! in-order completion and publication) has to be read in one place; the pieces that stand on
 //! their own live beside it (`partition`, `key_index`, `index`, `event_log`, `persist`).
@@ -8,17 +8,18 @@
 //! # The write path
 //! Every write (Put, DeleteRange, Txn, and later lease expiry) goes through [`Store::txn`]:
 //! 1. **validate** the request's shape (no store access);
-//! 2. **lock** the partitions it touches, exclusively, in ascending partition id;
+//! 2. copy each put's key and value into the buffer its version will keep, then **lock** the
+//!    partitions it touches, exclusively, in ascending partition id;
 //! 3. **evaluate** compares and per-op checks against the newest applied state of those
 //!    partitions; errors stop here, before a revision is taken;
 //! 4. **allocate** the next main revision (only if the chosen branch writes) and **apply** the
 //!    ops with consecutive sub-revisions;
-//! 5. unlock, encode the revision's **WAL** records (one per partition written), and
-//!    **complete** the revision: once every lower revision is complete too, the in-order
-//!    publisher hands it to the WAL, and once the WAL has written it (and synced it, in fsync
-//!    mode) it is **published** to the event log and the watchers and the read watermark moves
-//!    past it. Only then do readers see the write. Without a WAL, publication follows
-//!    completion directly.
+//! 5. unlock, make the revision's events from the records written, encode its **WAL** records
+//!    (one per partition written), and **complete** the revision: once every lower revision is
+//!    complete too, the in-order publisher hands it to the WAL, and once the WAL has written it
+//!    (and synced it, in fsync mode) it is **published** to the event log and the watchers and
+//!    the read watermark moves past it. Only then do readers see the write. Without a WAL,
+//!    publication follows completion directly.
 //!
 //! The caller acknowledges the client once the watermark reaches the returned revision.
 //!
