@@ -10,7 +10,8 @@
 #        for them (with MEMBERS=1 and MEMBERS=3, a cluster member's memory against a member
 #        alone's), and a line after the table gives each server's RSS growth per key, also as a
 #        multiple of the key and value bytes (`TOTAL=1000000 KEY_SIZE=16 VAL_SIZE=300`: a
-#        million small objects such as node Leases).
+#        million small objects such as node Leases), and the same after the servers are
+#        stopped and started again on their data directories.
 # snapshot: TOTAL keys loaded as for memory, then `etcdctl snapshot save` of them to tmpfs, timed;
 #        its own table: seconds to save, the servers' CPU seconds meanwhile, how far the largest
 #        member's peak RSS rose above its RSS before the save, and the file's size (TOTAL=1000000
@@ -116,10 +117,18 @@ run() { # KIND WORKLOAD
     out=$(save_snapshot "$1") && stop && echo "$out"
     return
   fi
-  local kb1 rss per_key
+  local kb1 rss per_key restarted=-
   kb1=$(max_rss_kb "${SERVER_PIDS[@]}")
   rss=$(awk -v k="$kb1" 'BEGIN{printf "%.0f", k / 1024}')
   per_key=$(( (kb1 - kb0) * 1024 / TOTAL ))
+  if [ "$2" = memory ]; then
+    # The same keys after a restart: read back from the data directory, with no requests'
+    # buffers among them.
+    kill "${SERVER_PIDS[@]}"; wait "${SERVER_PIDS[@]}" 2>/dev/null || true
+    start "$1"
+    sleep 2
+    restarted=$(( ($(max_rss_kb "${SERVER_PIDS[@]}") - kb0) * 1024 / TOTAL ))
+  fi
   client=$(awk -v n="$TOTAL" '{printf "%.1f", ($1 + $2) * 1e6 / n}' "$TMP/client.time")
   stop
   local rps
@@ -127,7 +136,7 @@ run() { # KIND WORKLOAD
   [ -n "$rps" ] || rps=$(grep -m1 -oE '[0-9.]+ (events|requests)/s' <<<"$out" | grep -oE '^[0-9.]+' || echo 0)
   local ticks=$((c1 - c0)) hz
   hz=$(getconf CLK_TCK)
-  echo "$rps $(awk -v t="$ticks" -v hz="$hz" -v n="$TOTAL" 'BEGIN{printf "%.1f", t / hz * 1e6 / n}') $client $rss $per_key"
+  echo "$rps $(awk -v t="$ticks" -v hz="$hz" -v n="$TOTAL" 'BEGIN{printf "%.1f", t / hz * 1e6 / n}') $client $rss $per_key $restarted"
   echo "$out" >"$TMP/$1-$2.out"
   cp "$TMP/$1-$2.out" "/tmp/compare-$1-$2.out"
 }
@@ -275,10 +284,10 @@ fi
 printf '%-8s %14s %14s %7s %16s %16s %18s %18s %13s %13s\n' workload "mem_etcd req/s" "etcd req/s" ratio \
   "mem_etcd cpu/req" "etcd cpu/req" "client cpu (mem)" "client cpu (etcd)" "mem_etcd RSS" "etcd RSS"
 for w in "${workloads[@]}"; do
-  mr='' mc='' mk='' mm='' mp='' er='' ec='' ek='' em='' ep=''
+  mr='' mc='' mk='' mm='' mp='' mq='' er='' ec='' ek='' em='' ep='' eq=''
   for _ in $(seq "$ROUNDS"); do
-    read -r a b c d e < <(run mem_etcd "$w"); mr+="$a " mc+="$b " mk+="$c " mm+="$d " mp+="$e "
-    read -r a b c d e < <(run etcd "$w"); er+="$a " ec+="$b " ek+="$c " em+="$d " ep+="$e "
+    read -r a b c d e f < <(run mem_etcd "$w"); mr+="$a " mc+="$b " mk+="$c " mm+="$d " mp+="$e " mq+="$f "
+    read -r a b c d e f < <(run etcd "$w"); er+="$a " ec+="$b " ek+="$c " em+="$d " ep+="$e " eq+="$f "
   done
   m_rps=$(median <<<"$mr") m_cpu=$(median <<<"$mc") m_cl=$(median <<<"$mk") m_rss=$(median <<<"$mm")
   e_rps=$(median <<<"$er") e_cpu=$(median <<<"$ec") e_cl=$(median <<<"$ek") e_rss=$(median <<<"$em")
@@ -288,6 +297,7 @@ for w in "${workloads[@]}"; do
   if [ "$w" = memory ]; then
     raw=$((${KEY_SIZE:-8} + ${VAL_SIZE:-1024}))
     awk -v m="$(median <<<"$mp")" -v e="$(median <<<"$ep")" -v r="$raw" 'BEGIN{printf "memory per key (RSS growth / keys, the largest member): mem_etcd %d B (%.2fx the %d B of key and value), etcd %d B (%.2fx)\n", m, m / r, r, e, e / r}'
+    awk -v m="$(median <<<"$mq")" -v e="$(median <<<"$eq")" -v r="$raw" 'BEGIN{printf "the same keys after a restart: mem_etcd %d B (%.2fx), etcd %d B (%.2fx)\n", m, m / r, e, e / r}'
   fi
 done
 echo "($(nproc) cores${PIN:+, servers on CPUs ${PIN%%:*} and the client on ${PIN#*:}}; $MEMBERS member(s) per server (RSS: the largest member's); $TOTAL requests per run${RATE:+ at $RATE/s}; $CLIENTS clients over $CONNS connections; median of $ROUNDS alternating run(s) per server; mem_etcd flags: --wal-mode buffered ${MEM_ARGS:-}; full outputs in /tmp/compare-*.out)"

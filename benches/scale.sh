@@ -212,6 +212,8 @@ measure_store() {
     say "$kind: kill -9 and restart"
     restart_alone "$kind"
     record "$kind" "$size" restart "$RESTART_JSON"
+    # Read as the fill's is, once the allocator has returned what the replay freed.
+    sleep 5
     record "$kind" "$size" restart-rss "{\"rss_kib\":$(rss_kib "${PIDS[0]}")}"
   fi
 

@@ -8,47 +8,13 @@ use mem_etcd::server::embed::serve::{self, Listener};
 use mem_etcd::server::{self, etcdserver::member::Member};
 use tracing_subscriber::EnvFilter;
 
+mod allocator;
 mod log_format;
 mod log_outputs;
 
-// Every gRPC request allocates and frees a few buffers (tonic's 8 KiB encode buffer, the decode
-// buffer, the reply) on one worker thread and often frees them on another. glibc's malloc grows
-// and trims its per-thread arenas around that pattern (mprotect, sysmalloc): a quarter of the
-// server's CPU per put in a profile. mimalloc's thread-local free lists make it a few ns.
+// mimalloc, as `allocator` says why.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// mimalloc's `mi_option_purge_delay` (v3's `mi_option_e`; the -sys crate names no constant).
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-
-/// mimalloc returns freed memory to the kernel ("purging": madvise, page tables unmapped, other
-/// cores' TLBs flushed) a delay after it is freed, on whichever thread frees a page next: a
-/// request thread, possibly holding a partition's lock. After a compaction freed 1M versions of
-/// a 5M-object store that took a worker 300 ms in the kernel and every put waited behind it
-/// (renewals up to 330 ms). So the automatic delay is set too long to expire, and a thread of
-/// its own purges whatever was freed, once a second: memory goes back as soon as it did, and no
-/// request pays for it.
-#[allow(unsafe_code)] // two FFI calls that take no pointers (the other unsafe code: mvcc::kv_buf)
-fn start_allocator_purge() {
-    const PURGE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-    // SAFETY: setting an option and collecting are thread-safe mimalloc calls.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 3_600_000) };
-    let spawned = std::thread::Builder::new().name("mimalloc-purge".into()).spawn(|| {
-        // mimalloc collects through the calling thread's heap, set up by its first allocation.
-        drop(std::hint::black_box(vec![0u8; 64]));
-        loop {
-            std::thread::sleep(PURGE_EVERY);
-            // SAFETY: as above; forced, so everything freed meanwhile goes back now.
-            unsafe { libmimalloc_sys::mi_collect(true) };
-        }
-    });
-    if let Err(e) = spawned {
-        // Without the thread nothing would ever be returned: back to mimalloc's own purging.
-        // SAFETY: as above.
-        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 1_000) };
-        eprintln!("mem_etcd: no allocator purge thread ({e}); mimalloc purges on its own");
-    }
-}
+static GLOBAL: allocator::MiMalloc = allocator::MiMalloc;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `mem_etcd snapshot restore|status ...`: offline tools, no server.
@@ -64,7 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
         std::process::exit(runtime.block_on(mem_etcd::proxy::run(proxy)));
     }
-    start_allocator_purge();
+    allocator::start_purge();
     // `mem_etcd bench-floor <flags>`: the member as the flags say, its KV calls answered by the
     // floor (`v3rpc::floor`); `mem_etcd bench-floor-tonic <flags>`: the floor alone on tonic's
     // defaults at the first client URL. Both for `benches/compare_etcd.sh floor` only.

@@ -9,7 +9,7 @@
 //! plus 12 would not. Readers get `Bytes` views through [`KvBuf::to_bytes`], which pays one
 //! small allocation per read for what the store no longer keeps per key.
 //!
-//! The project's second unsafe code (the first: the daemon's calls into mimalloc): an `Arc`
+//! The project's second unsafe code (the first: the daemon's allocator, `allocator.rs`): an `Arc`
 //! of unsized bytes whose count takes 4 bytes, where std's takes 16.
 #![allow(unsafe_code)]
 
