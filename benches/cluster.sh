@@ -110,7 +110,7 @@ k8s_load_tool() {
 }
 
 # start_apiserver DIR PORT: kube-apiserver (KUBE_APISERVER_BIN) on ETCD_SERVERS with what
-# tests/it/k8s_e2e.rs gives it (a service-account key, a token in system:masters, AlwaysAllow,
+# tests/it/kubernetes/k8s_e2e.rs gives it (a service-account key, a token in system:masters, AlwaysAllow,
 # self-signed serving certificates) and APISERVER_EXTRA (array, may be empty); its files and
 # log in DIR, its kubeconfig DIR/kubeconfig. Sets API_PID and waits until /readyz is ok.
 start_apiserver() {

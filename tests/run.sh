@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command: every test, against the real reference peers.
 #
-#   tests/run.sh [extra cargo test args...]     e.g. tests/run.sh --test it kv::
+#   tests/run.sh [extra cargo test args...]     e.g. tests/run.sh --test it api::kv::
 #
 # 1. installs `protoc` if missing (etcd-client's build script needs it; the server does not),
 #    and finds Go >= 1.26 (tests/peers/install_go.sh: the one on PATH or in /usr/local/go, else

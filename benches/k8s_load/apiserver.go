@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// initApiserver writes what kube-apiserver and the load need to start, as tests/it/k8s_e2e.rs
+// initApiserver writes what kube-apiserver and the load need to start, as tests/it/kubernetes/k8s_e2e.rs
 // makes them: a P-256 service-account key (the one file both signs and verifies), a static
 // token in system:masters for the load (authorized by --authorization-mode=AlwaysAllow, and
 // exempt from API Priority and Fairness as system:masters is), and a kubeconfig with that

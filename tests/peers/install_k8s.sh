@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the Kubernetes peers the end-to-end test (tests/it/k8s_e2e.rs) runs against mem_etcd and
+# Builds the Kubernetes peers the end-to-end test (tests/it/kubernetes/k8s_e2e.rs) runs against mem_etcd and
 # a real etcd: kube-apiserver and kubectl, from the Go module proxy, at a pinned version.
 #
 # Why a wrapper module: k8s.io/kubernetes cannot be `go install`ed. Its go.mod requires the

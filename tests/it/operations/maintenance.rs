@@ -237,7 +237,8 @@ async fn quota_cycle(kind: Kind) -> Vec<String> {
     step("put after compaction", format!("{:?}", r.map_err(|e| status_of(&e))));
     // etcdctl alarm disarm: lists the alarms, then deactivates each.
     let ctl = peer_binary("etcdctl").expect("etcdctl");
-    let (code, out, _) = crate::etcdctl::etcdctl(&ctl, &s.endpoint(), &["alarm", "disarm"], None);
+    let (code, out, _) =
+        crate::tools::etcdctl::etcdctl(&ctl, &s.endpoint(), &["alarm", "disarm"], None);
     step("etcdctl alarm disarm", format!("{code:?} {}", text(out)));
     let alarms = c.alarm(AlarmAction::Get, AlarmType::None, None).await.unwrap();
     step("alarm list after disarm", list(&alarms));
