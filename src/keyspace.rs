@@ -3,22 +3,31 @@
 //! Kubernetes stores each resource under `/registry/[group/]resource/`; a partition per resource
 //! keeps unrelated kinds from sharing locks and maps. Partitioning is only an optimisation: a
 //! range may cross any number of partitions and still comes back sorted and counted exactly.
+//! Several kube-apiservers may share the store, each under its own `--etcd-prefix` (hosted
+//! control planes: `/tenant-a`, `/tenant-b`); each prefix's resources get partitions of their
+//! own.
 
 use bytes::Bytes;
 
 /// Decides the partition prefix of a key.
 #[derive(Clone, Debug)]
 pub struct Keyspace {
-    /// The Kubernetes storage prefix with a trailing slash, e.g. `/registry/`.
-    registry: Bytes,
+    /// The Kubernetes storage prefixes, each with a trailing slash (`/registry/`), longest
+    /// first: of two nested prefixes the inner one owns the keys below it. Looked through in
+    /// turn on every write: a handful of prefixes costs a few byte compares.
+    registries: Vec<Bytes>,
 }
 
 impl Keyspace {
-    /// `prefix` is kube-apiserver's `--etcd-prefix` (default `/registry`).
-    pub fn new(prefix: &str) -> Self {
-        let mut p = prefix.trim_end_matches('/').to_string();
-        p.push('/');
-        Self { registry: Bytes::from(p) }
+    /// `prefixes` are kube-apiserver's `--etcd-prefix`es (default `/registry`).
+    pub fn new(prefixes: &[impl AsRef<str>]) -> Self {
+        let mut registries: Vec<Bytes> = prefixes
+            .iter()
+            .map(|p| Bytes::from(format!("{}/", p.as_ref().trim_end_matches('/'))))
+            .collect();
+        registries.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        registries.dedup();
+        Self { registries }
     }
 
     /// The resource prefix `key` lives under (`/registry/pods/`, `/registry/example.com/widgets/`),
@@ -33,7 +42,8 @@ impl Keyspace {
     /// Like [`partition_of`](Self::partition_of), but also for the bare prefix itself
     /// (`/registry/pods/`), as the start of a range or watch over a whole resource.
     pub fn resource_prefix<'k>(&self, key: &'k [u8]) -> Option<&'k [u8]> {
-        let rest = key.strip_prefix(&self.registry[..])?;
+        let registry = self.registries.iter().find(|r| key.starts_with(r))?;
+        let rest = &key[registry.len()..];
         let first = rest.iter().position(|&b| b == b'/')?;
         if first == 0 {
             return None;
@@ -46,7 +56,7 @@ impl Keyspace {
             }
             end += second + 1;
         }
-        Some(&key[..self.registry.len() + end])
+        Some(&key[..registry.len() + end])
     }
 }
 
@@ -136,7 +146,7 @@ mod tests {
 
     #[test]
     fn partitions_follow_kubernetes_resources() {
-        let ks = Keyspace::new("/registry");
+        let ks = Keyspace::new(&["/registry"]);
         let p = |k: &str| {
             ks.partition_of(k.as_bytes()).map(|p| String::from_utf8_lossy(p).into_owned())
         };
@@ -152,8 +162,29 @@ mod tests {
         assert_eq!(p("/registry/example.com/widgets"), None);
         assert_eq!(p("compact_rev_key"), None);
         assert_eq!(p("/other/pods/x"), None);
-        let custom = Keyspace::new("/kube/");
+        let custom = Keyspace::new(&["/kube/"]);
         assert_eq!(custom.partition_of(b"/kube/pods/x"), Some(&b"/kube/pods/"[..]));
+    }
+
+    #[test]
+    fn each_storage_prefix_partitions_its_own_resources() {
+        let ks = Keyspace::new(&["/registry", "/tenant-a/", "/t", "/t/inner", "/registry"]);
+        let p = |k: &str| {
+            ks.partition_of(k.as_bytes()).map(|p| String::from_utf8_lossy(p).into_owned())
+        };
+        assert_eq!(p("/registry/pods/ns/a").as_deref(), Some("/registry/pods/"));
+        assert_eq!(p("/tenant-a/pods/ns/a").as_deref(), Some("/tenant-a/pods/"));
+        assert_eq!(
+            p("/tenant-a/example.com/widgets/ns/w").as_deref(),
+            Some("/tenant-a/example.com/widgets/")
+        );
+        assert_eq!(p("/tenant-b/pods/ns/a"), None, "an undeclared prefix: the default partition");
+        assert_eq!(p("/tenant-ab/pods/ns/a"), None, "a prefix is a whole segment");
+        // Nested prefixes: the inner one owns its keys, the outer one the rest.
+        assert_eq!(p("/t/inner/pods/x").as_deref(), Some("/t/inner/pods/"));
+        assert_eq!(p("/t/pods/x").as_deref(), Some("/t/pods/"));
+        assert_eq!(ks.resource_prefix(b"/tenant-a/pods/"), Some(&b"/tenant-a/pods/"[..]));
+        assert_eq!(ks.registries.len(), 4, "duplicates dropped: {:?}", ks.registries);
     }
 
     #[test]

@@ -95,7 +95,7 @@ pub struct Config {
     /// The WAL settings, settled once from `--wal-mode`, `--fsync`, `--unsafe-no-fsync` and
     /// the `--wal-*` flags (see [`Config::wal_options`]).
     wal: crate::wal::Options,
-    pub registry_prefix: String,
+    pub registry_prefix: Vec<String>,
     pub auto_compaction_mode: AutoCompactionMode,
     pub auto_compaction_retention: String,
     pub auto_compaction_revision_interval: Duration,

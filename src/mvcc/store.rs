@@ -55,8 +55,9 @@ use crate::wal::{self, Wal};
 /// Store settings.
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
-    /// kube-apiserver's `--etcd-prefix`; keys below it are partitioned by resource.
-    pub registry_prefix: String,
+    /// kube-apiserver's `--etcd-prefix`, or one per kube-apiserver sharing the store; keys
+    /// below each are partitioned by resource.
+    pub registry_prefix: Vec<String>,
     /// etcd's `--max-txn-ops`.
     pub max_txn_ops: usize,
     /// etcd's `--max-request-bytes`: the largest write, as encoded on the wire.
@@ -65,7 +66,11 @@ pub struct StoreConfig {
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        Self { registry_prefix: "/registry".into(), max_txn_ops: 128, max_request_bytes: 1_572_864 }
+        Self {
+            registry_prefix: vec!["/registry".into()],
+            max_txn_ops: 128,
+            max_request_bytes: 1_572_864,
+        }
     }
 }
 

@@ -72,9 +72,17 @@ pub struct StorageFlags {
     #[arg(long, hide = true, display_order = 12)]
     pub wal_failpoint: Option<PathBuf>,
 
-    /// kube-apiserver's --etcd-prefix: keys below it are partitioned per resource.
-    #[arg(long, env = "MEM_ETCD_REGISTRY_PREFIX", default_value = "/registry", display_order = 98)]
-    pub registry_prefix: String,
+    /// kube-apiserver's --etcd-prefix: keys below it are partitioned per resource. Several
+    /// (comma-separated or repeated) where several kube-apiservers share the store, each under
+    /// its own prefix, as hosted control planes do.
+    #[arg(
+        long,
+        env = "MEM_ETCD_REGISTRY_PREFIX",
+        value_delimiter = ',',
+        default_value = "/registry",
+        display_order = 98
+    )]
+    pub registry_prefix: Vec<String>,
 }
 
 /// Auto-compaction: how much history the store keeps.
