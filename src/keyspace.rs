@@ -144,18 +144,18 @@ impl KeyRange {
 mod tests {
     use super::*;
 
+    /// The partition prefix of `key`, as text.
+    fn partition<'k>(ks: &Keyspace, key: &'k str) -> Option<&'k str> {
+        ks.partition_of(key.as_bytes()).map(|p| std::str::from_utf8(p).expect("a text key"))
+    }
+
     #[test]
     fn partitions_follow_kubernetes_resources() {
         let ks = Keyspace::new(&["/registry"]);
-        let p = |k: &str| {
-            ks.partition_of(k.as_bytes()).map(|p| String::from_utf8_lossy(p).into_owned())
-        };
-        assert_eq!(p("/registry/pods/default/a").as_deref(), Some("/registry/pods/"));
-        assert_eq!(p("/registry/leases/kube-node-lease/n1").as_deref(), Some("/registry/leases/"));
-        assert_eq!(
-            p("/registry/example.com/widgets/ns/w").as_deref(),
-            Some("/registry/example.com/widgets/")
-        );
+        let p = |k| partition(&ks, k);
+        assert_eq!(p("/registry/pods/default/a"), Some("/registry/pods/"));
+        assert_eq!(p("/registry/leases/kube-node-lease/n1"), Some("/registry/leases/"));
+        assert_eq!(p("/registry/example.com/widgets/ns/w"), Some("/registry/example.com/widgets/"));
         assert_eq!(p("/registry/pods"), None, "the bare resource key is not an object");
         assert_eq!(p("/registry/pods/"), None);
         assert_eq!(p("/registry/health"), None);
@@ -169,20 +169,15 @@ mod tests {
     #[test]
     fn each_storage_prefix_partitions_its_own_resources() {
         let ks = Keyspace::new(&["/registry", "/tenant-a/", "/t", "/t/inner", "/registry"]);
-        let p = |k: &str| {
-            ks.partition_of(k.as_bytes()).map(|p| String::from_utf8_lossy(p).into_owned())
-        };
-        assert_eq!(p("/registry/pods/ns/a").as_deref(), Some("/registry/pods/"));
-        assert_eq!(p("/tenant-a/pods/ns/a").as_deref(), Some("/tenant-a/pods/"));
-        assert_eq!(
-            p("/tenant-a/example.com/widgets/ns/w").as_deref(),
-            Some("/tenant-a/example.com/widgets/")
-        );
+        let p = |k| partition(&ks, k);
+        assert_eq!(p("/registry/pods/ns/a"), Some("/registry/pods/"));
+        assert_eq!(p("/tenant-a/pods/ns/a"), Some("/tenant-a/pods/"));
+        assert_eq!(p("/tenant-a/example.com/widgets/ns/w"), Some("/tenant-a/example.com/widgets/"));
         assert_eq!(p("/tenant-b/pods/ns/a"), None, "an undeclared prefix: the default partition");
         assert_eq!(p("/tenant-ab/pods/ns/a"), None, "a prefix is a whole segment");
         // Nested prefixes: the inner one owns its keys, the outer one the rest.
-        assert_eq!(p("/t/inner/pods/x").as_deref(), Some("/t/inner/pods/"));
-        assert_eq!(p("/t/pods/x").as_deref(), Some("/t/pods/"));
+        assert_eq!(p("/t/inner/pods/x"), Some("/t/inner/pods/"));
+        assert_eq!(p("/t/pods/x"), Some("/t/pods/"));
         assert_eq!(ks.resource_prefix(b"/tenant-a/pods/"), Some(&b"/tenant-a/pods/"[..]));
         assert_eq!(ks.registries.len(), 4, "duplicates dropped: {:?}", ks.registries);
     }
