@@ -18,7 +18,7 @@ mod tests;
 pub use crate::duration::parse_duration;
 pub use compat::{feature_gate_default, go_bool};
 pub use flags::member::ClusterState;
-pub use flags::storage::AutoCompactionMode;
+pub use flags::storage::{AutoCompactionMode, TenantSpec};
 pub use flags::tls::TlsVersion;
 pub use flags::{DEFAULT_SNAPSHOT_CATCHUP_ENTRIES, DEFAULT_WARNING_UNARY_REQUEST_DURATION, Flags};
 pub(crate) use loader::go_style;

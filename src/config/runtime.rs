@@ -96,6 +96,9 @@ pub struct Config {
     /// the `--wal-*` flags (see [`Config::wal_options`]).
     wal: crate::wal::Options,
     pub registry_prefix: Vec<String>,
+    /// The hosted control planes `--tenant` declares, each with its quota settled (checked
+    /// when the flags were loaded).
+    pub tenants: Vec<super::flags::storage::TenantSpec>,
     pub auto_compaction_mode: AutoCompactionMode,
     pub auto_compaction_retention: String,
     pub auto_compaction_revision_interval: Duration,
@@ -228,6 +231,7 @@ impl Config {
             experimental: x,
             table,
         } = flags;
+        let tenants = s.tenants().unwrap_or_default();
         let (mut advertise_client_urls, mut initial_advertise_peer_urls) =
             (m.advertise_client_urls, m.initial_advertise_peer_urls);
         if let Some(h) = default_host {
@@ -319,6 +323,7 @@ impl Config {
             cipher_suites: tls.cipher_suites,
             data_dir: s.data_dir,
             wal,
+            tenants,
             registry_prefix: s.registry_prefix,
             auto_compaction_mode: compaction.auto_compaction_mode,
             auto_compaction_retention: compaction.auto_compaction_retention,

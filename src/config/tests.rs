@@ -205,3 +205,26 @@ fn config_file_ignores_the_command_line() {
     assert_eq!(c.flags.peer_tls.peer_cert_allowed_cn, ["m"]);
     assert_eq!(c.unknown_keys, ["bogus"]);
 }
+
+#[test]
+fn tenants_are_prefixes_each_with_its_quota_or_the_default_one() {
+    use super::TenantSpec;
+    let spec = |p: &str, q: u64| TenantSpec { prefix: p.into(), quota_bytes: q };
+    let c = config(&[
+        "--tenant=/tenant-a=1000,/tenant-b/",
+        "--tenant",
+        "/tenant-c",
+        "--tenant-quota-backend-bytes=50",
+    ]);
+    assert_eq!(c.tenants, [spec("/tenant-a", 1000), spec("/tenant-b", 50), spec("/tenant-c", 50)]);
+    assert!(config(&[]).tenants.is_empty());
+    let refused = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let flags = Flags::try_parse_from(std::iter::once("mem_etcd".to_string()).chain(args));
+        flags.expect("parsed").validate().expect_err("refused")
+    };
+    assert!(refused(&["--tenant=tenant-a"]).contains("--etcd-prefix"));
+    assert!(refused(&["--tenant=/"]).contains("--etcd-prefix"));
+    assert!(refused(&["--tenant=/a=lots"]).contains("number of bytes"));
+    assert!(refused(&["--tenant=/a,/a/"]).contains("declared twice"));
+}

@@ -611,6 +611,20 @@ impl Store {
             .collect()
     }
 
+    /// Bytes held by the resource partitions under `prefix` whose own prefix `owned` accepts
+    /// (a tenant's: `etcdserver::tenant`). The partitions under one prefix sit side by side in
+    /// the ordered table.
+    pub fn bytes_under(&self, prefix: &[u8], owned: impl Fn(&[u8]) -> bool) -> usize {
+        let t = self.table.read();
+        let first = t.sorted.partition_point(|p| p.prefix[..] < *prefix);
+        t.sorted[first..]
+            .iter()
+            .take_while(|p| p.prefix.starts_with(prefix))
+            .filter(|p| owned(&p.prefix))
+            .map(|p| p.bytes.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// The serial sections every write passes on its way out, one thread at a time: the
     /// in-order publisher, and the WAL's writer if there is a WAL (see `metrics::Serial`).
     pub fn serial_sections(&self) -> [(&'static str, Option<&Serial>); 2] {

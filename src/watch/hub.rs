@@ -287,6 +287,16 @@ impl WatchHub {
         (st.streams.len(), all, slow)
     }
 
+    /// The key each watcher's range starts at, for counting watchers by where they look.
+    pub fn watched_starts(&self) -> Vec<Bytes> {
+        let st = self.state.lock();
+        st.streams
+            .values()
+            .flat_map(|s| s.watchers.values())
+            .map(|w| w.range.start.clone())
+            .collect()
+    }
+
     /// Creates a watch; the answer (and anything after it) arrives on the stream's channel.
     pub fn create(&self, sid: u64, req: CreateRequest) {
         let mut st = self.state.lock();

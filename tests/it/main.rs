@@ -9,4 +9,5 @@ mod kubernetes;
 mod operations;
 mod security;
 mod storage;
+mod tenancy;
 mod tools;

@@ -144,6 +144,7 @@ impl Flags {
             "json" | "console" | "" => {}
             f => return Err(format!("unknown log format: {f}, supported values json, console")),
         }
+        self.storage.tenants()?;
         let d = &self.discovery;
         if !d.discovery_endpoints.is_empty() && self.cluster.initial_cluster.is_some() {
             return Err("multiple discovery or bootstrap flags are set. Choose one of \

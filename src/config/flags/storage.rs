@@ -83,6 +83,64 @@ pub struct StorageFlags {
         display_order = 98
     )]
     pub registry_prefix: Vec<String>,
+
+    /// A hosted control plane sharing the store: its kube-apiserver's --etcd-prefix, and
+    /// optionally its own space quota in bytes (`/tenant-a` or `/tenant-a=1073741824`);
+    /// comma-separated or repeated. Its resources are partitioned as --registry-prefix's are,
+    /// and `/metrics` reports it on its own (mem_etcd's own flag).
+    #[arg(long, env = "MEM_ETCD_TENANT", value_delimiter = ',', display_order = 99)]
+    pub tenant: Vec<String>,
+
+    /// The space quota of each --tenant that names none of its own, in bytes: a tenant past
+    /// it gets etcd's NOSPACE error for its writes that add data, while the others write on;
+    /// 0: none (mem_etcd's own flag).
+    #[arg(
+        long,
+        env = "MEM_ETCD_TENANT_QUOTA_BACKEND_BYTES",
+        default_value_t = 0,
+        display_order = 100
+    )]
+    pub tenant_quota_backend_bytes: u64,
+}
+
+impl StorageFlags {
+    /// The tenants `--tenant` declares, each with its quota (its own, or
+    /// `--tenant-quota-backend-bytes`; 0: none).
+    pub fn tenants(&self) -> Result<Vec<TenantSpec>, String> {
+        let mut out: Vec<TenantSpec> = Vec::new();
+        for spec in self.tenant.iter().map(|t| t.trim()).filter(|t| !t.is_empty()) {
+            let (prefix, quota) = match spec.split_once('=') {
+                None => (spec, self.tenant_quota_backend_bytes),
+                Some((p, q)) => {
+                    let q = q.trim().parse::<u64>().map_err(|_| {
+                        format!("--tenant {spec:?}: the quota after '=' must be a number of bytes")
+                    })?;
+                    (p, q)
+                }
+            };
+            let prefix = prefix.trim().trim_end_matches('/');
+            if !prefix.starts_with('/') || prefix.len() < 2 {
+                return Err(format!(
+                    "--tenant {spec:?}: a tenant is its kube-apiserver's --etcd-prefix, such as \
+                     /tenant-a"
+                ));
+            }
+            if out.iter().any(|t| t.prefix == prefix) {
+                return Err(format!("--tenant {prefix} is declared twice"));
+            }
+            out.push(TenantSpec { prefix: prefix.to_string(), quota_bytes: quota });
+        }
+        Ok(out)
+    }
+}
+
+/// A tenant as declared: a hosted control plane's storage prefix and its space quota.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TenantSpec {
+    /// Its kube-apiserver's --etcd-prefix, without a trailing slash (`/tenant-a`).
+    pub prefix: String,
+    /// Bytes it may hold (by the store's measure of its partitions); 0: no quota.
+    pub quota_bytes: u64,
 }
 
 /// Auto-compaction: how much history the store keeps.

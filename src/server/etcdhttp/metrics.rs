@@ -190,6 +190,8 @@ pub fn render(shared: &Member) -> String {
         );
     }
 
+    tenants(o, shared);
+
     let parts: Vec<_> = store
         .partition_stats()
         .into_iter()
@@ -837,3 +839,69 @@ const GO_MEMSTATS: &[(&str, &str, MetricType)] = &[
         MetricType::GAUGE,
     ),
 ];
+
+/// Each `--tenant`'s figures, labelled by its prefix (one label value per declared tenant).
+fn tenants(o: &mut Page, shared: &Member) {
+    let tenants: Vec<_> = shared.tenants.iter().collect();
+    if tenants.is_empty() {
+        return;
+    }
+    let mut watchers = vec![0u64; tenants.len()];
+    for start in shared.hub.watched_starts() {
+        if let Some(t) = shared.tenants.of(&start) {
+            let at = tenants.iter().position(|x| std::ptr::eq(*x, t)).expect("listed");
+            watchers[at] += 1;
+        }
+    }
+    let stats = shared.store.partition_stats();
+    let keys = |t: &crate::server::etcdserver::tenant::Tenant| -> u64 {
+        let mine = |p: &[u8]| shared.tenants.of(p).is_some_and(|x| std::ptr::eq(x, t));
+        stats.iter().filter(|p| !p.prefix.is_empty() && mine(&p.prefix)).map(|p| p.keys).sum()
+    };
+    type Figure<'a> = Box<dyn Fn(usize, &crate::server::etcdserver::tenant::Tenant) -> f64 + 'a>;
+    let families: [(&str, &str, MetricType, Figure); 6] = [
+        (
+            "mem_etcd_tenant_keys",
+            "Live keys of each --tenant's resources.",
+            MetricType::GAUGE,
+            Box::new(|_, t| keys(t) as f64),
+        ),
+        (
+            "mem_etcd_tenant_bytes",
+            "Bytes each --tenant's resources hold (keys, values, history and index): what its \
+             quota is checked against.",
+            MetricType::GAUGE,
+            Box::new(|_, t| shared.tenants.bytes(&shared.store, t) as f64),
+        ),
+        (
+            "mem_etcd_tenant_quota_bytes",
+            "Each --tenant's space quota (0: none).",
+            MetricType::GAUGE,
+            Box::new(|_, t| t.quota.unwrap_or(0) as f64),
+        ),
+        (
+            "mem_etcd_tenant_reads_total",
+            "Ranges this member served under each --tenant's prefix.",
+            MetricType::COUNTER,
+            Box::new(|_, t| t.reads.load(std::sync::atomic::Ordering::Relaxed) as f64),
+        ),
+        (
+            "mem_etcd_tenant_writes_total",
+            "Puts, deletes and txns this member took under each --tenant's prefix.",
+            MetricType::COUNTER,
+            Box::new(|_, t| t.writes.load(std::sync::atomic::Ordering::Relaxed) as f64),
+        ),
+        (
+            "mem_etcd_tenant_watchers",
+            "Watchers on this member whose range starts under each --tenant's prefix.",
+            MetricType::GAUGE,
+            Box::new(|i, _| watchers[i] as f64),
+        ),
+    ];
+    for (name, help, kind, figure) in families {
+        o.family(name, help, kind);
+        for (i, t) in tenants.iter().enumerate() {
+            o.sample(&[("tenant", &t.name)], figure(i, t));
+        }
+    }
+}

@@ -37,6 +37,9 @@ pub struct Member {
     pub metrics: crate::metrics::ServerMetrics,
     /// Raised alarms and the space quota every write that adds data checks.
     pub alarms: alarm::Alarms,
+    /// The hosted control planes sharing the store (`--tenant`): their quotas, which every
+    /// write to a tenant's keys checks, and their figures.
+    pub tenants: crate::server::etcdserver::tenant::Tenants,
     /// The Raft node, in a cluster (set once: right after start-up, or when a member alone
     /// grows into a cluster; a member alone has none). [`submit`] reads it to choose a change's
     /// road; linearizable reads, Status and membership calls read it too.

@@ -6,7 +6,8 @@
 //! - `submit`: the one entry point of changes of state; `apply/`: applying them (in place on a
 //!   member alone, from the Raft log in a cluster), and their permission checks (`auth`, etcd's
 //!   `apply_auth`); `convert`: wire types to the store's.
-//! - `alarm`: alarms and the space quota; `compactor`: auto-compaction; `blocking`: long
+//! - `alarm`: alarms and the space quota; `tenant`: hosted control planes sharing the store,
+//!   each with its own quota and figures; `compactor`: auto-compaction; `blocking`: long
 //!   store walks off the async runtime.
 //! - `grow`: a member alone growing into a cluster; `forward`: what the leader serves of the
 //!   requests other members forward to it.
@@ -24,3 +25,4 @@ pub mod lessor;
 pub mod member;
 pub(crate) mod membership;
 pub(crate) mod submit;
+pub(crate) mod tenant;

@@ -36,6 +36,7 @@ pub(in crate::server) fn range(
     if s.auth.is_enabled() {
         s.auth.check_range(who, &req.key, &req.range_end, false)?;
     }
+    s.tenants.read(&req.key);
     let r = convert::range_request(req)?;
     let started = std::time::Instant::now();
     let read = s.store.range(&r);
@@ -48,6 +49,20 @@ pub(in crate::server) fn range(
     }
     s.fill(&mut resp.header);
     Ok(resp)
+}
+
+/// The key a txn is counted under for its tenant: its first compare's, else its first
+/// operation's (kube-apiserver's txns compare and write one object).
+fn txn_key(t: &pb::TxnRequest) -> Option<&[u8]> {
+    if let Some(c) = t.compare.first() {
+        return Some(&c.key);
+    }
+    t.success.iter().chain(&t.failure).find_map(|op| match &op.request {
+        Some(pb::request_op::Request::RequestRange(r)) => Some(&r.key[..]),
+        Some(pb::request_op::Request::RequestPut(p)) => Some(&p.key[..]),
+        Some(pb::request_op::Request::RequestDeleteRange(d)) => Some(&d.key[..]),
+        _ => None,
+    })
 }
 
 /// Serves one KV call of `method` with `serve`, timed for etcd's "request stats" line.
@@ -78,6 +93,7 @@ impl pb::kv_server::Kv for KvService {
 
     async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
         timed!(self, req, "/etcdserverpb.KV/Put", Asked::put, async {
+            self.shared.tenants.wrote(&req.get_ref().key);
             let who = auth::caller(&self.shared, &req).await?;
             let mut r = submit(&self.shared, &who, req.into_inner()).await?;
             self.shared.fill(&mut r.header);
@@ -90,6 +106,7 @@ impl pb::kv_server::Kv for KvService {
         req: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
         timed!(self, req, "/etcdserverpb.KV/DeleteRange", Asked::delete_range, async {
+            self.shared.tenants.wrote(&req.get_ref().key);
             let who = auth::caller(&self.shared, &req).await?;
             let mut r = submit(&self.shared, &who, req.into_inner()).await?;
             self.shared.fill(&mut r.header);
@@ -99,6 +116,9 @@ impl pb::kv_server::Kv for KvService {
 
     async fn txn(&self, req: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
         timed!(self, req, "/etcdserverpb.KV/Txn", Asked::txn, async {
+            if let Some(key) = txn_key(req.get_ref()) {
+                self.shared.tenants.wrote(key);
+            }
             let who = auth::caller(&self.shared, &req).await?;
             let mut r = submit(&self.shared, &who, req.into_inner()).await?;
             self.shared.fill(&mut r.header);

@@ -63,7 +63,13 @@ impl Member {
             wal_options.mode = crate::wal::Mode::None;
         }
         let store_config = StoreConfig {
-            registry_prefix: config.registry_prefix.clone(),
+            // A tenant's resources are partitioned as the Kubernetes prefix's are.
+            registry_prefix: config
+                .registry_prefix
+                .iter()
+                .chain(config.tenants.iter().map(|t| &t.prefix))
+                .cloned()
+                .collect(),
             max_txn_ops: config.max_txn_ops as usize,
             max_request_bytes: config.max_request_bytes as usize,
         };
@@ -110,6 +116,7 @@ impl Member {
         }
         let grpc_stats = GrpcStats::default();
         let alarms = alarm::Alarms::new(config.quota_backend_bytes, member_id);
+        let tenants = crate::server::etcdserver::tenant::Tenants::new(&config.tenants);
         Ok(Self {
             store,
             hub,
@@ -120,6 +127,7 @@ impl Member {
             grpc_stats,
             metrics: Default::default(),
             alarms,
+            tenants,
             raft: std::sync::OnceLock::new(),
             members: Default::default(),
             lease_term: Default::default(),
