@@ -623,6 +623,27 @@ impl AuthStore {
         if ok { Ok(()) } else { Err(Error::PermissionDenied) }
     }
 
+    /// Whether `who` owns the keys in `[key, range_end)` and nothing else: every permission of
+    /// its roles lies inside the range, and it may write all of it (a hosted control plane's
+    /// user, as Kamaji provisions one per tenant prefix). Never root; false while disabled.
+    pub fn owns_only(&self, who: Option<&AuthInfo>, key: &[u8], range_end: &[u8]) -> bool {
+        let Some(who) = who.filter(|_| self.is_enabled()) else { return false };
+        let st = self.state.read();
+        let Some(u) = st.users.get(&who.username).filter(|u| !has_root(u)) else { return false };
+        let inside = |p: &Permission| {
+            let end_inside = match &p.range_end[..] {
+                [] => p.key.as_slice() < range_end,
+                [0] => false,
+                end => end <= range_end,
+            };
+            p.key.as_slice() >= key && end_inside
+        };
+        let granted = u.roles.iter().filter_map(|r| st.roles.get(r)).flat_map(|r| &r.permissions);
+        granted.clone().next().is_some()
+            && granted.into_iter().all(inside)
+            && st.perms.get(&who.username).is_some_and(|(_, w)| w.covers(key, range_end))
+    }
+
     /// UserGet: the user's roles; root, or the user asking about themselves.
     pub fn user_get(&self, who: Option<&AuthInfo>, name: &str) -> Result<Vec<String>> {
         let st = self.state.read();

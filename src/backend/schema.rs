@@ -346,6 +346,8 @@ pub fn read(path: &Path, skip_hash_check: bool) -> Result<(EtcdState, Summary), 
         keys: state.keys.len() as u64,
         versions: state.keys.values().map(|v| v.len() as u64).sum(),
         leases: state.leases.clone(),
+        // etcd compacts the whole store only.
+        floors: Vec::new(),
         // In `state.auth`, as etcd's messages.
         auth: None,
         size: data.len() as u64,

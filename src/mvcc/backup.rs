@@ -44,6 +44,8 @@ pub struct Backup<'a> {
     rev: i64,
     compacted: i64,
     leases: Vec<(i64, i64)>,
+    /// The prefixes compacted on their own by then, and their revisions.
+    floors: Vec<(Bytes, i64)>,
     /// See [`Backup::with_auth`].
     auth: Option<Bytes>,
     parts: Vec<Arc<Partition>>,
@@ -81,9 +83,12 @@ impl Store {
     /// writes it while applying goes on. The backup returns the pin when dropped.
     pub fn backup_at(&self, rev: i64, leases: Vec<(i64, i64)>, pin: HistoryPin) -> Backup<'_> {
         let compacted = pin.compacted;
-        // A partition created after `rev` holds no version at or below it: an empty group.
+        // A partition created after `rev` holds no version at or below it: an empty group. A
+        // prefix compacted above `rev` was not compacted at `rev` (and the pin keeps what it
+        // would free).
         let parts = self.table.read().all.clone();
-        Backup { store: self, pin: Some(pin), rev, compacted, leases, auth: None, parts }
+        let floors = self.floors().into_iter().filter(|f| f.1 <= rev).collect();
+        Backup { store: self, pin: Some(pin), rev, compacted, leases, floors, auth: None, parts }
     }
 
     /// Replaces everything the store holds with the backup in `path` (starting `offset` bytes
@@ -103,7 +108,7 @@ impl Store {
             }
             Ok(())
         })?;
-        fresh.finish_restore(summary.rev, summary.compacted);
+        fresh.finish_restore(summary.rev, summary.compacted, &summary.floors);
         let mut compaction = self.compaction.lock();
         std::mem::swap(&mut *self.table.write(), &mut *fresh.table.write());
         self.compact_rev.store(summary.compacted, Ordering::SeqCst);
@@ -162,9 +167,14 @@ impl Backup<'_> {
     /// the compaction are left out). The values are shared with the store, not copied.
     pub fn versions(&self) -> Vec<(Bytes, Version)> {
         let mut out = Vec::new();
+        let mut compacted = self.compacted;
         self.walk(&mut |item| {
+            if let Walk::Partition(prefix) = item {
+                // A prefix compacted on its own keeps its history from the revision before.
+                compacted = self.compacted.max(super::store::floor_of(&self.floors, prefix) - 1);
+            }
             if let Walk::Key(key, recs) = item {
-                let kept = first_kept(&recs, self.compacted);
+                let kept = first_kept(&recs, compacted);
                 out.extend(recs.iter().skip(kept).map(|r| (key.clone(), r.to_version())));
             }
             true
@@ -222,6 +232,9 @@ impl Backup<'_> {
         }
         for &(id, ttl) in &self.leases {
             e.lease(id, ttl);
+        }
+        for (prefix, rev) in &self.floors {
+            e.floor(prefix, *rev);
         }
         e.end();
         flush(e)

@@ -21,10 +21,12 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
 use super::event::{Event, RevisionEvents};
 use super::partition::Partition;
+use crate::keyspace::KeyRange;
 use crate::revision::Revision;
 
 #[derive(Debug)]
@@ -143,6 +145,9 @@ struct Inner {
     partitions: Vec<Arc<Partition>>,
     /// The events of revision `compacted`, which the partitions' compaction may drop.
     at_compaction: Option<RevisionEvents>,
+    /// The prefixes compacted on their own (`Store::compact_prefix`) and their revisions: a
+    /// watch over one may not start below its revision.
+    floors: Vec<(Bytes, i64)>,
     /// The newest revisions published, consecutive, at most `recent_max`.
     recent: VecDeque<(i64, RevisionEvents)>,
     /// [`RECENT`], but for tests of the reads rebuilt from the partitions.
@@ -167,6 +172,7 @@ impl EventLog {
                 compacted: 0,
                 partitions: Vec::new(),
                 at_compaction: None,
+                floors: Vec::new(),
                 recent: VecDeque::new(),
                 recent_max: RECENT,
             }),
@@ -253,6 +259,25 @@ impl EventLog {
         g.compacted = rev;
         g.first = g.first.max(rev);
         g.at_compaction = Some(kept);
+    }
+
+    /// Records that the history under `prefix` was compacted at `rev` on its own: before the
+    /// partitions under it free anything.
+    pub fn set_floor(&self, prefix: &Bytes, rev: i64) {
+        let mut g = self.inner.write();
+        match g.floors.iter_mut().find(|(p, _)| p == prefix) {
+            Some(f) => f.1 = f.1.max(rev),
+            None => g.floors.push((prefix.clone(), rev)),
+        }
+    }
+
+    /// The revision a watch over `range` may not start below for the prefixes it meets that
+    /// were compacted on their own (0 if none). The events it is handed below that revision
+    /// may lack theirs: a watcher reads it after each read of the log, and is compacted if
+    /// it started below.
+    pub fn floor_for(&self, range: &KeyRange) -> i64 {
+        let g = self.inner.read();
+        g.floors.iter().filter(|(p, _)| range.meets_prefix(p)).map(|&(_, r)| r).max().unwrap_or(0)
     }
 
     /// Up to `max_revs` revisions from `from`, stopping before `to` is passed or when about
@@ -382,10 +407,16 @@ impl EventLog {
         let mut cut = end;
         for p in parts {
             let st = p.state.read();
+            let mut from = from;
             if st.compacted >= from {
-                // Compacted since this read began: what it asks for may be gone, or may now be
-                // the compaction revision's kept events.
-                return Err(Overtaken);
+                if st.floor <= st.compacted {
+                    // Compacted since this read began: what it asks for may be gone, or may
+                    // now be the compaction revision's kept events.
+                    return Err(Overtaken);
+                }
+                // Under a prefix compacted on its own: its events from the floor on are all
+                // here, and no watcher over it reads below the floor (`floor_for`).
+                from = st.compacted + 1;
             }
             cut = cut.min(st.events(from, cut, max_bytes, &mut evs));
         }

@@ -133,6 +133,11 @@ pub struct PartitionState {
     compact_queue: Vec<u32>,
     /// The revision this partition was compacted at; reads below it fail.
     pub compacted: i64,
+    /// The revision of the newest compaction of a prefix over this partition's alone (a
+    /// tenant's, `Store::compact_prefix`), 0 if none: reads below it fail too. Such a
+    /// compaction frees what a compaction at the revision before frees, so `compacted` stays
+    /// below it and the floor's own events stay readable.
+    pub floor: i64,
     /// The newest revision applied here.
     pub last_applied: i64,
     /// Sum of record costs, mirrored into `Partition::bytes`.

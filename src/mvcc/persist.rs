@@ -50,7 +50,7 @@ impl Store {
             let ctx = Restore { store: &store };
             wal::recover::recover(&opts.dir, opts.repair, &ctx)?
         };
-        store.finish_restore(rec.rev, rec.compacted);
+        store.finish_restore(rec.rev, rec.compacted, &rec.floors);
         tracing::info!(
             revision = rec.rev,
             keys = store.live_keys(),
@@ -67,8 +67,9 @@ impl Store {
 
     /// Makes the recovered partitions a consistent store at revision `rev`: liveness and
     /// change logs in order, an event log reading the revisions since the compaction back from
-    /// them, compaction applied, the clock at `rev`.
-    pub(super) fn finish_restore(&mut self, rev: i64, compacted: i64) {
+    /// them, compaction applied (the store's at `compacted`, and each prefix's of `floors`), the
+    /// clock at `rev`.
+    pub(super) fn finish_restore(&mut self, rev: i64, compacted: i64, floors: &[(Bytes, i64)]) {
         let started = std::time::Instant::now();
         let parts = self.table.read().all.clone();
         // A big store's partitions take seconds each to put in order, and to compact below.
@@ -81,12 +82,21 @@ impl Store {
         if compacted > 0 {
             log.compact(compacted);
         }
+        for (prefix, floor) in floors {
+            log.set_floor(prefix, *floor);
+        }
         self.commit = Arc::new(Commit::new(rev, log));
         self.compact_rev.store(compacted, Ordering::SeqCst);
+        self.table.get_mut().floors = floors.to_vec();
         on_each_core(&parts, |p| {
+            let floor = super::store::floor_of(floors, &p.prefix);
             let mut st = p.state.write();
             if compacted > 0 {
                 st.compact(compacted);
+            }
+            if floor > 0 {
+                st.floor = floor;
+                st.compact(floor - 1);
             }
             p.sync_bytes(&st);
         });
@@ -150,20 +160,28 @@ impl Store {
     pub fn snapshot(&self, leases: impl FnOnce() -> Vec<(i64, i64)>) -> std::io::Result<()> {
         let Some(wal) = self.wal() else { return Ok(()) };
         let pin = self.pin_history();
-        let result = self.write_snapshot(wal, leases, pin.compacted);
+        let result = self.write_snapshot(wal, leases);
         self.unpin_history(pin);
         result
     }
 
+    /// Called with the history pinned.
     fn write_snapshot(
         &self,
         wal: &Arc<Wal>,
         leases: impl FnOnce() -> Vec<(i64, i64)>,
-        compacted: i64,
     ) -> std::io::Result<()> {
         wal.stats.since_snapshot.store(0, Ordering::Relaxed);
         let rev = self.commit.clock.committed();
-        let meta_seq = wal.meta_seq();
+        // Together, under the lock compactions hold from logging to taking effect: every
+        // compaction logged at or below `meta_seq` (which recovery then skips) is in the
+        // snapshot's compaction revision or its floors. The pinned history holds whatever a
+        // compaction meanwhile would free: the snapshot still has it, and recovery drops it.
+        let (meta_seq, compacted, floors) = {
+            let _c = self.compaction.lock();
+            let floors: Vec<_> = self.floors().into_iter().filter(|f| f.1 <= rev).collect();
+            (wal.meta_seq(), self.compact_rev.load(Ordering::SeqCst).min(rev), floors)
+        };
         let leases = leases();
         let w = SnapshotWriter::new(&wal.options().dir, rev, compacted, meta_seq)?;
         let parts = self.table.read().all.clone();
@@ -183,7 +201,7 @@ impl Store {
             }
             out.finish()?;
         }
-        w.leases(&leases)?;
+        w.leases(&leases, &floors)?;
         w.commit(wal)
     }
 }

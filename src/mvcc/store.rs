@@ -158,6 +158,8 @@ pub(super) struct CompactionState {
     pins: usize,
     /// The newest compaction whose freeing waits for the pins to go.
     deferred: Option<i64>,
+    /// The compactions of prefixes whose freeing waits for the pins to go.
+    deferred_prefixes: Vec<(Bytes, i64)>,
     /// Compactions set (readers already refused below them) whose walks have not run yet, in
     /// the order they were set: see [`Store::set_compaction`].
     unwalked: std::collections::VecDeque<Unwalked>,
@@ -166,6 +168,11 @@ pub(super) struct CompactionState {
 /// A compaction set but not walked yet: its hash and its freeing are still to come.
 #[derive(Debug)]
 struct Unwalked {
+    /// The prefix compacted on its own ([`Store::compact_prefix`]); `None`: the whole store.
+    prefix: Option<Bytes>,
+    /// The prefixes compacted on their own when it was set: its hash reflects those, on every
+    /// member alike, whatever was set between it and its walk.
+    floors: Vec<(Bytes, i64)>,
     rev: i64,
     /// The compaction revision before it: its hash covers the history from there.
     before: i64,
@@ -193,6 +200,19 @@ pub(super) struct Table {
     sorted: Vec<Arc<Partition>>,
     /// Every partition, by id; id 0 is the default partition.
     pub(super) all: Vec<Arc<Partition>>,
+    /// The prefixes compacted on their own ([`Store::compact_prefix`]: a tenant's history),
+    /// each with its revision, in prefix order. A partition created under one starts with it
+    /// as its floor.
+    pub(super) floors: Vec<(Bytes, i64)>,
+}
+
+/// The floor `floors` give a partition of prefix `prefix` (or a key): the revision of the
+/// newest compaction of a prefix it lies under; 0 if none.
+pub(super) fn floor_of(floors: &[(Bytes, i64)], prefix: &[u8]) -> i64 {
+    if prefix.is_empty() {
+        return 0;
+    }
+    floors.iter().filter(|(p, _)| prefix.starts_with(p)).map(|&(_, r)| r).max().unwrap_or(0)
 }
 
 /// A completed revision on its way out: its events, and its WAL records if there is a WAL.
@@ -368,6 +388,7 @@ impl Store {
                 by_prefix: HashMap::new(),
                 sorted: Vec::new(),
                 all: vec![default],
+                floors: Vec::new(),
             }),
             compact_rev: AtomicI64::new(-1),
             compaction: Mutex::new(CompactionState::default()),
@@ -663,6 +684,8 @@ impl Store {
             return p.clone();
         }
         let p = Arc::new(Partition::new(t.all.len(), Bytes::copy_from_slice(prefix)));
+        // Nothing below a floor over it may be read, here as in its elder siblings.
+        p.state.write().floor = floor_of(&t.floors, prefix);
         t.by_prefix.insert(p.prefix.clone(), p.clone());
         let at = t.sorted.partition_point(|q| q.prefix < p.prefix);
         t.sorted.insert(at, p.clone());
@@ -743,7 +766,7 @@ impl Store {
         let mut count = 0u64;
         for p in &parts {
             let st = p.state.read();
-            if st.compacted > rev {
+            if st.compacted > rev || st.floor > rev {
                 return Err(Error::Compacted);
             }
             count += st.count_at(&range, rev);
@@ -1066,7 +1089,8 @@ impl Store {
         }
         self.compact_rev.store(rev, Ordering::SeqCst);
         self.commit.events.compact(rev);
-        state.unwalked.push_back(Unwalked { rev, before, started });
+        let floors = self.floors();
+        state.unwalked.push_back(Unwalked { prefix: None, rev, before, started, floors });
         drop(state);
         Ok(Compacted { revision: self.commit.clock.committed() })
     }
@@ -1080,11 +1104,16 @@ impl Store {
         let mut walked = 0;
         loop {
             let Some(c) = self.compaction.lock().unwalked.pop_front() else { return walked };
+            if let Some(prefix) = &c.prefix {
+                self.walk_prefix_compaction(prefix, c.rev, c.started);
+                walked += 1;
+                continue;
+            }
             // etcd's compaction hashes what it walks, from the previous compaction revision up
             // to this one: the store's HashKV at `rev` before compacting (the value etcd's
             // HashKV then answers at `rev`). Nothing at or below `rev` changed since it was
             // set: writes add revisions above it, and only this walk frees.
-            let (hash, ..) = self.hash_walk(c.rev, c.before);
+            let (hash, ..) = self.hash_walk(c.rev, c.before, &c.floors);
             let free = {
                 let mut state = self.compaction.lock();
                 if state.pins > 0 {
@@ -1106,7 +1135,8 @@ impl Store {
     /// Leaves the walk of the compaction a restored store finished (its hash; what it frees
     /// was dropped already) to [`Store::walk_compactions`].
     pub(super) fn restored_compaction(&mut self, rev: i64, started: std::time::Instant) {
-        let walk = Unwalked { rev, before: rev, started };
+        let floors = self.table.get_mut().floors.clone();
+        let walk = Unwalked { prefix: None, rev, before: rev, started, floors };
         self.compaction.get_mut().unwalked.push_back(walk);
     }
 
@@ -1156,6 +1186,11 @@ impl Store {
     /// Each lock is released fairly, so a waiting writer goes first.
     fn free_compacted(&self, rev: i64) {
         let parts = self.table.read().all.clone();
+        Self::free_partitions(&parts, rev);
+    }
+
+    /// [`Self::free_compacted`] over `parts` only.
+    fn free_partitions(parts: &[Arc<Partition>], rev: i64) {
         let mut dropped = Dropped::default();
         for p in parts {
             let queue = p.state.write().take_compact_queue();
@@ -1177,6 +1212,97 @@ impl Store {
         }
     }
 
+    /// The prefixes compacted on their own, with their revisions, in prefix order.
+    pub fn floors(&self) -> Vec<(Bytes, i64)> {
+        self.table.read().floors.clone()
+    }
+
+    /// Compacts the history of the keys under `prefix` alone at `rev` (a tenant's
+    /// kube-apiserver compacting its own keys: `etcdserver::tenant`). Reads of its partitions
+    /// below `rev` fail from now on, watches over it cannot start below it, and what a
+    /// compaction at the revision before would free there is freed: `rev`'s own events stay, for
+    /// a watch that starts at `rev`. The rest of the store keeps its history; keys under
+    /// `prefix` outside its resources, in the default partition, keep theirs too (until the
+    /// store's compaction). Logged and durable before it takes effect, as [`Store::compact`];
+    /// blocks until the log has it and the walk is done, so call it from a blocking thread.
+    pub fn compact_prefix(&self, prefix: &Bytes, rev: i64) -> Result<Compacted> {
+        let c = self.set_prefix_compaction(prefix, rev)?;
+        self.walk_compactions();
+        Ok(c)
+    }
+
+    /// The part of [`Store::compact_prefix`] readers see at once (see [`Store::set_compaction`]);
+    /// the freeing is left to [`Store::walk_compactions`].
+    pub fn set_prefix_compaction(&self, prefix: &Bytes, rev: i64) -> Result<Compacted> {
+        let started = std::time::Instant::now();
+        let mut state = self.compaction.lock();
+        let global = self.compact_rev.load(Ordering::SeqCst);
+        let before = global.max(floor_of(&self.table.read().floors, prefix));
+        if rev <= before {
+            return Err(Error::Compacted);
+        }
+        if rev > self.commit.clock.committed() {
+            return Err(Error::FutureRev);
+        }
+        if let Some(w) = self.wal() {
+            let prefix = prefix.clone();
+            let batch =
+                w.append_meta(|seq| wal::record::Record::CompactPrefix { seq, prefix, rev });
+            w.wait_durable_blocking(batch);
+        }
+        {
+            let mut t = self.table.write();
+            match t.floors.iter_mut().find(|(p, _)| p == prefix) {
+                Some(f) => f.1 = rev,
+                None => {
+                    t.floors.push((prefix.clone(), rev));
+                    t.floors.sort();
+                }
+            }
+            for p in t.sorted.iter().filter(|p| p.prefix.starts_with(prefix)) {
+                let mut st = p.state.write();
+                st.floor = st.floor.max(rev);
+            }
+        }
+        self.commit.events.set_floor(prefix, rev);
+        let walk =
+            Unwalked { prefix: Some(prefix.clone()), rev, before, started, floors: Vec::new() };
+        state.unwalked.push_back(walk);
+        drop(state);
+        Ok(Compacted { revision: self.commit.clock.committed() })
+    }
+
+    /// The walk of a prefix's compaction at `rev` (the caller holds `walks`): frees what a
+    /// compaction at the revision before frees in the partitions under `prefix`, or leaves it
+    /// to the last pin on the history.
+    fn walk_prefix_compaction(&self, prefix: &Bytes, rev: i64, started: std::time::Instant) {
+        let free = {
+            let mut state = self.compaction.lock();
+            if state.pins > 0 {
+                state.deferred_prefixes.push((prefix.clone(), rev));
+            }
+            state.pins == 0
+        };
+        if free {
+            self.free_prefix(prefix, rev);
+        }
+        tracing::info!(
+            prefix = %String::from_utf8_lossy(prefix),
+            "compact-revision" = rev,
+            took = %crate::duration::go_format(started.elapsed()),
+            "finished scheduled compaction of a prefix"
+        );
+    }
+
+    /// Frees what a compaction of `prefix` at `rev` no longer keeps.
+    fn free_prefix(&self, prefix: &[u8], rev: i64) {
+        let parts: Vec<_> = {
+            let t = self.table.read();
+            t.sorted.iter().filter(|p| p.prefix.starts_with(prefix)).cloned().collect()
+        };
+        Self::free_partitions(&parts, rev - 1);
+    }
+
     /// Pins the history (see [`HistoryPin`]).
     pub fn pin_history(&self) -> HistoryPin {
         let mut state = self.compaction.lock();
@@ -1187,15 +1313,25 @@ impl Store {
     /// Returns a pin; the last one out frees what compactions deferred.
     pub fn unpin_history(&self, pin: HistoryPin) {
         let _ = pin;
-        let deferred = {
+        let (deferred, prefixes) = {
             let mut state = self.compaction.lock();
             state.pins -= 1;
-            if state.pins == 0 { state.deferred.take() } else { None }
+            if state.pins == 0 {
+                (state.deferred.take(), std::mem::take(&mut state.deferred_prefixes))
+            } else {
+                (None, Vec::new())
+            }
         };
-        if let Some(rev) = deferred {
-            // A pin taken meanwhile holds history at `rev` or later, which this keeps.
+        if deferred.is_some() || !prefixes.is_empty() {
+            // A pin taken meanwhile holds history at these compactions or later, which this
+            // keeps.
             let _walks = self.walks.lock();
-            self.free_compacted(rev);
+            if let Some(rev) = deferred {
+                self.free_compacted(rev);
+            }
+            for (prefix, rev) in prefixes {
+                self.free_prefix(&prefix, rev);
+            }
         }
     }
 
@@ -1204,20 +1340,36 @@ impl Store {
     /// `mvccpb.KeyValue`), so the value equals etcd's for the same history, empty or not.
     /// Returns (hash, hash revision, compact revision).
     pub fn hash_kv(&self, rev: i64) -> Result<(u32, i64, i64)> {
+        self.hash_kv_floors(rev).map(|(hash, rev, compacted, _)| (hash, rev, compacted))
+    }
+
+    /// [`Store::hash_kv`], and a digest of the prefixes compacted on their own that the hash
+    /// reflects (0 if none): the corruption checks compare two members' hashes only if these
+    /// agree, as only if their compaction revisions do.
+    pub fn hash_kv_floors(&self, rev: i64) -> Result<(u32, i64, i64, u64)> {
         // No freeing meanwhile: the walk below takes each partition's lock a chunk at a time,
         // and a compaction freeing between two chunks would change what it hashes.
         let _walks = self.walks.lock();
         let current = self.commit.clock.committed();
         self.check_read_revision(rev, current)?;
         let rev = if rev > 0 { rev } else { current };
-        Ok(self.hash_walk(rev, self.compact_rev.load(Ordering::SeqCst)))
+        let floors = self.floors();
+        let (hash, rev, compacted) =
+            self.hash_walk(rev, self.compact_rev.load(Ordering::SeqCst), &floors);
+        let mut digest = 0u32;
+        for (prefix, at) in &floors {
+            digest = crc32c::crc32c_append(digest, prefix);
+            digest = crc32c::crc32c_append(digest, &at.to_le_bytes());
+        }
+        let digest = if floors.is_empty() { 0 } else { u64::from(digest) | 1 << 32 };
+        Ok((hash, rev, compacted, digest))
     }
 
     /// The walk of [`Self::hash_kv`] at `rev`, for the history compacted at `compacted` (the
     /// caller holds `walks`). Reports `compacted` as the compact revision, not the store's
     /// current one: a compaction set during the walk must not pair a newer compact revision
     /// with this hash (the corruption checks compare hashes of equal compact revisions).
-    fn hash_walk(&self, rev: i64, compacted: i64) -> (u32, i64, i64) {
+    fn hash_walk(&self, rev: i64, compacted: i64, floors: &[(Bytes, i64)]) -> (u32, i64, i64) {
         let t = self.table.read();
         let parts: Vec<_> =
             std::iter::once(t.all[0].clone()).chain(t.sorted.iter().cloned()).collect();
@@ -1240,7 +1392,10 @@ impl Store {
         for p in parts {
             // A chunk of slots per read lock, so writers to the partition wait for one chunk,
             // not for the whole walk. Slots added meanwhile hold only revisions above `rev`.
+            // A partition under a prefix compacted on its own is hashed as compacted at the
+            // revision before its floor, what it keeps, whether freed yet or not.
             let slots = p.state.read().slots();
+            let compacted = compacted.max(floor_of(floors, &p.prefix) - 1);
             for start in (0..slots).step_by(COMPACTION_CHUNK) {
                 let st = p.state.read();
                 st.for_each_slot_history(

@@ -55,11 +55,19 @@ pub trait Hasher: Send + Sync + 'static {
 /// A peer's HashKV answer, or `None` (logged) when it could not give one.
 type PeerHash = (u64, Option<epb::HashKvResponse>);
 
+/// The response metadata in which a peer's HashKV answer carries its [`KvHash::floors`].
+pub const FLOORS_KEY: &str = "mem-etcd-floors";
+
 /// Asks every peer for the hash of its store at `rev`, one after another, each within
-/// `timeout`. `skipped` logs why a peer that answered with an error was passed over.
+/// `timeout`. `skipped` logs why a peer that answered with an error was passed over. A peer
+/// whose prefixes compacted on their own (tenants') are not `floors` (this member's, as hashed)
+/// has applied more or fewer of those compactions, which change the hash of a revision
+/// without changing the compaction revision: it is passed over, as one of another compaction
+/// revision would be.
 async fn peer_hashes(
     node: &impl Hasher,
     rev: i64,
+    floors: u64,
     timeout: Duration,
     skipped: impl Fn(u64, &[String], &str),
 ) -> Vec<PeerHash> {
@@ -76,7 +84,16 @@ async fn peer_hashes(
         req.set_timeout(timeout);
         let error = match tokio::time::timeout(timeout, client.hash_kv(req)).await {
             Ok(Ok(r)) => {
-                out.push((*id, Some(r.into_inner())));
+                let theirs = r.metadata().get(FLOORS_KEY).and_then(|v| v.to_str().ok());
+                if theirs.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) != floors {
+                    tracing::info!(
+                        remote_peer_id = %format!("{id:x}"),
+                        "peer's prefix compactions differ from this member's; hash not compared"
+                    );
+                    out.push((*id, None));
+                } else {
+                    out.push((*id, Some(r.into_inner())));
+                }
                 continue;
             }
             Ok(Err(status)) => {
@@ -131,7 +148,7 @@ pub async fn initial_check(node: &impl Hasher, timeout: Duration) -> Result<(), 
         );
     };
     let mut mismatch = 0;
-    for (id, r) in peer_hashes(node, h.hash_revision, timeout, skipped).await {
+    for (id, r) in peer_hashes(node, h.hash_revision, h.floors, timeout, skipped).await {
         let Some(r) = r else { continue };
         if r.hash == h.hash {
             continue;
@@ -204,7 +221,7 @@ pub async fn monitor<H: Hasher>(
 async fn periodic_check(node: &impl Hasher) -> Result<(), Error> {
     let timeout = node.request_timeout();
     let h = node.hash(0)?;
-    let peers = peer_hashes(node, h.hash_revision, timeout, |_, _, _| {}).await;
+    let peers = peer_hashes(node, h.hash_revision, h.floors, timeout, |_, _, _| {}).await;
     // Every write acknowledged before the peers answered is applied here now: no peer can be
     // ahead of what the leader then holds, and the leader's own hash must not have changed.
     node.linearizable().await?;
@@ -213,6 +230,7 @@ async fn periodic_check(node: &impl Hasher) -> Result<(), Error> {
     if h2.hash != h.hash
         && h2.hash_revision == h.hash_revision
         && h2.compact_revision == h.compact_revision
+        && h2.floors == h.floors
     {
         tracing::warn!(
             revision_1 = h.hash_revision,
@@ -282,7 +300,7 @@ async fn compact_hash_check(node: &impl Hasher, checked: &mut i64) {
         return;
     }
     let Ok(h) = node.hash(at) else { return };
-    let peers = peer_hashes(node, at, node.request_timeout(), |_, _, _| {}).await;
+    let peers = peer_hashes(node, at, h.floors, node.request_timeout(), |_, _, _| {}).await;
     let mut groups: BTreeMap<u32, Vec<u64>> = BTreeMap::from([(h.hash, vec![me])]);
     let mut answered = 0;
     for (id, r) in &peers {

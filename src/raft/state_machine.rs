@@ -86,6 +86,9 @@ pub struct KvHash {
     pub compact_revision: i64,
     /// The member's current revision, once hashed (etcd's response header revision).
     pub revision: i64,
+    /// A digest of the prefixes compacted on their own (tenants') that the hash reflects (0
+    /// if none): two members' hashes of one revision are equal only if these are too.
+    pub floors: u64,
 }
 
 /// A snapshot of a fixed state, to be written.

@@ -11,6 +11,7 @@
 //!            SnapKey { key, versions }...                          its keys, in key order
 //!            ... one such group per partition
 //!            SnapLease { id, ttl }...                              the leases, granted TTLs
+//!            CompactPrefix { seq: 0, prefix, rev }...              prefixes compacted alone
 //!            SnapAuth { state }                                    version 2 only (see below)
 //!            SnapEnd { records }                                   records before it
 //! padding  zero bytes up to a multiple of 512
@@ -137,6 +138,11 @@ impl Encoder {
         self.put(&Record::SnapLease { id, ttl });
     }
 
+    /// A prefix compacted on its own, and its revision (after the leases).
+    pub fn floor(&mut self, prefix: &Bytes, rev: i64) {
+        self.put(&Record::CompactPrefix { seq: 0, prefix: prefix.clone(), rev });
+    }
+
     /// Ends the records, pads, and appends the checksum: the backup is complete.
     pub fn end(&mut self) {
         if let Some(state) = self.auth.take() {
@@ -208,6 +214,8 @@ pub struct Summary {
     pub versions: u64,
     /// (id, granted TTL).
     pub leases: Vec<(i64, i64)>,
+    /// The prefixes compacted on their own (a tenant's), and their revisions.
+    pub floors: Vec<(Bytes, i64)>,
     /// The auth state as `auth::codec` encodes it; `None` from a version-1 backup, which has
     /// none (not an empty one: restoring it leaves the target's auth state as it is).
     pub auth: Option<Bytes>,
@@ -325,14 +333,22 @@ pub fn read_at(
                 visit(Item::Partition { prefix, rev, compacted })?;
             }
             Record::SnapKey { key, versions }
-                if out.rev >= 0 && out.leases.is_empty() && out.auth.is_none() =>
+                if out.rev >= 0
+                    && out.leases.is_empty()
+                    && out.floors.is_empty()
+                    && out.auth.is_none() =>
             {
                 out.keys += 1;
                 out.versions += versions.len() as u64;
                 visit(Item::Key(key, versions))?;
             }
-            Record::SnapLease { id, ttl } if out.rev >= 0 && out.auth.is_none() => {
+            Record::SnapLease { id, ttl }
+                if out.rev >= 0 && out.floors.is_empty() && out.auth.is_none() =>
+            {
                 out.leases.push((id, ttl))
+            }
+            Record::CompactPrefix { prefix, rev, .. } if out.rev >= 0 && out.auth.is_none() => {
+                out.floors.push((prefix, rev))
             }
             Record::SnapAuth { state } if with_auth && out.rev >= 0 && out.auth.is_none() => {
                 out.auth = Some(state)
@@ -354,6 +370,7 @@ fn kind(r: &Record) -> &'static str {
         Record::SnapHeader { .. } => "partition header",
         Record::SnapKey { .. } => "key",
         Record::SnapLease { .. } => "lease",
+        Record::CompactPrefix { .. } => "prefix compaction",
         Record::SnapAuth { .. } => "auth state",
         Record::SnapEnd { .. } => "end (with a wrong record count)",
         _ => "of the WAL",
@@ -447,7 +464,7 @@ pub fn write_data_dir(
         part.key(key, versions).map_err(io_err)?;
     }
     part.finish().map_err(io_err)?;
-    w.leases(leases).map_err(io_err)?;
+    w.leases(leases, &[]).map_err(io_err)?;
     w.commit_new().map_err(io_err)?;
     sync_dir(dir).map_err(io_err)
 }
@@ -488,7 +505,7 @@ fn restore_into(file: &Path, dir: &Path, skip_hash_check: bool) -> Result<Summar
         p.finish().map_err(io_err)?;
     }
     let (_lock, w) = out.expect("read() fails on a backup without a header");
-    w.leases(&summary.leases).map_err(io_err)?;
+    w.leases(&summary.leases, &summary.floors).map_err(io_err)?;
     w.commit_new().map_err(io_err)?;
     sync_dir(dir).map_err(io_err)?;
     Ok(summary)

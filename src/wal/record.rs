@@ -44,6 +44,7 @@ mod tag {
     pub const SNAP_LEASE: u8 = 12;
     pub const SNAP_END: u8 = 13;
     pub const SNAP_AUTH: u8 = 14;
+    pub const COMPACT_PREFIX: u8 = 15;
     pub const OP_PUT: u8 = 1;
     pub const OP_DELETE: u8 = 2;
 }
@@ -89,6 +90,14 @@ pub enum Record {
     },
     Compact {
         seq: u64,
+        rev: i64,
+    },
+    /// The history of the keys under `prefix` alone compacted at `rev` (a tenant's, see
+    /// `mvcc::Store::compact_prefix`). Also how a snapshot or a backup says which prefixes
+    /// were compacted so, with `seq` 0.
+    CompactPrefix {
+        seq: u64,
+        prefix: Bytes,
         rev: i64,
     },
     /// First record of a partition snapshot: the revision it is the state of, the compaction
@@ -223,6 +232,12 @@ impl Record {
                 put_uvarint(out, *seq);
                 put_ivarint(out, *rev);
             }
+            Record::CompactPrefix { seq, prefix, rev } => {
+                out.push(tag::COMPACT_PREFIX);
+                put_uvarint(out, *seq);
+                put_bytes(out, prefix);
+                put_ivarint(out, *rev);
+            }
             Record::SnapHeader { rev, compacted, meta_seq, prefix } => {
                 out.push(tag::SNAP_HEADER);
                 put_ivarint(out, *rev);
@@ -290,6 +305,9 @@ impl Record {
             }
             tag::LEASE_REVOKE => Record::LeaseRevoke { seq: d.uvarint()?, id: d.ivarint()? },
             tag::COMPACT => Record::Compact { seq: d.uvarint()?, rev: d.ivarint()? },
+            tag::COMPACT_PREFIX => {
+                Record::CompactPrefix { seq: d.uvarint()?, prefix: d.bytes()?, rev: d.ivarint()? }
+            }
             tag::SNAP_HEADER => Record::SnapHeader {
                 rev: d.ivarint()?,
                 compacted: d.ivarint()?,
@@ -396,6 +414,7 @@ mod tests {
             Record::LeaseGrant { seq: 9, id: 77, ttl: 10 },
             Record::LeaseRevoke { seq: 10, id: 77 },
             Record::Compact { seq: 11, rev: 40 },
+            Record::CompactPrefix { seq: 12, prefix: Bytes::from_static(b"/tenant-a/"), rev: 41 },
             Record::SnapHeader {
                 rev: 100,
                 compacted: -1,

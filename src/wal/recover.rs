@@ -43,6 +43,9 @@ pub struct Recovered {
     pub rev: i64,
     /// The compaction revision (-1 if none).
     pub compacted: i64,
+    /// The prefixes compacted on their own (`Record::CompactPrefix`), each at its newest
+    /// revision, in prefix order.
+    pub floors: Vec<(Bytes, i64)>,
     /// Live leases: (id, granted TTL).
     pub leases: Vec<(i64, i64)>,
     /// The last meta sequence number seen.
@@ -151,6 +154,11 @@ fn recover_with<'scope>(
     let started = Instant::now();
     let mut out = Recovered { rev: 1, compacted: -1, ..Default::default() };
     let mut leases = std::collections::BTreeMap::new();
+    let mut floors = std::collections::BTreeMap::<Bytes, i64>::new();
+    let mut floor = |prefix: Bytes, rev: i64| {
+        let f = floors.entry(prefix).or_insert(rev);
+        *f = (*f).max(rev);
+    };
 
     // 1. The newest complete snapshot.
     let snap = snapshot::newest(dir).map_err(io_err(dir.path()))?;
@@ -163,6 +171,7 @@ fn recover_with<'scope>(
         out.compacted = h.compacted;
         out.meta_seq = h.meta_seq;
         leases.extend(h.leases);
+        h.floors.into_iter().for_each(|(p, r)| floor(p, r));
         tracing::info!(revision = h.rev, path = %s.display(), "wal: loaded snapshot");
     }
     let snap_meta_seq = out.meta_seq;
@@ -186,6 +195,9 @@ fn recover_with<'scope>(
                     }
                     Record::Compact { seq, rev } if seq > snap_meta_seq => {
                         out.compacted = out.compacted.max(rev);
+                    }
+                    Record::CompactPrefix { seq, ref prefix, rev } if seq > snap_meta_seq => {
+                        floor(prefix.clone(), rev);
                     }
                     _ => {}
                 }
@@ -332,6 +344,11 @@ fn recover_with<'scope>(
         out.compacted = out.rev;
     }
     out.leases = leases.into_iter().collect();
+    // A prefix compacted at or below the store's compaction has nothing of its own left.
+    out.floors = floors.into_iter().filter(|&(_, r)| r > out.compacted).collect();
+    for f in &mut out.floors {
+        f.1 = f.1.min(out.rev);
+    }
     let secs = started.elapsed().as_secs_f64();
     tracing::info!(
         revision = out.rev,
@@ -349,7 +366,8 @@ fn meta_seq_of(r: &Record) -> Option<u64> {
     match r {
         Record::LeaseGrant { seq, .. }
         | Record::LeaseRevoke { seq, .. }
-        | Record::Compact { seq, .. } => Some(*seq),
+        | Record::Compact { seq, .. }
+        | Record::CompactPrefix { seq, .. } => Some(*seq),
         _ => None,
     }
 }

@@ -53,6 +53,8 @@ pub struct Header {
     pub compacted: i64,
     pub meta_seq: u64,
     pub leases: Vec<(i64, i64)>,
+    /// The prefixes compacted on their own, and their revisions (in the leases file).
+    pub floors: Vec<(Bytes, i64)>,
 }
 
 /// Loads a snapshot directory, handing every key to `key` (prefix, key, versions). The files
@@ -75,6 +77,7 @@ pub fn load(
     for one in loaded {
         let one = one?;
         header.leases.extend(one.leases);
+        header.floors.extend(one.floors);
         if one.rev < 0 {
             continue;
         }
@@ -140,6 +143,9 @@ fn load_file(
             }
             Record::SnapKey { key: k, versions } if !is_leases => key(&prefix, k, versions),
             Record::SnapLease { id, ttl } if is_leases => header.leases.push((id, ttl)),
+            Record::CompactPrefix { prefix, rev, .. } if is_leases => {
+                header.floors.push((prefix, rev))
+            }
             other => return Err(format!("unexpected record {other:?}")),
         }
         Ok(())
@@ -257,11 +263,15 @@ impl SnapshotWriter {
         self.file(&format!("{}.snap", stream_name(prefix)), prefix)
     }
 
-    /// Writes the leases: (id, granted TTL).
-    pub fn leases(&self, leases: &[(i64, i64)]) -> io::Result<()> {
+    /// Writes the leases, (id, granted TTL), and the prefixes compacted on their own,
+    /// (prefix, revision), in the file of their own.
+    pub fn leases(&self, leases: &[(i64, i64)], floors: &[(Bytes, i64)]) -> io::Result<()> {
         let mut w = self.file(LEASES_FILE, &Bytes::new())?;
         for &(id, ttl) in leases {
             w.write(&Record::SnapLease { id, ttl })?;
+        }
+        for (prefix, rev) in floors {
+            w.write(&Record::CompactPrefix { seq: 0, prefix: prefix.clone(), rev: *rev })?;
         }
         w.finish()
     }

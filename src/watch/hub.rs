@@ -341,7 +341,8 @@ impl WatchHub {
             done: Some(pending.clone()),
         });
         let start = req.start_revision;
-        let compacted = self.log.compacted();
+        // The store's compaction, or a later one of a prefix the watch meets (a tenant's).
+        let compacted = self.log.compacted().max(self.log.floor_for(&range));
         let too_old = start > 0 && start < compacted;
         let (synced, start_rev) = match start {
             0 => (true, published + 1),
@@ -463,6 +464,10 @@ impl WatchHub {
                 (wid, w.next_rev, st.published, w.range.clone(), w.no_put, w.no_delete, w.opts)
             };
         let read = self.log.read(from.max(1), target, CATCH_UP_REVS, CATCH_UP_BYTES);
+        // After the read: a prefix compacted during it may have left its events out, and then
+        // its floor is set by now.
+        let floor = self.log.floor_for(&range);
+        let read = if from < floor { Err(floor) } else { read };
         let mut st = self.state.lock();
         let published = st.published;
         let State { streams, index, .. } = &mut *st;

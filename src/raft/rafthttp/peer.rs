@@ -199,7 +199,7 @@ impl pb::raft_server::Raft for PeerService {
         node.check_peer(&req)?;
         let rev = req.into_inner().revision;
         let h = node.machine.hash_kv(rev).map_err(status)?;
-        Ok(Response::new(crate::proto::etcdserverpb::HashKvResponse {
+        let mut answer = Response::new(crate::proto::etcdserverpb::HashKvResponse {
             header: Some(crate::proto::etcdserverpb::ResponseHeader {
                 cluster_id: node.cluster_id,
                 member_id: node.id,
@@ -209,7 +209,10 @@ impl pb::raft_server::Raft for PeerService {
             hash: h.hash,
             compact_revision: h.compact_revision,
             hash_revision: h.hash_revision,
-        }))
+        });
+        let floors = tonic::metadata::MetadataValue::from(h.floors);
+        answer.metadata_mut().insert(crate::raft::corrupt::FLOORS_KEY, floors);
+        Ok(answer)
     }
 
     async fn readmit(

@@ -296,25 +296,8 @@ impl Change for pb::CompactionRequest {
         s.alarms.check_corrupt()?;
         // A member alone stays one until the compaction is logged (see `Member::alone`).
         let Some(_alone) = s.alone_writes().await else { return Err(Refused::Closed(self)) };
-        let (rev, shared) = (self.revision, s.clone());
-        // Off the runtime's threads: a compaction waits for the WAL and walks every partition.
-        let c =
-            crate::server::etcdserver::blocking::on_thread_of_its_own("compaction", move || {
-                let started = std::time::Instant::now();
-                let c = shared.store.compact(rev);
-                let took = started.elapsed();
-                shared.metrics.applied(ApplyOp::Compaction, c.is_ok(), took);
-                if c.is_ok() {
-                    shared.metrics.compacted(took);
-                }
-                c
-            })
-            .await
-            .map_err(|_| {
-                tracing::error!("compaction thread failed");
-                Error::Internal
-            })??;
-        Ok(pb::CompactionResponse { header: apply::nested(c.revision) })
+        let rev = self.revision;
+        Ok(compacted_alone(s.clone(), move |store| store.compact(rev)).await?)
     }
 
     async fn in_cluster(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
@@ -326,6 +309,54 @@ impl Change for pb::CompactionRequest {
             s.store.wait_walked(rev).await;
         }
         Ok(answer)
+    }
+}
+
+/// A member alone's compaction, `compact` (the store's, or a tenant's prefix's), off the
+/// runtime's threads: it waits for the WAL and walks partitions.
+async fn compacted_alone(
+    s: Arc<Member>,
+    compact: impl FnOnce(&crate::mvcc::Store) -> Result<crate::mvcc::Compacted> + Send + 'static,
+) -> Result<pb::CompactionResponse> {
+    let c = crate::server::etcdserver::blocking::on_thread_of_its_own("compaction", move || {
+        let started = std::time::Instant::now();
+        let c = compact(&s.store);
+        let took = started.elapsed();
+        s.metrics.applied(ApplyOp::Compaction, c.is_ok(), took);
+        if c.is_ok() {
+            s.metrics.compacted(took);
+        }
+        c
+    })
+    .await
+    .map_err(|_| {
+        tracing::error!("compaction thread failed");
+        Error::Internal
+    })??;
+    Ok(pb::CompactionResponse { header: apply::nested(c.revision) })
+}
+
+/// A Compact from a tenant's user (`etcdserver::tenant`): compacts the tenant's prefix alone.
+#[derive(Debug)]
+pub struct TenantCompaction {
+    /// The tenant's prefix, with its trailing slash.
+    pub prefix: bytes::Bytes,
+    pub request: pb::CompactionRequest,
+}
+
+impl Change for TenantCompaction {
+    type Answer = pb::CompactionResponse;
+
+    async fn alone(self, s: &Arc<Member>, _who: &Option<AuthInfo>) -> Outcome<Self> {
+        s.alarms.check_corrupt()?;
+        let Some(_alone) = s.alone_writes().await else { return Err(Refused::Closed(self)) };
+        let (rev, prefix) = (self.request.revision, self.prefix);
+        Ok(compacted_alone(s.clone(), move |store| store.compact_prefix(&prefix, rev)).await?)
+    }
+
+    async fn in_cluster(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
+        let req = mpb::TenantCompaction { prefix: self.prefix, revision: self.request.revision };
+        proposed(s, who, Req::TenantCompaction(req)).await
     }
 }
 

@@ -14,11 +14,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
+use crate::auth::{AuthInfo, AuthStore};
 use crate::config::TenantSpec;
 use crate::error::{Error, Result};
 use crate::mvcc::Store;
 use crate::proto::etcdserverpb as pb;
 use crate::server::etcdserver::alarm;
+
+/// kube-apiserver's compactor coordinates through this key, outside its `--etcd-prefix`: on a
+/// shared store every kube-apiserver would share it, and a tenant's user may not touch it. A
+/// tenant's user sees a key of its own there instead ([`Tenant::own_compact_rev_key`]).
+pub const COMPACT_REV_KEY: &[u8] = b"compact_rev_key";
 
 /// One tenant: its prefix, its quota and its counters.
 #[derive(Debug)]
@@ -35,6 +41,73 @@ pub struct Tenant {
     /// is only a figure for `/metrics`).
     pub reads: AtomicU64,
     pub writes: AtomicU64,
+}
+
+impl Tenant {
+    /// The tenant's own `compact_rev_key`: under its prefix, outside its resources.
+    pub fn own_compact_rev_key(&self) -> Bytes {
+        let mut k = self.prefix.to_vec();
+        k.extend_from_slice(COMPACT_REV_KEY);
+        k.into()
+    }
+
+    /// Points a txn's compares and operations on `compact_rev_key` at the tenant's own.
+    pub fn own_txn(&self, t: &mut pb::TxnRequest) {
+        let own = self.own_compact_rev_key();
+        let mine = |k: &mut Bytes| {
+            if k[..] == *COMPACT_REV_KEY {
+                *k = own.clone();
+            }
+        };
+        for c in &mut t.compare {
+            if c.range_end.is_empty() {
+                mine(&mut c.key);
+            }
+        }
+        for op in t.success.iter_mut().chain(t.failure.iter_mut()) {
+            match &mut op.request {
+                Some(pb::request_op::Request::RequestRange(r)) if r.range_end.is_empty() => {
+                    mine(&mut r.key)
+                }
+                Some(pb::request_op::Request::RequestPut(p)) => mine(&mut p.key),
+                Some(pb::request_op::Request::RequestDeleteRange(d)) if d.range_end.is_empty() => {
+                    mine(&mut d.key)
+                }
+                Some(pb::request_op::Request::RequestTxn(t)) => self.own_txn(t),
+                _ => {}
+            }
+        }
+    }
+
+    /// Shows the tenant's own `compact_rev_key` under its shared name in a txn's answer.
+    pub fn shown_txn(&self, r: &mut pb::TxnResponse) {
+        let own = self.own_compact_rev_key();
+        for op in &mut r.responses {
+            match &mut op.response {
+                Some(pb::response_op::Response::ResponseRange(r)) => {
+                    for kv in r.kvs.iter_mut().filter(|kv| kv.key == own) {
+                        kv.key = Bytes::from_static(COMPACT_REV_KEY);
+                    }
+                }
+                Some(pb::response_op::Response::ResponseTxn(t)) => self.shown_txn(t),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Whether a txn names `compact_rev_key` anywhere (what makes it worth finding its sender's
+/// tenant).
+pub fn names_compact_rev_key(t: &pb::TxnRequest) -> bool {
+    let is = |k: &[u8]| k == COMPACT_REV_KEY;
+    t.compare.iter().any(|c| is(&c.key))
+        || t.success.iter().chain(&t.failure).any(|op| match &op.request {
+            Some(pb::request_op::Request::RequestRange(r)) => is(&r.key),
+            Some(pb::request_op::Request::RequestPut(p)) => is(&p.key),
+            Some(pb::request_op::Request::RequestDeleteRange(d)) => is(&d.key),
+            Some(pb::request_op::Request::RequestTxn(t)) => names_compact_rev_key(t),
+            None => false,
+        })
 }
 
 /// Every tenant of this member, ordered by prefix.
@@ -72,6 +145,18 @@ impl Tenants {
         // Prefixes of `key` sort at or before it; of nested prefixes the longer sorts later.
         let end = self.list.partition_point(|t| t.prefix[..] <= *key);
         self.list[..end].iter().rev().find(|t| key.starts_with(&t.prefix))
+    }
+
+    /// The tenant whose prefix `who` owns and nothing else (see `AuthStore::owns_only`): the
+    /// user of that tenant's kube-apiserver. `None` while auth is disabled.
+    pub fn owned_by(&self, auth: &AuthStore, who: Option<&AuthInfo>) -> Option<&Tenant> {
+        if self.list.is_empty() || who.is_none() {
+            return None;
+        }
+        self.list.iter().find(|t| {
+            let end = crate::keyspace::prefix_end(&t.prefix).unwrap_or_default();
+            auth.owns_only(who, &t.prefix, &end)
+        })
     }
 
     /// Counts a range (or watch-free read) of `key` as its tenant's.

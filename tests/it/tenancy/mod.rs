@@ -1,4 +1,8 @@
 //! Hosted control planes sharing one store (`--tenant`, issue 50), each isolation property next
-//! to what one shared etcd 3.6 does in the same steps: the space quota (`quota`).
+//! to what one shared etcd 3.6 does in the same steps: a tenant's own compaction under auth
+//! (`compaction`), the space quota (`quota`), removing a tenant while another writes
+//! (`removal`).
 
+mod compaction;
 mod quota;
+mod removal;

@@ -130,7 +130,7 @@ fn apply(s: &Arc<Member>, req: Req, header: Option<mpb::AuthHeader>) -> Result<R
         Req::Put(_) => Some(ApplyOp::Put),
         Req::DeleteRange(_) => Some(ApplyOp::DeleteRange),
         Req::Txn(_) => Some(ApplyOp::Txn),
-        Req::Compaction(_) => Some(ApplyOp::Compaction),
+        Req::Compaction(_) | Req::TenantCompaction(_) => Some(ApplyOp::Compaction),
         Req::LeaseGrant(_) => Some(ApplyOp::LeaseGrant),
         Req::LeaseRevoke(_) => Some(ApplyOp::LeaseRevoke),
         Req::Alarm(_) => Some(ApplyOp::Alarm),
@@ -207,6 +207,18 @@ fn apply_request(s: &Arc<Member>, req: Req, header: Option<mpb::AuthHeader>) -> 
         Req::Compaction(c) => {
             s.alarms.check_corrupt()?;
             let done = s.store.set_compaction(c.revision)?;
+            walk_compactions(s);
+            Resp::Compaction(pb::CompactionResponse { header: nested(done.revision) })
+        }
+        Req::TenantCompaction(c) => {
+            // In log order, against the replicated auth state (not this member's --tenant
+            // flags), so that every member decides alike.
+            let end = crate::keyspace::prefix_end(&c.prefix).unwrap_or_default();
+            if !s.auth.owns_only(who.as_ref(), &c.prefix, &end) {
+                return Err(Error::PermissionDenied);
+            }
+            s.alarms.check_corrupt()?;
+            let done = s.store.set_prefix_compaction(&c.prefix, c.revision)?;
             walk_compactions(s);
             Resp::Compaction(pb::CompactionResponse { header: nested(done.revision) })
         }
@@ -311,10 +323,10 @@ impl StateMachine for Applier {
     fn hash_kv(&self, rev: i64) -> crate::error::Result<crate::raft::KvHash> {
         let Some(s) = self.shared.upgrade() else { return Err(Error::Stopped) };
         // A walk of the whole history, which also waits for a compaction in progress.
-        let (hash, hash_revision, compact_revision) =
-            crate::server::etcdserver::blocking::off_the_runtime(|| s.store.hash_kv(rev))?;
+        let (hash, hash_revision, compact_revision, floors) =
+            crate::server::etcdserver::blocking::off_the_runtime(|| s.store.hash_kv_floors(rev))?;
         let revision = s.store.current_revision();
-        Ok(crate::raft::KvHash { hash, hash_revision, compact_revision, revision })
+        Ok(crate::raft::KvHash { hash, hash_revision, compact_revision, revision, floors })
     }
 
     fn snapshot(&self) -> Box<dyn SnapshotJob> {
