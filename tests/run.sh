@@ -13,12 +13,12 @@
 #    KUBE_APISERVER_BIN and KUBECTL_BIN already point at them,
 # 3. runs `cargo test --release` (unit tests in src/, the integration suite tests/it, doc tests),
 #    then (on a full run) Kubernetes' own storage suites against mem_etcd (tests/k8s_storage)
-#    and kube-apiserver under benches/k8s_load's two profiles at a small size, benches/scale.sh
-#    at 2,000 objects,
+#    and kube-apiserver under benches/k8s_load's two profiles at a small size, benches/tenants.sh
+#    with two control planes, and benches/scale.sh at 2,000 objects,
 # 4. runs the benches once in test mode, so they never rot.
 #
 # Works from any directory, as root on a fresh Debian machine or as a user with sudo.
-# A failing set-up step (1-2) stops the script at once. The test steps (3, 3b, 3c, 4) all run even
+# A failing set-up step (1-2) stops the script at once. The test steps (3, 3b-3e, 4) all run even
 # when an earlier one fails, and the script ends with one line per step (passed, FAILED, or
 # left out and why) and a non-zero exit if any failed. Peers are required; only a local run with
 # MEM_ETCD_SKIP_PEERS=1 (and CI not "true") may go on without them, and the peer tests then
@@ -210,6 +210,27 @@ else
     record "$scale_step" passed
   else
     record "$scale_step" FAILED
+  fi
+fi
+
+# --- 3e. hosted control planes (benches/tenants.sh), tiny, so it cannot rot ----------------------
+tenants_step="benches/tenants.sh (2 control planes on mem_etcd: density and the noisy neighbour)"
+if [ "$#" -ne 0 ]; then
+  record "$tenants_step" "left out: arguments select a subset of the cargo tests"
+elif [ ! -x target/release/mem_etcd ]; then
+  record "$tenants_step" "FAILED (no target/release/mem_etcd: the cargo build failed)"
+elif [ -z "${KUBE_APISERVER_BIN:-}" ] && [ "$skip_ok" = 1 ]; then
+  log "!!!!!!!! WARNING: no kube-apiserver; MEM_ETCD_SKIP_PEERS=1, so benches/tenants.sh was SKIPPED !!!!!!!!"
+  record "$tenants_step" "SKIPPED (no kube-apiserver; MEM_ETCD_SKIP_PEERS=1)"
+else
+  log "$tenants_step"
+  # Every control plane ready, every load run to its end with its figures.
+  if TENANTS=2 STORES=mem_etcd DENSITY_OBJECTS=50 DENSITY_LEASES=10 DENSITY_RENEW=2s \
+      DENSITY_WINDOW=4s NOISY_OBJECTS=300 NOISY_CLIENTS=5 NOISY_WINDOW=4s WATCHERS=3 \
+      MEM_BIN="$PWD/target/release/mem_etcd" RESULTS="$(mktemp)" timeout 600 benches/tenants.sh; then
+    record "$tenants_step" passed
+  else
+    record "$tenants_step" FAILED
   fi
 fi
 
