@@ -858,8 +858,13 @@ fn tenants(o: &mut Page, shared: &Member) {
         let mine = |p: &[u8]| shared.tenants.of(p).is_some_and(|x| std::ptr::eq(x, t));
         stats.iter().filter(|p| !p.prefix.is_empty() && mine(&p.prefix)).map(|p| p.keys).sum()
     };
+    let (global, floors) = (shared.store.compact_revision(), shared.store.floors());
+    let compacted = |t: &crate::server::etcdserver::tenant::Tenant| {
+        let own = floors.iter().filter(|(p, _)| t.prefix.starts_with(p)).map(|f| f.1).max();
+        global.max(own.unwrap_or(0))
+    };
     type Figure<'a> = Box<dyn Fn(usize, &crate::server::etcdserver::tenant::Tenant) -> f64 + 'a>;
-    let families: [(&str, &str, MetricType, Figure); 6] = [
+    let families: [(&str, &str, MetricType, Figure); 7] = [
         (
             "mem_etcd_tenant_keys",
             "Live keys of each --tenant's resources.",
@@ -890,6 +895,13 @@ fn tenants(o: &mut Page, shared: &Member) {
             "Puts, deletes and txns this member took under each --tenant's prefix.",
             MetricType::COUNTER,
             Box::new(|_, t| t.writes.load(std::sync::atomic::Ordering::Relaxed) as f64),
+        ),
+        (
+            "mem_etcd_tenant_compact_revision",
+            "The revision each --tenant's history is compacted at: its own compaction's, or the \
+             store's if later (0 before the first).",
+            MetricType::GAUGE,
+            Box::new(|_, t| compacted(t) as f64),
         ),
         (
             "mem_etcd_tenant_watchers",

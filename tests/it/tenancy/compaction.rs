@@ -218,6 +218,12 @@ async fn a_tenant_compacts_its_own_history_under_auth_where_a_shared_etcd_refuse
     users(&mut c).await;
     let mem_steps = steps(&mem.endpoint(), &revs).await;
     assert_eq!(mem_steps, isolated(&revs), "mem_etcd");
+    // Each tenant's compaction revision on /metrics: both compacted at A's second write.
+    let page = crate::operations::http_get(mem.addr(), "/metrics").await.body;
+    for t in ["tenant-a", "tenant-b"] {
+        let line = format!("mem_etcd_tenant_compact_revision{{tenant=\"{t}\"}} {}", revs.a2);
+        assert!(page.lines().any(|l| l == line), "no {line:?} on /metrics");
+    }
     // The tenants' compactions, their own compact_rev_keys and the reads and watches they
     // refuse, across a restart (the store's unit tests reopen it from a snapshot and a backup).
     let mut root = as_user(&mem.endpoint(), "root").await;
