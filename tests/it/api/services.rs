@@ -222,15 +222,23 @@ async fn a_second_listen_url_serves_the_same_store() {
     // The harness connects to the first address it saw; both listeners must work, and share data.
     let mut c = s.client().await;
     put(&mut c, "shared", "1").await;
-    let log = s.log_tail();
-    // (Each listener logs mem_etcd's ready line and etcd's "serving client traffic" line.)
-    let addrs: std::collections::BTreeSet<std::net::SocketAddr> = log
-        .lines()
-        .filter(|l| {
-            l.contains("ready to serve client requests") || l.contains("serving client traffic")
-        })
-        .filter_map(parse_address)
-        .collect();
+    // (Each listener logs mem_etcd's ready line and etcd's "serving client traffic" line; the
+    // harness may not have read the second listener's yet when the first one serves.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (addrs, log) = loop {
+        let log = s.log_tail();
+        let addrs: std::collections::BTreeSet<std::net::SocketAddr> = log
+            .lines()
+            .filter(|l| {
+                l.contains("ready to serve client requests") || l.contains("serving client traffic")
+            })
+            .filter_map(parse_address)
+            .collect();
+        if addrs.len() >= 2 || std::time::Instant::now() > deadline {
+            break (addrs, log);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     assert_eq!(addrs.len(), 2, "expected two listeners' addresses:\n{log}");
     for a in addrs {
         let mut c2 = etcd_client::Client::connect([format!("http://{a}")], None).await.unwrap();
