@@ -9,8 +9,8 @@
 #   noisy: two control planes, B under the density profile (over a NOISY_WINDOW window), first
 #     alone, then while A runs the watch-churn profile with NOISY_CLIENTS clients over
 #     NOISY_OBJECTS ConfigMaps (the noisy neighbour, sized to outlast B's window); B's Lease renewal
-#     (write) p99 and its slowest renewal both ways. Run on mem_etcd and the shared etcd (with
-#     an etcd per tenant, A and B share nothing but the cores).
+#     (write) p99 and its slowest renewal both ways. On an etcd per tenant A and B share nothing
+#     but the machine: its row is what the cores alone do to B, the floor for a shared store.
 # The load clients run on the same cores as the servers. Prints two tables; JSON lines (one per
 # control plane and run) in RESULTS.
 #
@@ -167,7 +167,6 @@ for measure in $MEASURES; do
         fi
         keep_logs "density-$store"; stop_all ;;
       noisy)
-        [ "$store" != etcds ] || continue
         for with in alone neighbour; do
           log "noisy: $store, B $with"
           if start_store "$store" 2 && start_control_planes 2; then

@@ -5,7 +5,9 @@
 //! range may cross any number of partitions and still comes back sorted and counted exactly.
 //! Several kube-apiservers may share the store, each under its own `--etcd-prefix` (hosted
 //! control planes: `/tenant-a`, `/tenant-b`); each prefix's resources get partitions of their
-//! own.
+//! own. With tenants that come and go at run time (`--tenants-from-auth`) every top-level
+//! segment counts as such a prefix, so a tenant's keys land in partitions of their own from
+//! its first write, and the partition of a key never changes while the store runs.
 
 use bytes::Bytes;
 
@@ -16,18 +18,23 @@ pub struct Keyspace {
     /// first: of two nested prefixes the inner one owns the keys below it. Looked through in
     /// turn on every write: a handful of prefixes costs a few byte compares.
     registries: Vec<Bytes>,
+    /// Every top-level segment (`/<x>/`) is a storage prefix too, for the keys no listed prefix
+    /// holds: tenants appear at run time, and a key's partition must be the same before and
+    /// after its tenant does (its history lives there).
+    top_level: bool,
 }
 
 impl Keyspace {
-    /// `prefixes` are kube-apiserver's `--etcd-prefix`es (default `/registry`).
-    pub fn new(prefixes: &[impl AsRef<str>]) -> Self {
+    /// `prefixes` are kube-apiserver's `--etcd-prefix`es (default `/registry`); `top_level`:
+    /// see [`Keyspace::top_level`](Self).
+    pub fn new(prefixes: &[impl AsRef<str>], top_level: bool) -> Self {
         let mut registries: Vec<Bytes> = prefixes
             .iter()
             .map(|p| Bytes::from(format!("{}/", p.as_ref().trim_end_matches('/'))))
             .collect();
         registries.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         registries.dedup();
-        Self { registries }
+        Self { registries, top_level }
     }
 
     /// The resource prefix `key` lives under (`/registry/pods/`, `/registry/example.com/widgets/`),
@@ -42,8 +49,15 @@ impl Keyspace {
     /// Like [`partition_of`](Self::partition_of), but also for the bare prefix itself
     /// (`/registry/pods/`), as the start of a range or watch over a whole resource.
     pub fn resource_prefix<'k>(&self, key: &'k [u8]) -> Option<&'k [u8]> {
-        let registry = self.registries.iter().find(|r| key.starts_with(r))?;
-        let rest = &key[registry.len()..];
+        let registry = match self.registries.iter().find(|r| key.starts_with(r)) {
+            Some(r) => r.len(),
+            None if self.top_level && key.first() == Some(&b'/') => {
+                // `/<x>/`, with a segment of at least one byte.
+                1 + key[1..].iter().position(|&b| b == b'/').filter(|&at| at > 0)? + 1
+            }
+            None => return None,
+        };
+        let rest = &key[registry..];
         let first = rest.iter().position(|&b| b == b'/')?;
         if first == 0 {
             return None;
@@ -56,7 +70,7 @@ impl Keyspace {
             }
             end += second + 1;
         }
-        Some(&key[..registry.len() + end])
+        Some(&key[..registry + end])
     }
 }
 
@@ -151,7 +165,7 @@ mod tests {
 
     #[test]
     fn partitions_follow_kubernetes_resources() {
-        let ks = Keyspace::new(&["/registry"]);
+        let ks = Keyspace::new(&["/registry"], false);
         let p = |k| partition(&ks, k);
         assert_eq!(p("/registry/pods/default/a"), Some("/registry/pods/"));
         assert_eq!(p("/registry/leases/kube-node-lease/n1"), Some("/registry/leases/"));
@@ -162,13 +176,13 @@ mod tests {
         assert_eq!(p("/registry/example.com/widgets"), None);
         assert_eq!(p("compact_rev_key"), None);
         assert_eq!(p("/other/pods/x"), None);
-        let custom = Keyspace::new(&["/kube/"]);
+        let custom = Keyspace::new(&["/kube/"], false);
         assert_eq!(custom.partition_of(b"/kube/pods/x"), Some(&b"/kube/pods/"[..]));
     }
 
     #[test]
     fn each_storage_prefix_partitions_its_own_resources() {
-        let ks = Keyspace::new(&["/registry", "/tenant-a/", "/t", "/t/inner", "/registry"]);
+        let ks = Keyspace::new(&["/registry", "/tenant-a/", "/t", "/t/inner", "/registry"], false);
         let p = |k| partition(&ks, k);
         assert_eq!(p("/registry/pods/ns/a"), Some("/registry/pods/"));
         assert_eq!(p("/tenant-a/pods/ns/a"), Some("/tenant-a/pods/"));
@@ -180,6 +194,23 @@ mod tests {
         assert_eq!(p("/t/pods/x"), Some("/t/pods/"));
         assert_eq!(ks.resource_prefix(b"/tenant-a/pods/"), Some(&b"/tenant-a/pods/"[..]));
         assert_eq!(ks.registries.len(), 4, "duplicates dropped: {:?}", ks.registries);
+    }
+
+    #[test]
+    fn every_top_level_segment_partitions_its_resources_when_tenants_come_from_auth() {
+        let ks = Keyspace::new(&["/registry", "/t/inner"], true);
+        let p = |k| partition(&ks, k);
+        assert_eq!(p("/registry/pods/ns/a"), Some("/registry/pods/"));
+        assert_eq!(p("/tenant-c/pods/ns/a"), Some("/tenant-c/pods/"));
+        assert_eq!(p("/tenant-c/example.com/widgets/ns/w"), Some("/tenant-c/example.com/widgets/"));
+        assert_eq!(p("/t/inner/pods/x"), Some("/t/inner/pods/"), "a listed prefix wins");
+        assert_eq!(p("/t/other/x"), Some("/t/other/"));
+        assert_eq!(p("/tenant-c/pods/"), None, "the bare resource key is not an object");
+        assert_eq!(p("/tenant-c/compact_rev_key"), None);
+        assert_eq!(p("//pods/x"), None, "an empty segment");
+        assert_eq!(p("compact_rev_key"), None);
+        assert_eq!(p("/x"), None);
+        assert_eq!(ks.resource_prefix(b"/tenant-c/pods/"), Some(&b"/tenant-c/pods/"[..]));
     }
 
     #[test]

@@ -180,6 +180,22 @@ impl State {
     }
 }
 
+/// [`AuthStore::owns_only`] for user `u` (not root), under the state's lock.
+fn owns_only_locked(st: &State, u: &User, key: &[u8], range_end: &[u8]) -> bool {
+    let inside = |p: &Permission| {
+        let end_inside = match &p.range_end[..] {
+            [] => p.key.as_slice() < range_end,
+            [0] => false,
+            end => end <= range_end,
+        };
+        p.key.as_slice() >= key && end_inside
+    };
+    let granted = u.roles.iter().filter_map(|r| st.roles.get(r)).flat_map(|r| &r.permissions);
+    granted.clone().next().is_some()
+        && granted.into_iter().all(inside)
+        && st.perms.get(&u.name).is_some_and(|(_, w)| w.covers(key, range_end))
+}
+
 fn has_root(u: &User) -> bool {
     u.roles.binary_search_by(|r| r.as_str().cmp(ROOT)).is_ok()
 }
@@ -205,6 +221,10 @@ pub struct AuthStore {
     /// The auth revision, bumped by every change but enable (etcd's rule); read lock-free by
     /// the stale-revision checks. Written under `state`'s write lock.
     revision: AtomicU64,
+    /// Bumped by every change of users and roles, a restore or undo included (which may set
+    /// `revision` back): what tenants derived from the auth state (`--tenants-from-auth`)
+    /// compare, lock-free, to know theirs are current. Written under `state`'s write lock.
+    changes: AtomicU64,
     /// Users and roles: read by permission checks (only while enabled), written by [`Op`]s.
     state: RwLock<State>,
     /// Orders a member alone's checked writes with changes of auth state: a write holds it
@@ -249,6 +269,7 @@ impl AuthStore {
         Self {
             enabled: AtomicBool::new(false),
             revision: AtomicU64::new(1),
+            changes: AtomicU64::new(0),
             state: RwLock::new(State::default()),
             gate: RwLock::new(()),
             tokens: Mutex::new(Tokens::default()),
@@ -292,6 +313,39 @@ impl AuthStore {
         self.revision.load(Ordering::Acquire)
     }
 
+    /// Counts the changes of users and roles (see `AuthStore::changes`).
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
+    }
+
+    /// The prefixes `/<x>/` that some user owns and nothing else (see
+    /// [`owns_only`](Self::owns_only)), whether or not auth is enabled, in order: the tenants
+    /// of `--tenants-from-auth`. A candidate is a READWRITE grant of a whole prefix ending in a
+    /// slash, as Kamaji grants its tenant's user.
+    pub fn sole_prefixes(&self) -> Vec<Vec<u8>> {
+        let st = self.state.read();
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        for u in st.users.values().filter(|u| !has_root(u)) {
+            let granted =
+                u.roles.iter().filter_map(|r| st.roles.get(r)).flat_map(|r| &r.permissions);
+            for p in granted.clone() {
+                let whole =
+                    crate::keyspace::prefix_end(&p.key).is_some_and(|e| e[..] == p.range_end[..]);
+                if whole
+                    && p.key.len() > 2
+                    && p.key.starts_with(b"/")
+                    && p.key.ends_with(b"/")
+                    && owns_only_locked(&st, u, &p.key, &p.range_end)
+                {
+                    out.push(p.key.clone());
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// The persisted form of the whole state.
     pub fn export(&self) -> AuthState {
         let st = self.state.read();
@@ -329,6 +383,7 @@ impl AuthStore {
             .collect();
         st.roles = s.roles.into_iter().map(|r| (r.name.clone(), r)).collect();
         st.refresh();
+        self.changes.fetch_add(1, Ordering::AcqRel);
         self.revision.store(s.revision.max(1), Ordering::Release);
         self.enabled.store(s.enabled, Ordering::Release);
     }
@@ -568,6 +623,7 @@ impl AuthStore {
         }
         if changed {
             st.refresh();
+            self.changes.fetch_add(1, Ordering::AcqRel);
             self.revision.fetch_add(1, Ordering::AcqRel);
         }
         Ok(String::new())
@@ -630,18 +686,7 @@ impl AuthStore {
         let Some(who) = who.filter(|_| self.is_enabled()) else { return false };
         let st = self.state.read();
         let Some(u) = st.users.get(&who.username).filter(|u| !has_root(u)) else { return false };
-        let inside = |p: &Permission| {
-            let end_inside = match &p.range_end[..] {
-                [] => p.key.as_slice() < range_end,
-                [0] => false,
-                end => end <= range_end,
-            };
-            p.key.as_slice() >= key && end_inside
-        };
-        let granted = u.roles.iter().filter_map(|r| st.roles.get(r)).flat_map(|r| &r.permissions);
-        granted.clone().next().is_some()
-            && granted.into_iter().all(inside)
-            && st.perms.get(&who.username).is_some_and(|(_, w)| w.covers(key, range_end))
+        owns_only_locked(&st, u, key, range_end)
     }
 
     /// UserGet: the user's roles; root, or the user asking about themselves.
@@ -792,5 +837,40 @@ mod tests {
         t.restore(exported.clone());
         assert_eq!(t.export(), exported);
         assert!(t.is_enabled());
+    }
+
+    #[test]
+    fn a_prefix_is_a_tenant_while_one_user_owns_it_and_nothing_else() {
+        let s = AuthStore::new(4, Duration::from_secs(300));
+        let anyone = AuthInfo::default();
+        let apply = |op| s.apply(&anyone, op).unwrap();
+        let grant = |role: &str, t: PermType, key: &str, end: &str| {
+            let perm = Permission { perm_type: t, key: key.into(), range_end: end.into() };
+            apply(Op::RoleGrantPermission { name: role.into(), perm: Some(perm) });
+        };
+        for (user, role) in [("a", "a"), ("b", "b"), ("c", "c"), ("d", "d"), ("r", ROOT)] {
+            apply(Op::UserAdd { name: user.into(), hash: Vec::new(), no_password: true });
+            apply(Op::RoleAdd { name: role.into() });
+            apply(Op::UserGrantRole { user: user.into(), role: role.into() });
+        }
+        let before = s.changes();
+        grant("a", PermType::ReadWrite, "/a/", "/a0");
+        // b owns /b/ but also reads /other/: not a tenant's user.
+        grant("b", PermType::ReadWrite, "/b/", "/b0");
+        grant("b", PermType::Read, "/other/", "/other0");
+        // c may only read its prefix; d's prefix does not end a segment.
+        grant("c", PermType::Read, "/c/", "/c0");
+        grant("d", PermType::ReadWrite, "/d", "/e");
+        grant(ROOT, PermType::ReadWrite, "/r/", "/r0");
+        assert!(s.changes() > before, "each grant is a change");
+        assert_eq!(s.sole_prefixes(), [b"/a/".to_vec()]);
+        // A second user of the same prefix changes nothing; the last one to go ends it.
+        apply(Op::UserAdd { name: "a2".into(), hash: Vec::new(), no_password: true });
+        apply(Op::UserGrantRole { user: "a2".into(), role: "a".into() });
+        assert_eq!(s.sole_prefixes(), [b"/a/".to_vec()]);
+        apply(Op::UserDelete { name: "a".into() });
+        assert_eq!(s.sole_prefixes(), [b"/a/".to_vec()]);
+        apply(Op::UserRevokeRole { name: "a2".into(), role: "a".into() });
+        assert!(s.sole_prefixes().is_empty());
     }
 }

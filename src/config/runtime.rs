@@ -99,6 +99,9 @@ pub struct Config {
     /// The hosted control planes `--tenant` declares, each with its quota settled (checked
     /// when the flags were loaded).
     pub tenants: Vec<super::flags::storage::TenantSpec>,
+    /// `--tenants-from-auth`: tenants also come from the auth state, each with this quota
+    /// (`--tenant-quota-backend-bytes`; 0: none). `None`: only `--tenant`'s.
+    pub tenants_from_auth: Option<u64>,
     pub auto_compaction_mode: AutoCompactionMode,
     pub auto_compaction_retention: String,
     pub auto_compaction_revision_interval: Duration,
@@ -232,6 +235,7 @@ impl Config {
             table,
         } = flags;
         let tenants = s.tenants().unwrap_or_default();
+        let tenants_from_auth = s.tenants_from_auth.then_some(s.tenant_quota_backend_bytes);
         let (mut advertise_client_urls, mut initial_advertise_peer_urls) =
             (m.advertise_client_urls, m.initial_advertise_peer_urls);
         if let Some(h) = default_host {
@@ -324,6 +328,7 @@ impl Config {
             data_dir: s.data_dir,
             wal,
             tenants,
+            tenants_from_auth,
             registry_prefix: s.registry_prefix,
             auto_compaction_mode: compaction.auto_compaction_mode,
             auto_compaction_retention: compaction.auto_compaction_retention,

@@ -218,6 +218,10 @@ fn tenants_are_prefixes_each_with_its_quota_or_the_default_one() {
     ]);
     assert_eq!(c.tenants, [spec("/tenant-a", 1000), spec("/tenant-b", 50), spec("/tenant-c", 50)]);
     assert!(config(&[]).tenants.is_empty());
+    assert_eq!(c.tenants_from_auth, None);
+    let from_auth = config(&["--tenants-from-auth", "--tenant-quota-backend-bytes=70"]);
+    assert_eq!(from_auth.tenants_from_auth, Some(70));
+    assert!(from_auth.tenants.is_empty());
     let refused = |args: &[&str]| {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         let flags = Flags::try_parse_from(std::iter::once("mem_etcd".to_string()).chain(args));

@@ -58,6 +58,9 @@ pub struct StoreConfig {
     /// kube-apiserver's `--etcd-prefix`, or one per kube-apiserver sharing the store; keys
     /// below each are partitioned by resource.
     pub registry_prefix: Vec<String>,
+    /// Every top-level segment of a key partitions its resources as a registry prefix does
+    /// (tenants declared at run time: `keyspace::Keyspace`).
+    pub top_level_prefixes: bool,
     /// etcd's `--max-txn-ops`.
     pub max_txn_ops: usize,
     /// etcd's `--max-request-bytes`: the largest write, as encoded on the wire.
@@ -68,6 +71,7 @@ impl Default for StoreConfig {
     fn default() -> Self {
         Self {
             registry_prefix: vec!["/registry".into()],
+            top_level_prefixes: false,
             max_txn_ops: 128,
             max_request_bytes: 1_572_864,
         }
@@ -380,7 +384,7 @@ impl Store {
         let default = Arc::new(Partition::new(0, Bytes::new()));
         commit.events.track(default.clone());
         Self {
-            keyspace: Keyspace::new(&config.registry_prefix),
+            keyspace: Keyspace::new(&config.registry_prefix, config.top_level_prefixes),
             commit: Arc::new(commit),
             _dir_lock: None,
             leases: std::sync::OnceLock::new(),

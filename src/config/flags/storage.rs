@@ -101,6 +101,14 @@ pub struct StorageFlags {
         display_order = 100
     )]
     pub tenant_quota_backend_bytes: u64,
+
+    /// Tenants come and go with the auth state, with no restart: a user whose roles grant
+    /// READWRITE on one prefix `/<tenant>/` and nothing outside it (Kamaji's provisioning)
+    /// makes that prefix a tenant, with --tenant-quota-backend-bytes, until the user or its
+    /// grant goes; every top-level key segment's resources get partitions of their own
+    /// (mem_etcd's own flag).
+    #[arg(long, env = "MEM_ETCD_TENANTS_FROM_AUTH", display_order = 101)]
+    pub tenants_from_auth: bool,
 }
 
 impl StorageFlags {

@@ -840,22 +840,24 @@ const GO_MEMSTATS: &[(&str, &str, MetricType)] = &[
     ),
 ];
 
-/// Each `--tenant`'s figures, labelled by its prefix (one label value per declared tenant).
+/// Each tenant's figures, labelled by its prefix (one label value per tenant: `--tenant`'s,
+/// and with `--tenants-from-auth` the auth state's).
 fn tenants(o: &mut Page, shared: &Member) {
-    let tenants: Vec<_> = shared.tenants.iter().collect();
+    let list = shared.tenants.list(&shared.auth);
+    let tenants: Vec<_> = list.iter().collect();
     if tenants.is_empty() {
         return;
     }
     let mut watchers = vec![0u64; tenants.len()];
     for start in shared.hub.watched_starts() {
-        if let Some(t) = shared.tenants.of(&start) {
+        if let Some(t) = list.of(&start) {
             let at = tenants.iter().position(|x| std::ptr::eq(*x, t)).expect("listed");
             watchers[at] += 1;
         }
     }
     let stats = shared.store.partition_stats();
     let keys = |t: &crate::server::etcdserver::tenant::Tenant| -> u64 {
-        let mine = |p: &[u8]| shared.tenants.of(p).is_some_and(|x| std::ptr::eq(x, t));
+        let mine = |p: &[u8]| list.of(p).is_some_and(|x| std::ptr::eq(x, t));
         stats.iter().filter(|p| !p.prefix.is_empty() && mine(&p.prefix)).map(|p| p.keys).sum()
     };
     let (global, floors) = (shared.store.compact_revision(), shared.store.floors());
@@ -867,45 +869,45 @@ fn tenants(o: &mut Page, shared: &Member) {
     let families: [(&str, &str, MetricType, Figure); 7] = [
         (
             "mem_etcd_tenant_keys",
-            "Live keys of each --tenant's resources.",
+            "Live keys of each tenant's resources.",
             MetricType::GAUGE,
             Box::new(|_, t| keys(t) as f64),
         ),
         (
             "mem_etcd_tenant_bytes",
-            "Bytes each --tenant's resources hold (keys, values, history and index): what its \
+            "Bytes each tenant's resources hold (keys, values, history and index): what its \
              quota is checked against.",
             MetricType::GAUGE,
-            Box::new(|_, t| shared.tenants.bytes(&shared.store, t) as f64),
+            Box::new(|_, t| list.bytes(&shared.store, t) as f64),
         ),
         (
             "mem_etcd_tenant_quota_bytes",
-            "Each --tenant's space quota (0: none).",
+            "Each tenant's space quota (0: none).",
             MetricType::GAUGE,
             Box::new(|_, t| t.quota.unwrap_or(0) as f64),
         ),
         (
             "mem_etcd_tenant_reads_total",
-            "Ranges this member served under each --tenant's prefix.",
+            "Ranges this member served under each tenant's prefix.",
             MetricType::COUNTER,
             Box::new(|_, t| t.reads.load(std::sync::atomic::Ordering::Relaxed) as f64),
         ),
         (
             "mem_etcd_tenant_writes_total",
-            "Puts, deletes and txns this member took under each --tenant's prefix.",
+            "Puts, deletes and txns this member took under each tenant's prefix.",
             MetricType::COUNTER,
             Box::new(|_, t| t.writes.load(std::sync::atomic::Ordering::Relaxed) as f64),
         ),
         (
             "mem_etcd_tenant_compact_revision",
-            "The revision each --tenant's history is compacted at: its own compaction's, or the \
+            "The revision each tenant's history is compacted at: its own compaction's, or the \
              store's if later (0 before the first).",
             MetricType::GAUGE,
             Box::new(|_, t| compacted(t) as f64),
         ),
         (
             "mem_etcd_tenant_watchers",
-            "Watchers on this member whose range starts under each --tenant's prefix.",
+            "Watchers on this member whose range starts under each tenant's prefix.",
             MetricType::GAUGE,
             Box::new(|i, _| watchers[i] as f64),
         ),

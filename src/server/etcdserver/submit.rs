@@ -167,7 +167,7 @@ impl Change for pb::PutRequest {
     async fn alone(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Outcome<Self> {
         s.alarms.check_corrupt()?;
         s.alarms.check_space(&s.store, alarm::put_cost(&self))?;
-        s.tenants.check_put(&s.store, &self)?;
+        s.tenants.check_put(&s.auth, &s.store, &self)?;
         let size = self.encoded_len();
         let put_bytes = (self.key.len() + self.value.len()) as u64;
         let applied = {
@@ -195,7 +195,7 @@ impl Change for pb::PutRequest {
 
     async fn in_cluster(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Result<Self::Answer> {
         s.store.check_put(&convert::put_request(self.clone()), self.encoded_len())?;
-        s.tenants.check_put(&s.store, &self)?;
+        s.tenants.check_put(&s.auth, &s.store, &self)?;
         quota(s, alarm::put_cost(&self)).await?;
         proposed(s, who, Req::Put(self)).await
     }
@@ -240,7 +240,7 @@ impl Change for pb::TxnRequest {
     async fn alone(self, s: &Arc<Member>, who: &Option<AuthInfo>) -> Outcome<Self> {
         s.alarms.check_corrupt()?;
         s.alarms.check_space(&s.store, alarm::txn_cost(&self))?;
-        s.tenants.check_txn(&s.store, &self)?;
+        s.tenants.check_txn(&s.auth, &s.store, &self)?;
         let size = self.encoded_len();
         let applied = {
             let gate = s.auth.write_gate();
@@ -283,7 +283,7 @@ impl Change for pb::TxnRequest {
             s.store.wait_visible(applied.visible_at).await;
             return Ok(convert::txn_response(applied.response));
         }
-        s.tenants.check_txn(&s.store, &self)?;
+        s.tenants.check_txn(&s.auth, &s.store, &self)?;
         quota(s, alarm::txn_cost(&self)).await?;
         proposed(s, who, Req::Txn(self)).await
     }

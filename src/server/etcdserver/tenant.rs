@@ -9,8 +9,16 @@
 //! the tenant writes again once compaction brought it under its quota. The check runs where
 //! the request enters, before it is applied or proposed, as etcd's quota check runs before
 //! its proposal; a member's own `--tenant` flags decide it, so nothing of it enters the log.
+//!
+//! With `--tenants-from-auth` tenants also come and go with the auth state, which every member
+//! holds alike (replicated in a cluster, persisted on a member alone): a user that owns one
+//! prefix and nothing else makes it a tenant (`AuthStore::sole_prefixes`). The list is derived
+//! again, off the write path, on the first request after a change of users or roles.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::RwLock;
 
 use bytes::Bytes;
 
@@ -29,14 +37,16 @@ pub const COMPACT_REV_KEY: &[u8] = b"compact_rev_key";
 /// One tenant: its prefix, its quota and its counters.
 #[derive(Debug)]
 pub struct Tenant {
-    /// The prefix without its leading slash (`tenant-a`): the `tenant` label on `/metrics`,
-    /// one per declared tenant, so the labels' number is bounded by the flags.
+    /// The prefix without its slashes (`tenant-a`): the `tenant` label on `/metrics`, one per
+    /// tenant, so the labels' number is bounded by the flags and the auth state's users.
     pub name: String,
     /// The prefix with a trailing slash (`/tenant-a/`): a key is the tenant's when it starts
     /// with it (and with no longer tenant's prefix).
     pub prefix: Bytes,
     /// Bytes the tenant's partitions may hold; `None`: no quota.
     pub quota: Option<u64>,
+    /// Declared by `--tenant` (else derived from the auth state).
+    pub declared: bool,
     /// Ranges and writes this member served for it (counted where they enter, relaxed: each
     /// is only a figure for `/metrics`).
     pub reads: AtomicU64,
@@ -44,6 +54,19 @@ pub struct Tenant {
 }
 
 impl Tenant {
+    /// `prefix` with its trailing slash.
+    fn new(prefix: Bytes, quota: u64, declared: bool) -> Self {
+        let name = String::from_utf8_lossy(&prefix).trim_matches('/').to_string();
+        Self {
+            name,
+            prefix,
+            quota: (quota > 0).then_some(quota),
+            declared,
+            reads: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+        }
+    }
+
     /// The tenant's own `compact_rev_key`: under its prefix, outside its resources.
     pub fn own_compact_rev_key(&self) -> Bytes {
         let mut k = self.prefix.to_vec();
@@ -110,31 +133,144 @@ pub fn names_compact_rev_key(t: &pb::TxnRequest) -> bool {
         })
 }
 
-/// Every tenant of this member, ordered by prefix.
+/// The tenants of this member: `--tenant`'s, and with `--tenants-from-auth` those the auth
+/// state makes. Requests ask it through the auth store they were checked against.
 #[derive(Debug, Default)]
 pub struct Tenants {
-    list: Vec<Tenant>,
+    /// `--tenant`'s alone, the list in force when tenants do not come from auth: the hot
+    /// path then reads it with no lock.
+    fixed: Arc<TenantList>,
+    from_auth: Option<FromAuth>,
+}
+
+/// Tenants derived from the auth state.
+#[derive(Debug)]
+struct FromAuth {
+    /// The quota of a tenant no `--tenant` declares (`--tenant-quota-backend-bytes`).
+    quota: u64,
+    /// The list in force, and the `AuthStore::changes` it was derived at: read by every
+    /// request that asks about tenants, written by the first after a change of users or
+    /// roles (rare), so a lock that readers share.
+    current: RwLock<(u64, Arc<TenantList>)>,
 }
 
 impl Tenants {
-    pub fn new(specs: &[TenantSpec]) -> Self {
-        let mut list: Vec<Tenant> = specs
-            .iter()
-            .map(|s| Tenant {
-                name: s.prefix.trim_start_matches('/').to_string(),
-                prefix: Bytes::from(format!("{}/", s.prefix)),
-                quota: (s.quota_bytes > 0).then_some(s.quota_bytes),
-                reads: AtomicU64::new(0),
-                writes: AtomicU64::new(0),
-            })
-            .collect();
+    /// `from_auth`: `--tenants-from-auth`'s quota for the tenants it derives, if set.
+    pub fn new(specs: &[TenantSpec], from_auth: Option<u64>) -> Self {
+        let fixed = Arc::new(TenantList::new(
+            specs
+                .iter()
+                .map(|s| {
+                    Arc::new(Tenant::new(
+                        Bytes::from(format!("{}/", s.prefix)),
+                        s.quota_bytes,
+                        true,
+                    ))
+                })
+                .collect(),
+        ));
+        let from_auth = from_auth
+            .map(|quota| FromAuth { quota, current: RwLock::new((u64::MAX, fixed.clone())) });
+        Self { fixed, from_auth }
+    }
+
+    /// The tenants in force now (for `/metrics`).
+    pub fn list(&self, auth: &AuthStore) -> Arc<TenantList> {
+        match &self.from_auth {
+            None => self.fixed.clone(),
+            Some(d) => self.current(d, auth),
+        }
+    }
+
+    /// Runs `f` on the tenants in force.
+    fn with<R>(&self, auth: &AuthStore, f: impl FnOnce(&TenantList) -> R) -> R {
+        match &self.from_auth {
+            None => f(&self.fixed),
+            Some(d) => f(&self.current(d, auth)),
+        }
+    }
+
+    /// The tenants derived from the auth state, derived again first if it changed since.
+    fn current(&self, d: &FromAuth, auth: &AuthStore) -> Arc<TenantList> {
+        let changes = auth.changes();
+        let list = {
+            let cur = d.current.read();
+            (cur.0 == changes).then(|| cur.1.clone())
+        };
+        list.unwrap_or_else(|| {
+            let mut cur = d.current.write();
+            if cur.0 != changes {
+                // Tenants that stay keep their counters.
+                let keep = |prefix: &[u8], quota: u64, declared: bool| {
+                    cur.1
+                        .list
+                        .iter()
+                        .find(|t| t.prefix[..] == *prefix && t.declared == declared)
+                        .filter(|t| t.quota == (quota > 0).then_some(quota))
+                        .cloned()
+                        .unwrap_or_else(|| {
+                            Arc::new(Tenant::new(Bytes::copy_from_slice(prefix), quota, declared))
+                        })
+                };
+                let mut list: Vec<Arc<Tenant>> = self
+                    .fixed
+                    .list
+                    .iter()
+                    .map(|t| keep(&t.prefix, t.quota.unwrap_or(0), true))
+                    .collect();
+                for prefix in auth.sole_prefixes() {
+                    if !self.fixed.list.iter().any(|t| t.prefix[..] == prefix[..]) {
+                        list.push(keep(&prefix, d.quota, false));
+                    }
+                }
+                *cur = (changes, Arc::new(TenantList::new(list)));
+            }
+            cur.1.clone()
+        })
+    }
+
+    /// See [`TenantList::owned_by`].
+    pub fn owned_by(&self, auth: &AuthStore, who: Option<&AuthInfo>) -> Option<Arc<Tenant>> {
+        who?;
+        self.with(auth, |l| l.owned_by(auth, who).cloned())
+    }
+
+    /// See [`TenantList::read`].
+    pub fn read(&self, auth: &AuthStore, key: &[u8]) {
+        self.with(auth, |l| l.read(key));
+    }
+
+    /// See [`TenantList::wrote`].
+    pub fn wrote(&self, auth: &AuthStore, key: &[u8]) {
+        self.with(auth, |l| l.wrote(key));
+    }
+
+    /// See [`TenantList::check_put`].
+    pub fn check_put(&self, auth: &AuthStore, store: &Store, req: &pb::PutRequest) -> Result<()> {
+        self.with(auth, |l| l.check_put(store, req))
+    }
+
+    /// See [`TenantList::check_txn`].
+    pub fn check_txn(&self, auth: &AuthStore, store: &Store, req: &pb::TxnRequest) -> Result<()> {
+        self.with(auth, |l| l.check_txn(store, req))
+    }
+}
+
+/// The tenants in force at one moment, ordered by prefix.
+#[derive(Debug, Default)]
+pub struct TenantList {
+    list: Vec<Arc<Tenant>>,
+}
+
+impl TenantList {
+    fn new(mut list: Vec<Arc<Tenant>>) -> Self {
         list.sort_by(|a, b| a.prefix.cmp(&b.prefix));
         Self { list }
     }
 
     /// Every tenant, ordered by prefix.
     pub fn iter(&self) -> impl Iterator<Item = &Tenant> {
-        self.list.iter()
+        self.list.iter().map(|t| &**t)
     }
 
     /// The tenant `key` belongs to: the one with the longest prefix of it.
@@ -144,12 +280,12 @@ impl Tenants {
         }
         // Prefixes of `key` sort at or before it; of nested prefixes the longer sorts later.
         let end = self.list.partition_point(|t| t.prefix[..] <= *key);
-        self.list[..end].iter().rev().find(|t| key.starts_with(&t.prefix))
+        self.list[..end].iter().rev().find(|t| key.starts_with(&t.prefix)).map(|t| &**t)
     }
 
     /// The tenant whose prefix `who` owns and nothing else (see `AuthStore::owns_only`): the
     /// user of that tenant's kube-apiserver. `None` while auth is disabled.
-    pub fn owned_by(&self, auth: &AuthStore, who: Option<&AuthInfo>) -> Option<&Tenant> {
+    pub fn owned_by(&self, auth: &AuthStore, who: Option<&AuthInfo>) -> Option<&Arc<Tenant>> {
         if self.list.is_empty() || who.is_none() {
             return None;
         }
@@ -239,10 +375,10 @@ fn branch_puts<'r>(ops: &'r [pb::RequestOp], out: &mut Vec<(&'r [u8], usize)>) {
 mod tests {
     use super::*;
 
-    fn tenants(prefixes: &[&str]) -> Tenants {
+    fn tenants(prefixes: &[&str]) -> Arc<TenantList> {
         let specs: Vec<TenantSpec> =
             prefixes.iter().map(|p| TenantSpec { prefix: p.to_string(), quota_bytes: 0 }).collect();
-        Tenants::new(&specs)
+        Tenants::new(&specs, None).fixed
     }
 
     #[test]

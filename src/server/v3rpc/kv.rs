@@ -37,7 +37,7 @@ pub(in crate::server) fn range(
     if s.auth.is_enabled() {
         s.auth.check_range(who, &req.key, &req.range_end, false)?;
     }
-    s.tenants.read(&req.key);
+    s.tenants.read(&s.auth, &req.key);
     let r = convert::range_request(req)?;
     let started = std::time::Instant::now();
     let read = s.store.range(&r);
@@ -94,7 +94,7 @@ impl pb::kv_server::Kv for KvService {
 
     async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
         timed!(self, req, "/etcdserverpb.KV/Put", Asked::put, async {
-            self.shared.tenants.wrote(&req.get_ref().key);
+            self.shared.tenants.wrote(&self.shared.auth, &req.get_ref().key);
             let who = auth::caller(&self.shared, &req).await?;
             let mut r = submit(&self.shared, &who, req.into_inner()).await?;
             self.shared.fill(&mut r.header);
@@ -107,7 +107,7 @@ impl pb::kv_server::Kv for KvService {
         req: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
         timed!(self, req, "/etcdserverpb.KV/DeleteRange", Asked::delete_range, async {
-            self.shared.tenants.wrote(&req.get_ref().key);
+            self.shared.tenants.wrote(&self.shared.auth, &req.get_ref().key);
             let who = auth::caller(&self.shared, &req).await?;
             let mut r = submit(&self.shared, &who, req.into_inner()).await?;
             self.shared.fill(&mut r.header);
@@ -118,7 +118,7 @@ impl pb::kv_server::Kv for KvService {
     async fn txn(&self, req: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
         timed!(self, req, "/etcdserverpb.KV/Txn", Asked::txn, async {
             if let Some(key) = txn_key(req.get_ref()) {
-                self.shared.tenants.wrote(key);
+                self.shared.tenants.wrote(&self.shared.auth, key);
             }
             let who = auth::caller(&self.shared, &req).await?;
             let mut t = req.into_inner();
@@ -127,11 +127,11 @@ impl pb::kv_server::Kv for KvService {
                 .as_ref()
                 .filter(|_| tenant::names_compact_rev_key(&t))
                 .and_then(|w| self.shared.tenants.owned_by(&self.shared.auth, Some(w)));
-            if let Some(tenant) = own {
+            if let Some(tenant) = &own {
                 tenant.own_txn(&mut t);
             }
             let mut r = submit(&self.shared, &who, t).await?;
-            if let Some(tenant) = own {
+            if let Some(tenant) = &own {
                 tenant.shown_txn(&mut r);
             }
             self.shared.fill(&mut r.header);

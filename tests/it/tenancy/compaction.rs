@@ -251,12 +251,14 @@ async fn a_tenant_compacts_its_own_history_under_auth_where_a_shared_etcd_refuse
 
 /// The same steps through a follower of a 3-member cluster, with both corruption checks on: every
 /// member applies the tenants' compactions alike (their stores hash alike, no CORRUPT alarm)
-/// and refuses the compacted history from its own state.
+/// and refuses the compacted history from its own state. The tenants are declared at run time
+/// (`--tenants-from-auth`), by their users and roles provisioned through the follower: every
+/// member has them from its replicated auth state.
 #[tokio::test]
 async fn a_tenant_compacts_its_own_history_on_every_member_of_a_cluster() {
     let flags = [
         "--wal-mode=none",
-        "--tenant=/tenant-a,/tenant-b",
+        "--tenants-from-auth",
         "--corrupt-check-time=1s",
         "--feature-gates=CompactHashCheck=true",
         "--compact-hash-check-time=1s",
@@ -274,6 +276,12 @@ async fn a_tenant_compacts_its_own_history_on_every_member_of_a_cluster() {
         assert_eq!(outcome(old, |_| "Ok".into()), COMPACTED, "member {i}");
         let kept = root.get(A_KEY, serializable(revs.a2)).await.unwrap();
         assert_eq!(kept.kvs()[0].value_str().unwrap(), "a2", "member {i}");
+        let addr = c.endpoint(i).trim_start_matches("http://").parse().unwrap();
+        let page = crate::operations::http_get(addr, "/metrics").await.body;
+        for t in ["tenant-a", "tenant-b"] {
+            let line = format!("mem_etcd_tenant_compact_revision{{tenant=\"{t}\"}} {}", revs.a2);
+            assert!(page.lines().any(|l| l == line), "member {i}: no {line:?} on /metrics");
+        }
     }
     // Both checks run every second: three rounds each with nothing raised.
     tokio::time::sleep(Duration::from_secs(4)).await;

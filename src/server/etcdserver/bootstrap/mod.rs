@@ -70,6 +70,7 @@ impl Member {
                 .chain(config.tenants.iter().map(|t| &t.prefix))
                 .cloned()
                 .collect(),
+            top_level_prefixes: config.tenants_from_auth.is_some(),
             max_txn_ops: config.max_txn_ops as usize,
             max_request_bytes: config.max_request_bytes as usize,
         };
@@ -116,7 +117,10 @@ impl Member {
         }
         let grpc_stats = GrpcStats::default();
         let alarms = alarm::Alarms::new(config.quota_backend_bytes, member_id);
-        let tenants = crate::server::etcdserver::tenant::Tenants::new(&config.tenants);
+        let tenants = crate::server::etcdserver::tenant::Tenants::new(
+            &config.tenants,
+            config.tenants_from_auth,
+        );
         Ok(Self {
             store,
             hub,
