@@ -20,7 +20,7 @@
 #      DENSITY_WINDOW (60s), VALUE_BYTES (1024): as in benches/k8s_load.sh, per control plane
 #      NOISY_CLIENTS (50), NOISY_OBJECTS (40000), WATCHERS (25): A's watch-churn; NOISY_WINDOW
 #      (20s): B's window
-#      MEM_BIN, ETCD_BIN, KUBE_APISERVER_BIN, K8S_LOAD_BIN, RESULTS (/tmp/tenants-results.jsonl),
+#      MEM_ARGS (extra mem_etcd arguments), MEM_BIN, ETCD_BIN, KUBE_APISERVER_BIN, K8S_LOAD_BIN, RESULTS (/tmp/tenants-results.jsonl),
 #      LOG_DIR (/tmp/tenants-logs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -76,7 +76,8 @@ start_store() {
   for i in $(seq 0 $((n - 1))); do tenants+="/tenant-$i,"; done
   case $store in
     mem_etcd)
-      MEM_EXTRA=(--tenant "${tenants%,}")
+      # shellcheck disable=SC2206 # MEM_ARGS: extra arguments, split on spaces
+      MEM_EXTRA=(--tenant "${tenants%,}" ${MEM_ARGS:-})
       cluster_start mem_etcd 1 "$TMP" "$DS_PORT" "tenants-$$" || return 1
       DS_PIDS=("${CLUSTER_PIDS[@]}")
       for i in $(seq 0 $((n - 1))); do SERVERS+=("$CLUSTER_URLS"); done ;;
