@@ -1593,14 +1593,16 @@ mod migrate;
 /// `--etcd-prefix=/tenant-a`, authenticated by a client certificate whose user owns `/tenant-a/`
 /// and nothing else (as Kamaji provisions it), compacts its own keys every
 /// `COMPACTION_INTERVAL` through a `compact_rev_key` of its own, where etcd would refuse its
-/// user both the key and the Compact; the other tenant's history stays.
+/// user both the key and the Compact; the other tenant's history stays. The tenant is made at
+/// run time by its user, role and grant alone (`--tenants-from-auth`), as Kamaji provisions it
+/// on a running store.
 #[tokio::test]
 async fn kube_apiserver_of_a_tenant_compacts_its_own_keys_under_auth() {
     use etcd_client::{Client, ConnectOptions, GetOptions, Permission};
     let _serial = SERIAL.lock().await;
     let Some(peers) = peers() else { return };
     let certs = crate::security::tls::Certs::new();
-    let mut flags = vec!["--wal-mode=buffered".to_string(), "--tenant=/tenant-a,/tenant-b".into()];
+    let mut flags = vec!["--wal-mode=buffered".to_string(), "--tenants-from-auth".into()];
     flags.extend(certs.server_flags(true));
     let (mem, https) = crate::security::tls::start_tls(&flags).await;
     let mut c = mem.client().await;
