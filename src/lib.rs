@@ -142,6 +142,7 @@
 
 pub(crate) mod auth;
 pub(crate) mod backend;
+pub mod check_cmd;
 pub mod config;
 pub(crate) mod data_dir;
 pub mod duration;

@@ -21,6 +21,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::args_os().nth(1).is_some_and(|a| a == "snapshot") {
         std::process::exit(mem_etcd::snapshot_cmd::run(std::env::args_os().skip(1)));
     }
+    // `mem_etcd check copy ...`: a copy of a store compared with its source, over the API.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "check") {
+        std::process::exit(mem_etcd::check_cmd::run(std::env::args_os().skip(1)));
+    }
     // `mem_etcd gateway start ...`, `mem_etcd grpc-proxy start ...`: etcd's proxies.
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     if let Some(proxy) = mem_etcd::proxy::parse(&args) {

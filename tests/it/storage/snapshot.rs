@@ -425,6 +425,32 @@ async fn write_history(c: &mut etcd_client::Client) -> (i64, i64) {
     (compacted, at)
 }
 
+/// An etcd holding `write_history`'s history, and a mem_etcd started on its snapshot
+/// (`dir/etcd.db`) restored into `data`.
+struct Restored {
+    ctl: PathBuf,
+    etcd: Server,
+    mem: Server,
+    dir: tempfile::TempDir,
+    _data: DataDir,
+    compacted: i64,
+    at: i64,
+}
+
+/// `None` when etcd or etcdctl is missing and skipping is allowed.
+async fn restored_from_etcd() -> Option<Restored> {
+    let ctl = peer_binary("etcdctl")?;
+    let etcd = Server::start(Kind::Etcd, &[]).await?;
+    let (compacted, at) = write_history(&mut etcd.client().await).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("etcd.db");
+    save(&ctl, &etcd, &file).await;
+    let data = DataDir::new();
+    assert_eq!(restore(&file, data.path()), at);
+    let mem = data.start(&[]).await;
+    Some(Restored { ctl, etcd, mem, dir, _data: data, compacted, at })
+}
+
 /// `mem_etcd snapshot export file` to a new etcd snapshot.db `out`; panics unless it succeeds.
 fn export(file: &Path, out: &Path) {
     let (code, o, err) =
@@ -463,25 +489,19 @@ fn etcdutl_status(etcdutl: &Path, file: &Path) -> (i64, i64, String) {
 
 #[tokio::test]
 async fn a_snapshot_of_etcd_restores_with_its_revisions_and_goes_back_through_etcdutl() {
-    let Some(ctl) = peer_binary("etcdctl") else { return };
     let Some(etcdutl) = peer_binary("etcdutl") else { return };
-    let etcd = server_of!(Kind::Etcd);
-    let mut e = etcd.client().await;
-    let (compacted, at) = write_history(&mut e).await;
-    let dir = tempfile::tempdir().unwrap();
+    let Some(Restored { ctl, etcd, mem, dir, compacted, at, .. }) = restored_from_etcd().await
+    else {
+        return;
+    };
+    let (mut e, mut m) = (etcd.client().await, mem.client().await);
     let file = dir.path().join("etcd.db");
-    save(&ctl, &etcd, &file).await;
-
     let (code, out, err) = snapshot_cmd(&["status", file.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("format: etcd (bbolt)"), "{out}");
     assert!(out.contains(&format!("revision: {at}\ncompact revision: {compacted}")), "{out}");
 
     // etcd -> mem_etcd: the same history.
-    let data = DataDir::new();
-    assert_eq!(restore(&file, data.path()), at);
-    let mem = data.start(&[]).await;
-    let mut m = mem.client().await;
     assert_same_history(&mut e, &mut m, compacted, at).await;
     // Writing goes on after the revision, on both alike.
     let next = put(&mut m, "/registry/configmaps/ns/after", "x").await;
@@ -532,6 +552,63 @@ async fn a_snapshot_of_etcd_restores_with_its_revisions_and_goes_back_through_et
         |out: &str| out.lines().find(|l| l.starts_with("Server version")).map(str::to_owned);
     assert_eq!(version(&from_mem), version(&from_etcd));
     assert!(version(&from_etcd).is_some(), "{from_etcd}");
+}
+
+/// `mem_etcd check copy`: an etcd's history restored into mem_etcd is exact, key by key and by
+/// HashKV; once the two take different writes at the same revision it says where they differ,
+/// and the history before that still compares exact.
+#[tokio::test]
+async fn check_copy_finds_a_restored_etcd_snapshot_exact_then_the_first_difference() {
+    let Some(Restored { etcd, mem, compacted, at, .. }) = restored_from_etcd().await else {
+        return;
+    };
+    let (mut e, mut m) = (etcd.client().await, mem.client().await);
+    let check = |extra: &[&str]| {
+        let mut args = vec!["check", "copy", "--source"];
+        let (src, copy) = (etcd.endpoint(), mem.endpoint());
+        args.extend([src.as_str(), "--copy", copy.as_str()]);
+        args.extend(extra);
+        let out = Command::new(mem_etcd()).args(&args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.code(), text + &String::from_utf8_lossy(&out.stderr))
+    };
+    let (code, out) = check(&[]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains(&format!("at revision {at}")), "{out}");
+    assert!(out.contains(&format!("(compacted at {compacted})")), "{out}");
+    assert!(out.ends_with("the copy is exact\n"), "{out}");
+
+    // The same revision, different values: the key and the hash differ.
+    let key = "/registry/configmaps/ns/c5";
+    assert_eq!(put(&mut e, key, "from etcd").await, at + 1);
+    assert_eq!(put(&mut m, key, "from the copy").await, at + 1);
+    let (code, out) = check(&[]);
+    assert_eq!(code, Some(1), "{out}");
+    let line = format!("differs: {key:?}: value of 9 bytes in the source, 13 bytes in the copy");
+    assert!(out.contains(&line), "{out}");
+    assert!(out.contains(&format!("differs: HashKV at {}", at + 1)), "{out}");
+    assert!(out.ends_with("the copy differs: 2 difference(s)\n"), "{out}");
+    // Before those writes the histories are still the same.
+    let (code, out) = check(&["--revision", &at.to_string()]);
+    assert_eq!(code, Some(0), "{out}");
+    // A key the copy alone has, and a compaction the source alone made.
+    put(&mut m, "/registry/pods/ns/only-copy", "x").await;
+    put(&mut e, "/registry/pods/ns/only-source", "x").await;
+    e.compact(at + 1, None).await.unwrap();
+    let (code, out) = check(&["--revision", &(at + 2).to_string()]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("differs: \"/registry/pods/ns/only-copy\" is only in the copy"), "{out}");
+    assert!(
+        out.contains("differs: \"/registry/pods/ns/only-source\" is only in the source"),
+        "{out}"
+    );
+    let compactions = format!("compacted at {} in the source, {compacted} in the copy", at + 1);
+    assert!(out.contains(&compactions), "{out}");
+    // A revision one side cannot answer is an error, not a verdict.
+    let (code, out) = check(&["--revision", &at.to_string()]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("source: Range at"), "{out}");
+    assert!(out.contains("required revision has been compacted"), "{out}");
 }
 
 #[tokio::test]

@@ -1,0 +1,270 @@
+//! `mem_etcd check copy`: whether a copy of a store is its source exactly, at one revision
+//! both can answer. A copy is a store restored from the source's snapshot (the migration from
+//! etcd keeps revisions), or one that follows it. Exactly means every key's value, create and
+//! mod revisions, version and lease, then etcd's HashKV of the history up to that revision
+//! (the two hash alike: HashKV is etcd's on mem_etcd). It reads over the public API only, so
+//! either side may be etcd or mem_etcd.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+
+use bytes::Bytes;
+use clap::Parser;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::proto::etcdserverpb as pb;
+use crate::proto::mvccpb::KeyValue;
+
+/// Check a copy of a store against its source
+#[derive(Parser, Debug)]
+#[command(name = "mem_etcd check", bin_name = "mem_etcd check")]
+enum Cmd {
+    /// Compares every key of the copy with the source's at one revision, and their HashKV at it.
+    /// Exits 0 when they are the same, 1 when they differ (each difference printed), 2 when it
+    /// could not compare.
+    Copy {
+        /// The source's client URL (etcd's or mem_etcd's), `http://` or `https://`.
+        #[arg(long)]
+        source: String,
+        /// The copy's client URL.
+        #[arg(long)]
+        copy: String,
+        /// The revision to compare at; default: the older of the two heads.
+        #[arg(long)]
+        revision: Option<i64>,
+        /// For `https://` URLs: the CA bundle to verify the servers with.
+        #[arg(long)]
+        cacert: Option<String>,
+        /// For `https://` URLs: the client certificate to present.
+        #[arg(long)]
+        cert: Option<String>,
+        /// For `https://` URLs: its key.
+        #[arg(long)]
+        key: Option<String>,
+        /// How many differences to print before only counting them.
+        #[arg(long, default_value_t = 20)]
+        max_differences: usize,
+    },
+}
+
+/// Runs `mem_etcd check ...` (`args` from `check` on) and returns the exit status.
+pub fn run(args: impl Iterator<Item = OsString>) -> i32 {
+    let cmd = match Cmd::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    let Cmd::Copy { source, copy, revision, cacert, cert, key, max_differences } = cmd;
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("mem_etcd check copy: {e}");
+            return 2;
+        }
+    };
+    let run = async {
+        let tls = dial_tls(cacert, cert, key)?;
+        let source = channel(&source, tls.as_ref())?;
+        let copy = channel(&copy, tls.as_ref())?;
+        compare(source, copy, revision, max_differences).await
+    };
+    match runtime.block_on(run) {
+        Ok(0) => {
+            println!("the copy is exact");
+            0
+        }
+        Ok(n) => {
+            println!("the copy differs: {n} difference(s)");
+            1
+        }
+        Err(e) => {
+            eprintln!("mem_etcd check copy: {e}");
+            2
+        }
+    }
+}
+
+/// The client TLS of `https://` URLs, from the files given (`--cert` and `--key` together).
+fn dial_tls(
+    cacert: Option<String>,
+    cert: Option<String>,
+    key: Option<String>,
+) -> Result<Option<crate::raft::rafthttp::tls::PeerTls>, String> {
+    let mut args = Vec::new();
+    for (flag, v) in
+        [("peer-cert-file", cert), ("peer-key-file", key), ("peer-trusted-ca-file", cacert)]
+    {
+        if let Some(v) = v {
+            args.push(format!("--{flag}={v}"));
+        }
+    }
+    if args.is_empty() {
+        return Ok(None);
+    }
+    crate::tls::peer_client(&crate::config::from_flags(&args)?)
+}
+
+fn channel(
+    url: &str,
+    tls: Option<&crate::raft::rafthttp::tls::PeerTls>,
+) -> Result<Channel, String> {
+    let endpoint = Endpoint::from_shared(url.to_string()).map_err(|e| format!("{url}: {e}"))?;
+    match (url.starts_with("https://"), tls) {
+        (true, Some(tls)) => Ok(tls.connect_lazy(endpoint)),
+        (true, None) => Err(format!("{url}: https needs --cert and --key (and --cacert)")),
+        (false, _) => Ok(endpoint.connect_lazy()),
+    }
+}
+
+/// Compares the two at `revision` (or the older head), printing each difference up to `max`.
+/// Returns how many it found.
+async fn compare(
+    source: Channel,
+    copy: Channel,
+    revision: Option<i64>,
+    max: usize,
+) -> Result<usize, String> {
+    let mut kv =
+        (pb::kv_client::KvClient::new(source.clone()), pb::kv_client::KvClient::new(copy.clone()));
+    let rev = match revision {
+        Some(r) => r,
+        None => head(&mut kv.0, "source").await?.min(head(&mut kv.1, "copy").await?),
+    };
+    let mut found = 0usize;
+    let mut differ = |what: String| {
+        found += 1;
+        if found <= max {
+            println!("differs: {what}");
+        }
+    };
+    let (mut s, mut c) = (Pager::new(kv.0, rev, "source"), Pager::new(kv.1, rev, "copy"));
+    let mut keys = 0u64;
+    let (mut a, mut b) = (s.next().await?, c.next().await?);
+    loop {
+        match (&a, &b) {
+            (None, None) => break,
+            (Some(x), None) => {
+                differ(format!("{} is only in the source", shown(&x.key)));
+                a = s.next().await?;
+            }
+            (None, Some(y)) => {
+                differ(format!("{} is only in the copy", shown(&y.key)));
+                b = c.next().await?;
+            }
+            (Some(x), Some(y)) if x.key < y.key => {
+                differ(format!("{} is only in the source", shown(&x.key)));
+                a = s.next().await?;
+            }
+            (Some(x), Some(y)) if x.key > y.key => {
+                differ(format!("{} is only in the copy", shown(&y.key)));
+                b = c.next().await?;
+            }
+            (Some(x), Some(y)) => {
+                keys += 1;
+                for (field, sv, cv) in [
+                    ("create_revision", x.create_revision, y.create_revision),
+                    ("mod_revision", x.mod_revision, y.mod_revision),
+                    ("version", x.version, y.version),
+                    ("lease", x.lease, y.lease),
+                ] {
+                    if sv != cv {
+                        differ(format!(
+                            "{}: {field} {sv} in the source, {cv} in the copy",
+                            shown(&x.key)
+                        ));
+                    }
+                }
+                if x.value != y.value {
+                    differ(format!(
+                        "{}: value of {} bytes in the source, {} bytes in the copy",
+                        shown(&x.key),
+                        x.value.len(),
+                        y.value.len()
+                    ));
+                }
+                (a, b) = (s.next().await?, c.next().await?);
+            }
+        }
+    }
+    println!("compared {keys} keys present on both at revision {rev}");
+    let hash = |ch: Channel, who: &'static str| async move {
+        let mut m = pb::maintenance_client::MaintenanceClient::new(ch);
+        let r = m.hash_kv(pb::HashKvRequest { revision: rev }).await;
+        r.map(|r| r.into_inner()).map_err(|e| format!("{who}: HashKV at {rev}: {}", e.message()))
+    };
+    let (hs, hc) = (hash(source, "source").await?, hash(copy, "copy").await?);
+    println!(
+        "HashKV at {rev}: source {} (compacted at {}), copy {} (compacted at {})",
+        hs.hash, hs.compact_revision, hc.hash, hc.compact_revision
+    );
+    if hs.compact_revision != hc.compact_revision {
+        differ(format!(
+            "compacted at {} in the source, {} in the copy (HashKV covers the history from there)",
+            hs.compact_revision, hc.compact_revision
+        ));
+    } else if hs.hash != hc.hash {
+        differ(format!("HashKV at {rev}: {} in the source, {} in the copy", hs.hash, hc.hash));
+    }
+    Ok(found)
+}
+
+/// The store's head revision.
+async fn head(kv: &mut pb::kv_client::KvClient<Channel>, who: &str) -> Result<i64, String> {
+    let req = pb::RangeRequest {
+        key: Bytes::from_static(b"\0"),
+        range_end: Bytes::from_static(b"\0"),
+        count_only: true,
+        ..Default::default()
+    };
+    let r = kv.range(req).await.map_err(|e| format!("{who}: {}", e.message()))?.into_inner();
+    Ok(r.header.map_or(0, |h| h.revision))
+}
+
+/// Every key at one revision, in key order, a page at a time.
+struct Pager {
+    kv: pb::kv_client::KvClient<Channel>,
+    rev: i64,
+    who: &'static str,
+    /// The first key of the next page; `None` once the last page came.
+    next: Option<Bytes>,
+    page: VecDeque<KeyValue>,
+}
+
+impl Pager {
+    /// Keys a page: small enough for any `--max-request-bytes` answer of Kubernetes objects.
+    const PAGE: i64 = 500;
+
+    fn new(kv: pb::kv_client::KvClient<Channel>, rev: i64, who: &'static str) -> Self {
+        Self { kv, rev, who, next: Some(Bytes::from_static(b"\0")), page: VecDeque::new() }
+    }
+
+    async fn next(&mut self) -> Result<Option<KeyValue>, String> {
+        if self.page.is_empty()
+            && let Some(start) = self.next.take()
+        {
+            let req = pb::RangeRequest {
+                key: start,
+                range_end: Bytes::from_static(b"\0"),
+                revision: self.rev,
+                limit: Self::PAGE,
+                ..Default::default()
+            };
+            let r = self.kv.range(req).await;
+            let r =
+                r.map_err(|e| format!("{}: Range at {}: {}", self.who, self.rev, e.message()))?;
+            let r = r.into_inner();
+            if r.more
+                && let Some(last) = r.kvs.last()
+            {
+                let mut after = last.key.to_vec();
+                after.push(0);
+                self.next = Some(after.into());
+            }
+            self.page.extend(r.kvs);
+        }
+        Ok(self.page.pop_front())
+    }
+}
+
+fn shown(key: &[u8]) -> String {
+    format!("{:?}", String::from_utf8_lossy(key))
+}
