@@ -62,7 +62,8 @@ pub fn run(args: impl Iterator<Item = OsString>) -> i32 {
         }
     };
     let run = async {
-        let tls = dial_tls(cacert, cert, key)?;
+        let tls =
+            crate::tls::client_from_files(cacert.as_deref(), cert.as_deref(), key.as_deref())?;
         let source = channel(&source, tls.as_ref())?;
         let copy = channel(&copy, tls.as_ref())?;
         compare(source, copy, revision, max_differences).await
@@ -81,26 +82,6 @@ pub fn run(args: impl Iterator<Item = OsString>) -> i32 {
             2
         }
     }
-}
-
-/// The client TLS of `https://` URLs, from the files given (`--cert` and `--key` together).
-fn dial_tls(
-    cacert: Option<String>,
-    cert: Option<String>,
-    key: Option<String>,
-) -> Result<Option<crate::raft::rafthttp::tls::PeerTls>, String> {
-    let mut args = Vec::new();
-    for (flag, v) in
-        [("peer-cert-file", cert), ("peer-key-file", key), ("peer-trusted-ca-file", cacert)]
-    {
-        if let Some(v) = v {
-            args.push(format!("--{flag}={v}"));
-        }
-    }
-    if args.is_empty() {
-        return Ok(None);
-    }
-    crate::tls::peer_client(&crate::config::from_flags(&args)?)
 }
 
 fn channel(

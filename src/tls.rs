@@ -76,6 +76,25 @@ pub fn peer_server_config(config: &Config) -> Result<Option<Arc<ServerConfig>>, 
     )
 }
 
+/// A client's TLS toward members from etcdctl-style files (`--cacert`, `--cert`, `--key`), as a
+/// member dials its peers ([`peer_client`]); `None` without `--cert` and `--key`. For the tools
+/// that call members as clients: etcd's grpc-proxy, `mem_etcd check copy`.
+pub fn client_from_files(
+    cacert: Option<&str>,
+    cert: Option<&str>,
+    key: Option<&str>,
+) -> Result<Option<crate::raft::rafthttp::tls::PeerTls>, String> {
+    let mut args = Vec::new();
+    for (flag, v) in
+        [("peer-cert-file", cert), ("peer-key-file", key), ("peer-trusted-ca-file", cacert)]
+    {
+        if let Some(v) = v {
+            args.push(format!("--{flag}={v}"));
+        }
+    }
+    peer_client(&crate::config::from_flags(&args)?)
+}
+
 /// How this member calls the others over `https://` peer URLs (Raft, forwarded requests, the
 /// probe of a member joining), or `None` without `--peer-cert-file`/`--peer-key-file`. As
 /// etcd's peer transport, it is made from the same settings as the peer listener:

@@ -272,16 +272,6 @@ impl Flags {
     /// files (etcd's proxy presents `--cert` to the members, as a member presents its peer
     /// certificate).
     fn dial_tls(&self) -> Result<Option<PeerTls>, String> {
-        let mut args = Vec::new();
-        for (flag, v) in [
-            ("peer-cert-file", &self.cert),
-            ("peer-key-file", &self.key),
-            ("peer-trusted-ca-file", &self.cacert),
-        ] {
-            if let Some(v) = v {
-                args.push(format!("--{flag}={v}"));
-            }
-        }
         if self.cert.is_none() && self.key.is_none() {
             if self.cacert.is_some() {
                 return Err("--cacert needs --cert and --key here".into());
@@ -298,7 +288,11 @@ impl Flags {
                 return Err(format!("cert has non empty Common Name ({cn}): {cert}"));
             }
         }
-        crate::tls::peer_client(&crate::config::from_flags(&args)?)
+        crate::tls::client_from_files(
+            self.cacert.as_deref(),
+            self.cert.as_deref(),
+            self.key.as_deref(),
+        )
     }
 }
 

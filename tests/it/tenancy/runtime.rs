@@ -46,6 +46,18 @@ async fn listed(addr: std::net::SocketAddr) -> Vec<String> {
         .collect()
 }
 
+/// Puts of 20 KB under `/tenant-a/` past the quota: `Ok`, or the first put refused.
+async fn fill(root: &mut Client) -> String {
+    let big = "x".repeat(20_000);
+    for n in 0..(QUOTA / big.len() + 5) {
+        let r = outcome(root.put(a_key(n), big.as_str(), None).await);
+        if r != "Ok" {
+            return format!("put {n}: {r}");
+        }
+    }
+    "Ok".into()
+}
+
 /// Root fills `/tenant-a/` past the quota before the tenant exists, the tenant is provisioned,
 /// writes, compacts, frees its keys, and is deleted. Returns what each step answered.
 async fn steps(endpoint: &str, addr: std::net::SocketAddr, with_metrics: bool) -> Vec<String> {
@@ -57,15 +69,7 @@ async fn steps(endpoint: &str, addr: std::net::SocketAddr, with_metrics: bool) -
     root.auth_enable().await.unwrap();
     let mut root = as_user(endpoint, "root").await;
     let big = "x".repeat(20_000);
-    let mut filled = "Ok".to_string();
-    for n in 0..(QUOTA / big.len() + 5) {
-        let r = outcome(root.put(a_key(n), big.as_str(), None).await);
-        if r != "Ok" {
-            filled = format!("put {n}: {r}");
-            break;
-        }
-    }
-    log.push(format!("root fills /tenant-a/ before the tenant exists: {filled}"));
+    log.push(format!("root fills /tenant-a/ before the tenant exists: {}", fill(&mut root).await));
     provision(&mut root, "tenant-a").await;
     provision(&mut root, "tenant-b").await;
     if with_metrics {
@@ -97,15 +101,7 @@ async fn steps(endpoint: &str, addr: std::net::SocketAddr, with_metrics: bool) -
     if with_metrics {
         log.push(format!("listed after removal: {:?}", listed(addr).await));
     }
-    let mut refilled = "Ok".to_string();
-    for n in 0..(QUOTA / big.len() + 5) {
-        let r = outcome(root.put(a_key(n), big.as_str(), None).await);
-        if r != "Ok" {
-            refilled = format!("put {n}: {r}");
-            break;
-        }
-    }
-    log.push(format!("root fills /tenant-a/ after its removal: {refilled}"));
+    log.push(format!("root fills /tenant-a/ after its removal: {}", fill(&mut root).await));
     log
 }
 
