@@ -83,13 +83,21 @@ impl DataDir {
         read_ids(&self.ids_file())
     }
 
-    /// Removes a member alone's ids (once it is a cluster member: its Raft member file holds
-    /// them then).
-    pub fn remove_alone_ids(&self) -> io::Result<()> {
-        match fs::remove_file(self.ids_file()) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
+    /// Removes what a member alone keeps (its WAL, snapshots, auth file and ids), once a
+    /// cluster member's Raft state holds all of it or the member's state is dropped.
+    pub fn remove_alone_state(&self) -> io::Result<()> {
+        for dir in [self.wal(), self.snapshots()] {
+            if dir.exists() {
+                fs::remove_dir_all(&dir)?;
+            }
         }
+        for file in [self.auth_file(), self.ids_file()] {
+            match fs::remove_file(file) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        sync_dir(self.path())
     }
 
     /// A cluster member's Raft state.
@@ -141,6 +149,11 @@ impl RaftDir {
         self.root.display()
     }
 
+    /// The data directory this is in.
+    pub fn data_dir(&self) -> DataDir {
+        DataDir::new(self.root.parent().unwrap_or(Path::new(".")))
+    }
+
     /// `raft.new` (`suffix` ".new", a replacement being written) or `raft.old` (".old", the
     /// replaced state until it is removed), beside this one.
     pub fn beside(&self, suffix: &str) -> RaftDir {
@@ -183,6 +196,19 @@ impl RaftDir {
     /// Removes the member file: what is left of the directory is then ignored by a start.
     pub fn remove_member(&self) -> io::Result<()> {
         fs::remove_file(self.member_file())
+    }
+
+    /// Drops the whole state (a removed member's, which its cluster refuses for good). It is
+    /// renamed to `raft.old` first, which a start's `raft::restore::settle` puts back if a
+    /// crash left it there: a crash leaves the whole state or none, never a part.
+    pub fn discard(&self) -> io::Result<()> {
+        let old = self.beside(".old");
+        if old.path().exists() {
+            fs::remove_dir_all(old.path())?;
+        }
+        fs::rename(self.path(), old.path())?;
+        sync_dir(self.path().parent().unwrap_or(Path::new(".")))?;
+        fs::remove_dir_all(old.path())
     }
 }
 
@@ -244,5 +270,29 @@ mod tests {
         fs::write(d.path().join("raft/member"), "2\n").unwrap();
         assert!(raft.read_member().unwrap_err().contains("not a member file"));
         assert_eq!(raft.beside(".new").path(), d.path().join("raft.new"));
+        assert_eq!(raft.beside(".new").data_dir(), DataDir::new(d.path()));
+    }
+
+    #[test]
+    fn a_dropped_member_leaves_nothing_of_its_state_but_the_lock() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = DataDir::new(d.path());
+        let raft = dir.raft();
+        for sub in [raft.log(), raft.snapshots(), dir.wal().join("_default"), dir.snapshots()] {
+            fs::create_dir_all(sub).unwrap();
+        }
+        raft.write_member(2, 9).unwrap();
+        dir.write_alone_ids(2, 9).unwrap();
+        fs::write(dir.auth_file(), b"auth").unwrap();
+        fs::write(dir.lock_file(), b"").unwrap();
+        // A leftover of a crash in an earlier drop goes too.
+        fs::create_dir_all(raft.beside(".old").path()).unwrap();
+        dir.remove_alone_state().unwrap();
+        raft.discard().unwrap();
+        let left: Vec<_> =
+            fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, ["LOCK"]);
+        // Nothing to remove is not an error.
+        dir.remove_alone_state().unwrap();
     }
 }

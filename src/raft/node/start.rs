@@ -267,7 +267,8 @@ impl RaftNode {
     }
 
     /// Settles this member's id and its cluster's before anything is served: a restarted member
-    /// takes the ids it stored (whatever the flags say, as etcd does); a member joining a
+    /// takes the ids it stored (whatever the flags say, as etcd does), unless the cluster has
+    /// since replaced it (see [`replacement`]); a member joining a
     /// running cluster (`existing`) asks the members of `--initial-cluster` for them, and is
     /// refused start-up if none answers within 30 s or none knows its peer URLs, or at once
     /// when a member refuses its TLS handshake.
@@ -276,6 +277,24 @@ impl RaftNode {
             && let Some((member, cluster)) = opts.dir.read_member()?
         {
             (opts.member_id, opts.cluster_id) = (member, cluster);
+            if !opts.new_cluster
+                && let Some(added) = replacement(opts).await
+            {
+                tracing::warn!(
+                    removed = format!("{member:x}"),
+                    member = format!("{added:x}"),
+                    "raft: the cluster removed this member and added another at its peer URLs \
+                     (etcdctl member remove, then member add); its old state is dropped and it \
+                     joins as the new member"
+                );
+                // Under the data directory's lock: never the state of a member running on it.
+                let data = opts.dir.data_dir();
+                let failed = |e: std::io::Error| format!("{}: {e}", data.display());
+                let _lock = crate::wal::lock_dir(&data).map_err(failed)?;
+                data.remove_alone_state().map_err(failed)?;
+                opts.dir.discard().map_err(failed)?;
+                opts.member_id = added;
+            }
             return Ok(());
         }
         if opts.new_cluster {
@@ -290,13 +309,11 @@ impl RaftNode {
                 if m.peer_urls == opts.peer_urls {
                     continue;
                 }
-                let Some(mut c) = peers.raft_client(*id, &m.peer_urls) else { continue };
-                let mut req =
-                    tonic::Request::new(pb::ProbeRequest { peer_urls: opts.peer_urls.clone() });
-                req.set_timeout(Duration::from_millis(500));
-                match c.probe(req).await {
-                    Ok(r) if r.get_ref().your_id != 0 => {
-                        let r = r.into_inner();
+                let Some(answer) = probe(&peers, *id, &m.peer_urls, &opts.peer_urls).await else {
+                    continue;
+                };
+                match answer {
+                    Ok(r) if r.your_id != 0 => {
                         (opts.member_id, opts.cluster_id) = (r.your_id, r.cluster_id);
                         tracing::info!(
                             member = format!("{:x}", r.your_id),
@@ -421,6 +438,63 @@ impl RaftNode {
         );
         c.readmit(pb::ReadmitRequest { member_id: self.id }).await.is_ok()
     }
+}
+
+/// The member the cluster's leader lists at this restarted member's peer URLs in its place,
+/// if it no longer lists this one (`--initial-cluster-state existing` only).
+///
+/// etcd's removed member stops for good ("the member has been permanently removed"), and an
+/// operator then wipes its data directory and adds it again. k0smotron's init container does
+/// the remove and the add on every restart of a member whose data directory has no etcd
+/// database (`member/snap/db`, which mem_etcd does not write), then starts it with `existing`:
+/// that member joins as the one added for it, as if its directory had been wiped. Only the
+/// leader's word counts: a follower behind it may still list a member removed earlier at the
+/// same URLs. Peers that do not answer within half a second each are passed over, so a
+/// member whose cluster is down resumes as before.
+async fn replacement(opts: &NodeOptions) -> Option<u64> {
+    use crate::raft::rafthttp::network::is_member_removed;
+    let me = Peers::new(opts.cluster_id, opts.member_id, opts.tls.clone(), opts.election);
+    let anonymous = Peers::new(0, 0, opts.tls.clone(), opts.election);
+    for (id, m) in &opts.initial {
+        if m.peer_urls == opts.peer_urls {
+            continue;
+        }
+        let answer = match probe(&me, *id, &m.peer_urls, &opts.peer_urls).await {
+            Some(Ok(r)) => r,
+            // A peer that saw the removal refuses this member's id: asked again by a stranger,
+            // it says who has the URLs now.
+            Some(Err(s)) if is_member_removed(&s) => {
+                match probe(&anonymous, *id, &m.peer_urls, &opts.peer_urls).await {
+                    Some(Ok(r)) => r,
+                    _ => continue,
+                }
+            }
+            _ => continue,
+        };
+        if answer.leader == 0 || answer.leader != answer.member_id {
+            continue;
+        }
+        let replaced = answer.cluster_id == opts.cluster_id
+            && !answer.knows_you
+            && answer.your_id != 0
+            && answer.your_id != opts.member_id;
+        return replaced.then_some(answer.your_id);
+    }
+    None
+}
+
+/// Asks the member `id` at `urls` what it knows of the member with peer URLs `mine`, within
+/// half a second (`None`: no client could be made for `urls`).
+async fn probe(
+    peers: &Peers,
+    id: u64,
+    urls: &[String],
+    mine: &[String],
+) -> Option<Result<pb::ProbeResponse, tonic::Status>> {
+    let mut c = peers.raft_client(id, urls)?;
+    let mut req = tonic::Request::new(pb::ProbeRequest { peer_urls: mine.to_vec() });
+    req.set_timeout(Duration::from_millis(500));
+    Some(c.probe(req).await.map(tonic::Response::into_inner))
 }
 
 /// A failed probe's innermost cause (what an operator can act on), and whether it was the TLS

@@ -41,7 +41,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::data_dir::{DataDir, sync_dir};
+use crate::data_dir::DataDir;
 use crate::error::Error;
 use crate::mvcc::persist::OpenError;
 use crate::proto::memetcdpb::MemberAttributes;
@@ -218,13 +218,7 @@ pub(in crate::server) fn retire_alone_state(dir: &DataDir) -> Result<(), OpenErr
             "this member grew from a member alone into a cluster: its WAL is retired (the Raft \
              log holds its state)"
         );
-        std::fs::remove_dir_all(&wal).map_err(|e| format!("{}: {e}", wal.display()))?;
     }
-    let auth = dir.auth_file();
-    if auth.exists() {
-        std::fs::remove_file(&auth).map_err(|e| format!("{}: {e}", auth.display()))?;
-    }
-    dir.remove_alone_ids().map_err(|e| format!("{}: {e}", dir.display()))?;
-    sync_dir(dir.path()).map_err(|e| format!("{}: {e}", dir.display()))?;
+    dir.remove_alone_state().map_err(|e| format!("{}: {e}", dir.display()))?;
     Ok(())
 }
