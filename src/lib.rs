@@ -142,11 +142,11 @@
 
 pub(crate) mod auth;
 pub(crate) mod backend;
-pub mod check_cmd;
 pub mod config;
 pub(crate) mod data_dir;
 pub mod duration;
 pub mod error;
+pub mod etcdutl;
 pub mod humanize;
 pub(crate) mod keyspace;
 pub(crate) mod lease;
@@ -157,7 +157,6 @@ pub mod proxy;
 pub mod raft;
 pub(crate) mod revision;
 pub mod server;
-pub mod snapshot_cmd;
 pub mod tls;
 pub mod utc;
 pub mod wal;

@@ -19,11 +19,15 @@ static GLOBAL: allocator::MiMalloc = allocator::MiMalloc;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `mem_etcd snapshot restore|status ...`: offline tools, no server.
     if std::env::args_os().nth(1).is_some_and(|a| a == "snapshot") {
-        std::process::exit(mem_etcd::snapshot_cmd::run(std::env::args_os().skip(1)));
+        std::process::exit(mem_etcd::etcdutl::snapshot::run(std::env::args_os().skip(1)));
     }
     // `mem_etcd check copy ...`: a copy of a store compared with its source, over the API.
     if std::env::args_os().nth(1).is_some_and(|a| a == "check") {
-        std::process::exit(mem_etcd::check_cmd::run(std::env::args_os().skip(1)));
+        std::process::exit(mem_etcd::etcdutl::check::run(std::env::args_os().skip(1)));
+    }
+    // `mem_etcd follow ...`: a copy of a running store kept at its revisions, then the cut-over.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "follow") {
+        std::process::exit(mem_etcd::etcdutl::follow::run(std::env::args_os().skip(1)));
     }
     // `mem_etcd gateway start ...`, `mem_etcd grpc-proxy start ...`: etcd's proxies.
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();

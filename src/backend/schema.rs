@@ -487,7 +487,7 @@ impl AuthState {
 /// `state` as a mem_etcd backup (`wal::backup`'s format), for a Raft snapshot.
 pub fn to_backup(state: &EtcdState) -> Vec<u8> {
     // What this builds goes into a Raft snapshot, whose machine state carries the auth state
-    // (see `snapshot_cmd`).
+    // (see `etcdutl::snapshot`).
     let mut e = backup::Encoder::new(state.rev, state.compacted, None);
     e.partition(&Bytes::new());
     for (key, versions) in &state.keys {

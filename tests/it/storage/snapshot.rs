@@ -609,6 +609,104 @@ async fn check_copy_finds_a_restored_etcd_snapshot_exact_then_the_first_differen
     assert_eq!(code, Some(2), "{out}");
     assert!(out.contains("source: Range at"), "{out}");
     assert!(out.contains("required revision has been compacted"), "{out}");
+
+    // With auth enabled on both (as a copy restored from the source has it), an anonymous
+    // check cannot read; logged in as root it can, and says the same as before.
+    let ctl = peer_binary("etcdctl").expect("etcdctl peer");
+    set_up_auth(&ctl, &etcd.endpoint());
+    set_up_auth(&ctl, &mem.endpoint());
+    let (code, out) = check(&[]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("source: etcdserver: user name is empty"), "{out}");
+    let (code, out) = check(&["--user", "root:wrong"]);
+    assert_eq!(code, Some(2), "{out}");
+    let refused = "source: authenticate as root: etcdserver: authentication failed, invalid user \
+                   ID or password";
+    assert!(out.contains(refused), "{out}");
+    let (code, out) = check(&["--user", "root", "--password", "rootpw"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("differs: \"/registry/pods/ns/only-copy\" is only in the copy"), "{out}");
+    assert!(!out.contains("/app/x"), "{out}");
+}
+
+/// `mem_etcd follow`: a mem_etcd restored from an etcd's snapshot follows that etcd while it
+/// takes writes (puts, a txn, a prefix delete, leases granted, attached, revoked and expiring,
+/// a compaction), at its revisions. The cut-over (`--until-idle`) ends once etcd is idle and
+/// the copy checks exact; the copy then holds etcd's keys, revisions, leases and compaction,
+/// and takes the next write at etcd's next revision.
+#[tokio::test]
+async fn follow_keeps_a_restored_copy_at_the_sources_revisions_until_the_cut_over() {
+    use etcd_client::{DeleteOptions, PutOptions, Txn, TxnOp};
+    let Some(Restored { etcd, mem, at, .. }) = restored_from_etcd().await else {
+        return;
+    };
+    let (src, copy) = (etcd.endpoint(), mem.endpoint());
+    let args = ["follow", "--source", &src, "--target", &copy, "--until-idle", "5s"];
+    let follower = std::process::Command::new(mem_etcd())
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut e = etcd.client().await;
+    for i in 0..40 {
+        put(&mut e, &format!("/registry/pods/ns/f{}", i % 9), format!("v{i}")).await;
+    }
+    let kept = e.lease_grant(30, None).await.unwrap().id();
+    let revoked = e.lease_grant(3600, None).await.unwrap().id();
+    let expiring = e.lease_grant(2, None).await.unwrap().id();
+    let with = |l: i64| Some(PutOptions::new().with_lease(l));
+    e.put("/registry/events/ns/kept", "1", with(kept)).await.unwrap();
+    e.put("/registry/events/ns/revoked-1", "1", with(revoked)).await.unwrap();
+    e.put("/registry/events/ns/revoked-2", "2", with(revoked)).await.unwrap();
+    e.put("/registry/masterleases/10.0.0.1", "ip", with(expiring)).await.unwrap();
+    e.lease_revoke(revoked).await.unwrap();
+    let ops = vec![
+        TxnOp::put("/registry/pods/ns/t1", "a", None),
+        TxnOp::put("/registry/pods/ns/f0", "changed in a txn", None),
+        TxnOp::delete("/registry/pods/ns/f1", None),
+    ];
+    e.txn(Txn::new().and_then(ops)).await.unwrap();
+    let deleted = e.delete("/registry/pods/ns/f", Some(DeleteOptions::new().with_prefix()));
+    assert_eq!(deleted.await.unwrap().deleted(), 8);
+    // The expiring lease's revocation (etcd's own, at its TTL) is a revision too.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(e.lease_time_to_live(expiring, None).await.unwrap().ttl(), -1);
+    let head = put(&mut e, "/registry/configmaps/ns/last", "x").await;
+    // 40 puts, 4 puts with leases, the revocation, the txn, the prefix delete, the expiry.
+    assert_eq!(head, at + 49);
+    e.compact(head - 3, None).await.unwrap();
+
+    // The cut-over: etcd takes no more writes; the follower notices, checks and exits.
+    let out = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::task::spawn_blocking(move || follower.wait_with_output().unwrap()),
+    )
+    .await
+    .expect("the follower did not cut over within 90 s")
+    .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains(&format!("following {src} from revision {}", at + 1)), "{text}");
+    assert!(text.contains(&format!("compacted at {}, as the source", head - 3)), "{text}");
+    assert!(text.ends_with(&format!("cut-over: the copy is exact at revision {head}\n")), "{text}");
+
+    let mut m = mem.client().await;
+    let ids = |r: etcd_client::LeaseLeasesResponse| {
+        let mut ids: Vec<i64> = r.leases().iter().map(|l| l.id()).collect();
+        ids.sort();
+        ids
+    };
+    let theirs = ids(e.leases().await.unwrap());
+    assert_eq!(ids(m.leases().await.unwrap()), theirs);
+    assert!(theirs.contains(&kept) && !theirs.contains(&revoked) && !theirs.contains(&expiring));
+    let keys = m.lease_time_to_live(kept, Some(LeaseTimeToLiveOptions::new().with_keys())).await;
+    assert_eq!(keys.unwrap().keys(), [b"/registry/events/ns/kept".to_vec()]);
+    let compacted =
+        m.get("/registry/configmaps/ns/last", Some(GetOptions::new().with_revision(head - 4)));
+    assert!(compacted.await.is_err(), "the copy answered below the source's compaction");
+    assert_eq!(put(&mut m, "/registry/configmaps/ns/after", "x").await, head + 1);
 }
 
 #[tokio::test]

@@ -380,7 +380,7 @@ fn install(s: &Member, path: &Path, offset: u64) -> io::Result<()> {
     s.alarms.replace(&alarms);
     *s.members.lock() = state.members.into_iter().map(|m| (m.member_id, m)).collect();
     // The machine state's auth state is the cluster's. The backup carries one of its own
-    // only in a founding snapshot restored from a mem_etcd backup (`snapshot_cmd`), which
+    // only in a founding snapshot restored from a mem_etcd backup (`etcdutl::snapshot`), which
     // puts the same into the machine state.
     s.auth.restore(state.auth.map(crate::auth::codec::from_proto).unwrap_or_default());
     s.hub.jump(summary.rev);

@@ -10,7 +10,8 @@ use std::ffi::OsString;
 
 use bytes::Bytes;
 use clap::Parser;
-use tonic::transport::{Channel, Endpoint};
+
+use super::client::{Access, Conn};
 
 use crate::proto::etcdserverpb as pb;
 use crate::proto::mvccpb::KeyValue;
@@ -32,15 +33,8 @@ enum Cmd {
         /// The revision to compare at; default: the older of the two heads.
         #[arg(long)]
         revision: Option<i64>,
-        /// For `https://` URLs: the CA bundle to verify the servers with.
-        #[arg(long)]
-        cacert: Option<String>,
-        /// For `https://` URLs: the client certificate to present.
-        #[arg(long)]
-        cert: Option<String>,
-        /// For `https://` URLs: its key.
-        #[arg(long)]
-        key: Option<String>,
+        #[command(flatten)]
+        access: Access,
         /// How many differences to print before only counting them.
         #[arg(long, default_value_t = 20)]
         max_differences: usize,
@@ -53,7 +47,7 @@ pub fn run(args: impl Iterator<Item = OsString>) -> i32 {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
-    let Cmd::Copy { source, copy, revision, cacert, cert, key, max_differences } = cmd;
+    let Cmd::Copy { source, copy, revision, access, max_differences } = cmd;
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -62,10 +56,8 @@ pub fn run(args: impl Iterator<Item = OsString>) -> i32 {
         }
     };
     let run = async {
-        let tls =
-            crate::tls::client_from_files(cacert.as_deref(), cert.as_deref(), key.as_deref())?;
-        let source = channel(&source, tls.as_ref())?;
-        let copy = channel(&copy, tls.as_ref())?;
+        let source = access.connect(&source, "source").await?;
+        let copy = access.connect(&copy, "copy").await?;
         compare(source, copy, revision, max_differences).await
     };
     match runtime.block_on(run) {
@@ -84,23 +76,11 @@ pub fn run(args: impl Iterator<Item = OsString>) -> i32 {
     }
 }
 
-fn channel(
-    url: &str,
-    tls: Option<&crate::raft::rafthttp::tls::PeerTls>,
-) -> Result<Channel, String> {
-    let endpoint = Endpoint::from_shared(url.to_string()).map_err(|e| format!("{url}: {e}"))?;
-    match (url.starts_with("https://"), tls) {
-        (true, Some(tls)) => Ok(tls.connect_lazy(endpoint)),
-        (true, None) => Err(format!("{url}: https needs --cert and --key (and --cacert)")),
-        (false, _) => Ok(endpoint.connect_lazy()),
-    }
-}
-
 /// Compares the two at `revision` (or the older head), printing each difference up to `max`.
 /// Returns how many it found.
-async fn compare(
-    source: Channel,
-    copy: Channel,
+pub(super) async fn compare(
+    source: Conn,
+    copy: Conn,
     revision: Option<i64>,
     max: usize,
 ) -> Result<usize, String> {
@@ -167,7 +147,7 @@ async fn compare(
         }
     }
     println!("compared {keys} keys present on both at revision {rev}");
-    let hash = |ch: Channel, who: &'static str| async move {
+    let hash = |ch: Conn, who: &'static str| async move {
         let mut m = pb::maintenance_client::MaintenanceClient::new(ch);
         let r = m.hash_kv(pb::HashKvRequest { revision: rev }).await;
         r.map(|r| r.into_inner()).map_err(|e| format!("{who}: HashKV at {rev}: {}", e.message()))
@@ -188,21 +168,17 @@ async fn compare(
     Ok(found)
 }
 
-/// The store's head revision.
-async fn head(kv: &mut pb::kv_client::KvClient<Channel>, who: &str) -> Result<i64, String> {
-    let req = pb::RangeRequest {
-        key: Bytes::from_static(b"\0"),
-        range_end: Bytes::from_static(b"\0"),
-        count_only: true,
-        ..Default::default()
-    };
+/// The store's head revision (cheap enough to ask every second).
+pub(super) async fn head(kv: &mut pb::kv_client::KvClient<Conn>, who: &str) -> Result<i64, String> {
+    // One key's lookup: the header carries the revision, and nothing is counted.
+    let req = pb::RangeRequest { key: Bytes::from_static(b"\0"), ..Default::default() };
     let r = kv.range(req).await.map_err(|e| format!("{who}: {}", e.message()))?.into_inner();
     Ok(r.header.map_or(0, |h| h.revision))
 }
 
 /// Every key at one revision, in key order, a page at a time.
 struct Pager {
-    kv: pb::kv_client::KvClient<Channel>,
+    kv: pb::kv_client::KvClient<Conn>,
     rev: i64,
     who: &'static str,
     /// The first key of the next page; `None` once the last page came.
@@ -214,7 +190,7 @@ impl Pager {
     /// Keys a page: small enough for any `--max-request-bytes` answer of Kubernetes objects.
     const PAGE: i64 = 500;
 
-    fn new(kv: pb::kv_client::KvClient<Channel>, rev: i64, who: &'static str) -> Self {
+    fn new(kv: pb::kv_client::KvClient<Conn>, rev: i64, who: &'static str) -> Self {
         Self { kv, rev, who, next: Some(Bytes::from_static(b"\0")), page: VecDeque::new() }
     }
 
