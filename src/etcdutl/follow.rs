@@ -21,6 +21,11 @@
 //! - The source's compaction revision is the oldest revision it still answers a Range at
 //!   (found by bisection); the target compacts there too. Neither bumps a revision.
 //!
+//! Either store may stop answering for up to a minute (a member restarting, a leader
+//! change): the watch is opened again from the next revision, the target's leases are kept
+//! alive meanwhile, and a Txn whose call failed is sent again only if the target's head shows
+//! it was not applied.
+//!
 //! Auth changes after R are not followed (the snapshot carries the auth state at R).
 //!
 //! With `--until-idle D`, the command is the cut-over: once the source has taken no write for
@@ -101,6 +106,9 @@ impl From<String> for Failure {
     }
 }
 
+/// How long the source or the target may not answer before `follow` gives up.
+const OUTAGE: Duration = Duration::from_secs(60);
+
 /// How often the leases and the compaction are looked at, and the lag reported.
 const TICK: Duration = Duration::from_secs(1);
 const SWEEP_EVERY: u32 = 5;
@@ -114,28 +122,25 @@ async fn follow(args: Args) -> Result<i64, Failure> {
     println!("following {} from revision {}", args.source, start + 1);
 
     let mut f = Follower::new(source.clone(), target.clone(), start).await?;
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    let create = pb::WatchCreateRequest {
-        key: Bytes::from_static(b"\0"),
-        range_end: Bytes::from_static(b"\0"),
-        start_revision: start + 1,
-        ..Default::default()
-    };
-    let req = pb::WatchRequest {
-        request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)),
-    };
-    tx.send(req).await.map_err(|_| "source: watch closed".to_string())?;
-    let mut watch = pb::watch_client::WatchClient::new(source.clone());
-    let stream = watch.watch(tokio_stream::wrappers::ReceiverStream::new(rx)).await;
-    let mut stream = stream.map_err(|e| format!("source: Watch: {}", e.message()))?.into_inner();
+    let mut watch = f.watch(start + 1).await?;
     let mut tick = tokio::time::interval(TICK);
     let mut ticks = 0u32;
-    let mut last_write = Instant::now();
+    // The source's head and since when every poll has seen it so.
+    let mut quiet: Option<(i64, Instant)> = None;
+    let mut source_down: Option<Instant> = None;
     loop {
         tokio::select! {
-            msg = stream.message() => {
-                let msg = msg.map_err(|e| format!("source: Watch: {}", e.message()))?;
-                let Some(resp) = msg else { return Err("source: the watch ended".to_string().into()) };
+            msg = watch.1.message() => {
+                let resp = match msg {
+                    Ok(Some(resp)) => resp,
+                    lost => {
+                        let why = lost.err().map_or("it ended".into(), |e| e.message().to_string());
+                        println!("source: the watch was lost ({why}); watching again from revision {}", f.applied + 1);
+                        quiet = None;
+                        watch = f.watch(f.applied + 1).await?;
+                        continue;
+                    }
+                };
                 if resp.compact_revision != 0 {
                     return Err(Failure::Cannot(format!(
                         "source: compacted at {} past the copy's revision {}: restore the copy \
@@ -147,12 +152,25 @@ async fn follow(args: Args) -> Result<i64, Failure> {
                     return Err(format!("source: the watch was cancelled: {}", resp.cancel_reason).into());
                 }
                 f.apply(resp.events, Instant::now()).await?;
-                last_write = Instant::now();
             }
             _ = tick.tick() => {
                 ticks += 1;
                 f.keep_alive().await?;
-                let source_head = head(&mut pb::kv_client::KvClient::new(source.clone()), "source").await?;
+                // A source that does not answer for a while (a member restarting) is waited for;
+                // the target's leases are kept alive meanwhile.
+                let source_head = match head(&mut pb::kv_client::KvClient::new(source.clone()), "source").await {
+                    Ok(h) => {
+                        source_down = None;
+                        h
+                    }
+                    Err(e) => {
+                        quiet = None;
+                        if source_down.get_or_insert_with(Instant::now).elapsed() > OUTAGE {
+                            return Err(e.into());
+                        }
+                        continue;
+                    }
+                };
                 if ticks.is_multiple_of(SWEEP_EVERY) {
                     f.sweep_leases().await?;
                     f.follow_compaction().await?;
@@ -166,9 +184,15 @@ async fn follow(args: Args) -> Result<i64, Failure> {
                         f.lag.report()
                     );
                 }
+                // Idle is the source's head seen unchanged (not a quiet watch, which an
+                // outage makes quiet too).
+                if quiet.is_none_or(|(h, _)| h != source_head) {
+                    quiet = Some((source_head, Instant::now()));
+                }
                 if let Some(idle) = args.until_idle
-                    && last_write.elapsed() >= idle
-                    && source_head == f.applied
+                    && let Some((h, since)) = quiet
+                    && since.elapsed() >= idle
+                    && h == f.applied
                 {
                     f.sweep_leases().await?;
                     f.follow_compaction().await?;
@@ -190,6 +214,22 @@ async fn exact(source: &Conn, target: &Conn, rev: i64) -> Result<(), Failure> {
         ))),
     }
 }
+
+/// Opens a LeaseKeepAlive stream on the target; its answers are read and dropped.
+async fn keep_alive_stream(
+    target: &Conn,
+) -> Result<tokio::sync::mpsc::Sender<pb::LeaseKeepAliveRequest>, String> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1024);
+    let mut lease = pb::lease_client::LeaseClient::new(target.clone());
+    let stream = lease.lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx)).await;
+    let mut answers =
+        stream.map_err(|e| format!("target: LeaseKeepAlive: {}", e.message()))?.into_inner();
+    tokio::spawn(async move { while let Ok(Some(_)) = answers.message().await {} });
+    Ok(tx)
+}
+
+/// The request side of a watch: the watch lasts as long as it is held.
+type WatchSender = tokio::sync::mpsc::Sender<pb::WatchRequest>;
 
 /// The copy being kept: what it has applied, and the leases it keeps alive.
 struct Follower {
@@ -238,12 +278,8 @@ impl Lag {
 
 impl Follower {
     async fn new(source: Conn, target: Conn, applied: i64) -> Result<Self, String> {
-        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        let tx = keep_alive_stream(&target).await?;
         let mut lease = pb::lease_client::LeaseClient::new(target.clone());
-        let stream = lease.lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx)).await;
-        let mut answers =
-            stream.map_err(|e| format!("target: LeaseKeepAlive: {}", e.message()))?.into_inner();
-        tokio::spawn(async move { while let Ok(Some(_)) = answers.message().await {} });
         let mut f = Follower {
             source,
             target,
@@ -267,6 +303,39 @@ impl Follower {
             .into_inner()
             .compact_revision;
         Ok(f)
+    }
+
+    /// Watches the whole source from `rev`, trying for [`OUTAGE`] (the target's leases kept
+    /// alive meanwhile). The sender is kept with the stream: dropping it would end the watch.
+    async fn watch(
+        &mut self,
+        rev: i64,
+    ) -> Result<(WatchSender, tonic::Streaming<pb::WatchResponse>), Failure> {
+        let since = Instant::now();
+        loop {
+            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            let create = pb::WatchCreateRequest {
+                key: Bytes::from_static(b"\0"),
+                range_end: Bytes::from_static(b"\0"),
+                start_revision: rev,
+                ..Default::default()
+            };
+            let req = pb::WatchRequest {
+                request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)),
+            };
+            tx.send(req).await.map_err(|_| "source: watch closed".to_string())?;
+            let mut client = pb::watch_client::WatchClient::new(self.source.clone());
+            match client.watch(tokio_stream::wrappers::ReceiverStream::new(rx)).await {
+                Ok(stream) => return Ok((tx, stream.into_inner())),
+                Err(e) if since.elapsed() > OUTAGE => {
+                    return Err(format!("source: Watch: {}", e.message()).into());
+                }
+                Err(_) => {
+                    self.keep_alive().await?;
+                    tokio::time::sleep(TICK).await;
+                }
+            }
+        }
     }
 
     /// Applies a watch response's events, one Txn per source revision.
@@ -307,11 +376,8 @@ impl Follower {
                     self.applied
                 )));
             }
-            let mut kv = pb::kv_client::KvClient::new(self.target.clone());
             let txn = pb::TxnRequest { success: ops, ..Default::default() };
-            let r = kv.txn(txn).await;
-            let r = r.map_err(|e| format!("target: Txn of revision {rev}: {}", e.message()))?;
-            let got = r.into_inner().header.map_or(0, |h| h.revision);
+            let got = self.txn(txn, rev).await?;
             if got != rev {
                 return Err(Failure::Differs(format!(
                     "the target applied the source's revision {rev} at {got}: something else \
@@ -322,6 +388,42 @@ impl Follower {
             self.lag.record(received.elapsed());
         }
         Ok(())
+    }
+
+    /// Sends `txn` (the source's revision `rev`) to the target and returns the revision it
+    /// was applied at. A failed call may or may not have been applied (a leader change, a
+    /// timeout): the target's head says which, and only one not applied is sent again.
+    async fn txn(&mut self, txn: pb::TxnRequest, rev: i64) -> Result<i64, Failure> {
+        let since = Instant::now();
+        let mut kv = pb::kv_client::KvClient::new(self.target.clone());
+        loop {
+            let e = match kv.txn(txn.clone()).await {
+                Ok(r) => return Ok(r.into_inner().header.map_or(0, |h| h.revision)),
+                Err(e) => format!("target: Txn of revision {rev}: {}", e.message()),
+            };
+            let now = loop {
+                if since.elapsed() > OUTAGE {
+                    return Err(e.into());
+                }
+                self.keep_alive().await?;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if let Ok(h) = head(&mut kv, "target").await {
+                    break h;
+                }
+            };
+            match now {
+                n if n == rev => return Ok(rev),
+                n if n == rev - 1 => println!("{e}; sending it again"),
+                n if n < rev - 1 => {
+                    return Err(Failure::Differs(format!(
+                        "{e}; the target is back at revision {n}: it lost revisions it had \
+                         applied (a restart in --wal-mode none, or buffered after a crash of its \
+                         machine)"
+                    )));
+                }
+                n => return Ok(n),
+            }
+        }
     }
 
     /// The TTL a lease was granted with (its remaining TTL if that is unknown; 0 if gone).
@@ -360,7 +462,15 @@ impl Follower {
         for (id, (ttl, due)) in self.leases.iter_mut() {
             if *due <= now {
                 let req = pb::LeaseKeepAliveRequest { id: *id };
-                self.keep_alive.send(req).await.map_err(|_| "target: LeaseKeepAlive ended")?;
+                if self.keep_alive.send(req).await.is_err() {
+                    // The stream ended with its connection (a target member restarting): it is
+                    // opened again at the next tick; a target that is down expires nothing.
+                    match keep_alive_stream(&self.target).await {
+                        Ok(tx) => self.keep_alive = tx,
+                        Err(e) => println!("{e}; trying again"),
+                    }
+                    return Ok(());
+                }
                 *due = now + Duration::from_millis((*ttl as u64 * 1000 / 3).max(500));
             }
         }
