@@ -11,7 +11,7 @@ use std::ffi::OsString;
 use bytes::Bytes;
 use clap::Parser;
 
-use super::client::{Access, Conn};
+use super::client::{Access, Conn, Store};
 
 use crate::proto::etcdserverpb as pb;
 use crate::proto::mvccpb::KeyValue;
@@ -24,10 +24,11 @@ enum Cmd {
     /// Exits 0 when they are the same, 1 when they differ (each difference printed), 2 when it
     /// could not compare.
     Copy {
-        /// The source's client URL (etcd's or mem_etcd's), `http://` or `https://`.
+        /// The source's client URL (etcd's or mem_etcd's), `http://` or `https://`; a
+        /// cluster's, comma-separated, for the first member that answers.
         #[arg(long)]
         source: String,
-        /// The copy's client URL.
+        /// The copy's client URL (or URLs).
         #[arg(long)]
         copy: String,
         /// The revision to compare at; default: the older of the two heads.
@@ -56,11 +57,11 @@ pub fn run(args: impl Iterator<Item = OsString>) -> i32 {
         }
     };
     let run = async {
-        let source = access.connect(&source, "source").await?;
-        let copy = access.connect(&copy, "copy").await?;
-        compare(source, copy, revision, max_differences).await
+        let source = Store::connect(&access, &source, "source").await?;
+        let copy = Store::connect(&access, &copy, "copy").await?;
+        compare(source.conn, copy.conn, revision, max_differences).await
     };
-    match runtime.block_on(run) {
+    match runtime.block_on(run).map(|c| c.differences) {
         Ok(0) => {
             println!("the copy is exact");
             0
@@ -76,14 +77,21 @@ pub fn run(args: impl Iterator<Item = OsString>) -> i32 {
     }
 }
 
+/// What a comparison found.
+pub(super) struct Compared {
+    /// How many differences (0: the copy is exact).
+    pub differences: usize,
+    /// The copy's compaction revision, as its HashKV answered it.
+    pub compacted: i64,
+}
+
 /// Compares the two at `revision` (or the older head), printing each difference up to `max`.
-/// Returns how many it found.
 pub(super) async fn compare(
     source: Conn,
     copy: Conn,
     revision: Option<i64>,
     max: usize,
-) -> Result<usize, String> {
+) -> Result<Compared, String> {
     let mut kv =
         (pb::kv_client::KvClient::new(source.clone()), pb::kv_client::KvClient::new(copy.clone()));
     let rev = match revision {
@@ -165,7 +173,7 @@ pub(super) async fn compare(
     } else if hs.hash != hc.hash {
         differ(format!("HashKV at {rev}: {} in the source, {} in the copy", hs.hash, hc.hash));
     }
-    Ok(found)
+    Ok(Compared { differences: found, compacted: hc.compact_revision })
 }
 
 /// The store's head revision (cheap enough to ask every second).

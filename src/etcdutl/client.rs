@@ -1,6 +1,10 @@
 //! How the commands reach a store, with etcdctl's flags: `--cacert`, `--cert`, `--key` for
 //! `https://` URLs, and `--user`/`--password` where auth is enabled (a token from
-//! Authenticate, carried in every call's metadata as etcd's clients carry it).
+//! Authenticate, carried in every call's metadata as etcd's clients carry it). A store may be
+//! given as several client URLs, comma-separated (etcdctl's `--endpoints`): a cluster's
+//! members, one used at a time and the next when it stops answering.
+
+use std::time::Duration;
 
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::{Interceptor, interceptor::InterceptedService};
@@ -54,6 +58,13 @@ impl Access {
             self.key.as_deref(),
         )?;
         let endpoint = Endpoint::from_shared(url.to_string()).map_err(|e| format!("{url}: {e}"))?;
+        // A member that froze (not one that closed its connections) must show as an error,
+        // not as a call that never ends or a watch that is merely quiet.
+        let endpoint = endpoint
+            .connect_timeout(CALL_TIMEOUT)
+            .http2_keep_alive_interval(CALL_TIMEOUT)
+            .keep_alive_timeout(CALL_TIMEOUT)
+            .keep_alive_while_idle(true);
         let ch = match (url.starts_with("https://"), tls) {
             (true, Some(tls)) => tls.connect_lazy(endpoint),
             (true, None) => {
@@ -89,4 +100,64 @@ impl Access {
             }
         }
     }
+}
+
+/// How long a member may take to connect, or to answer a keep-alive ping, before it counts as
+/// down. etcd's members answer in milliseconds; a leader election takes about a second.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A store reached at one of its client URLs, logged in there.
+#[derive(Debug)]
+pub struct Store {
+    /// The connection to the member in use.
+    pub conn: Conn,
+    /// Every client URL given, and the one in use: `fail_over` moves to the next.
+    urls: Vec<String>,
+    at: usize,
+    access: Access,
+    /// How errors name the store ("source", "copy").
+    who: &'static str,
+}
+
+impl Store {
+    /// Connects to the first of `urls` (comma-separated) that takes the connection.
+    pub async fn connect(access: &Access, urls: &str, who: &'static str) -> Result<Store, String> {
+        let urls: Vec<String> =
+            urls.split(',').map(str::trim).filter(|u| !u.is_empty()).map(String::from).collect();
+        if urls.is_empty() {
+            return Err(format!("{who}: no URL given"));
+        }
+        let (conn, at) = first_taken(access, &urls, 0, who).await?;
+        Ok(Store { conn, urls, at, access: access.clone(), who })
+    }
+
+    /// The URL in use.
+    pub fn url(&self) -> &str {
+        &self.urls[self.at]
+    }
+
+    /// Moves to the next URL that takes the connection (the one in use stopped answering);
+    /// with one URL, connects to it again.
+    pub async fn fail_over(&mut self) -> Result<(), String> {
+        let next = (self.at + 1) % self.urls.len();
+        (self.conn, self.at) = first_taken(&self.access, &self.urls, next, self.who).await?;
+        Ok(())
+    }
+}
+
+/// The first of `urls`, from `start` round, that takes the connection (and the login).
+async fn first_taken(
+    access: &Access,
+    urls: &[String],
+    start: usize,
+    who: &str,
+) -> Result<(Conn, usize), String> {
+    let mut last = String::new();
+    for i in (0..urls.len()).map(|k| (start + k) % urls.len()) {
+        match access.connect(&urls[i], who).await {
+            Ok(conn) => return Ok((conn, i)),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }

@@ -21,10 +21,12 @@
 //! - The source's compaction revision is the oldest revision it still answers a Range at
 //!   (found by bisection); the target compacts there too. Neither bumps a revision.
 //!
-//! Either store may stop answering for up to a minute (a member restarting, a leader
-//! change): the watch is opened again from the next revision, the target's leases are kept
-//! alive meanwhile, and a Txn whose call failed is sent again only if the target's head shows
-//! it was not applied.
+//! Either store may be a cluster, given as its members' client URLs; one member is used at a
+//! time, and the next when it stops answering (down, frozen, cut off). Either store may stop
+//! answering for up to a minute (a member restarting, a leader change): the watch is opened
+//! again from the next revision and the target's leases are kept alive meanwhile. A Txn whose
+//! call failed may yet be applied, so each compares its keys' mod revisions with its own
+//! revision: sent again, it changes nothing once one send of it was applied.
 //!
 //! Auth changes after R are not followed (the snapshot carries the auth state at R).
 //!
@@ -39,8 +41,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::Parser;
 
-use super::check::{compare, head};
-use super::client::{Access, Conn};
+use super::check::{Compared, compare, head};
+use super::client::{Access, CALL_TIMEOUT, Conn, Store};
+use super::lag::Lag;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::mvccpb;
 
@@ -48,10 +51,12 @@ use crate::proto::mvccpb;
 #[derive(Parser, Debug)]
 #[command(name = "mem_etcd follow", bin_name = "mem_etcd follow")]
 struct Args {
-    /// The source's client URL (etcd's or mem_etcd's).
+    /// The source's client URL (etcd's or mem_etcd's); a cluster's, comma-separated, to go on
+    /// through another member when one stops answering.
     #[arg(long)]
     source: String,
-    /// The copy's client URL: a mem_etcd started from the source's snapshot.
+    /// The copy's client URL (or a cluster's, comma-separated): a mem_etcd started from the
+    /// source's snapshot.
     #[arg(long)]
     target: String,
     #[command(flatten)]
@@ -60,6 +65,9 @@ struct Args {
     /// the copy checks exact. Without it, follows until stopped.
     #[arg(long, value_parser = crate::duration::parse_duration)]
     until_idle: Option<Duration>,
+    /// Serve the lag on `/metrics` here (`http://host:port`), as etcd's flag of that name.
+    #[arg(long)]
+    listen_metrics_urls: Option<String>,
 }
 
 /// Runs `mem_etcd follow ...` (`args` from `follow` on) and returns the exit status: 0 after
@@ -109,19 +117,26 @@ impl From<String> for Failure {
 /// How long the source or the target may not answer before `follow` gives up.
 const OUTAGE: Duration = Duration::from_secs(60);
 
+/// How long a Txn may go unanswered before it is sent again (a target leader election takes
+/// about a second).
+const TXN_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How often the leases and the compaction are looked at, and the lag reported.
 const TICK: Duration = Duration::from_secs(1);
 const SWEEP_EVERY: u32 = 5;
 const REPORT_EVERY: u32 = 10;
 
 async fn follow(args: Args) -> Result<i64, Failure> {
-    let source = args.access.connect(&args.source, "source").await?;
-    let target = args.access.connect(&args.target, "target").await?;
-    let start = head(&mut pb::kv_client::KvClient::new(target.clone()), "target").await?;
-    exact(&source, &target, start).await?;
-    println!("following {} from revision {}", args.source, start + 1);
+    let source = Store::connect(&args.access, &args.source, "source").await?;
+    let target = Store::connect(&args.access, &args.target, "target").await?;
+    let start = head(&mut pb::kv_client::KvClient::new(target.conn.clone()), "target").await?;
+    let compacted = exact(&source.conn, &target.conn, start).await?;
+    println!("following {} from revision {}", source.url(), start + 1);
 
-    let mut f = Follower::new(source.clone(), target.clone(), start).await?;
+    let mut f = Follower::new(source, target, start, compacted).await?;
+    if let Some(url) = &args.listen_metrics_urls {
+        f.lag.serve(url).await?;
+    }
     let mut watch = f.watch(start + 1).await?;
     let mut tick = tokio::time::interval(TICK);
     let mut ticks = 0u32;
@@ -156,11 +171,13 @@ async fn follow(args: Args) -> Result<i64, Failure> {
             _ = tick.tick() => {
                 ticks += 1;
                 f.keep_alive().await?;
-                // A source that does not answer for a while (a member restarting) is waited for;
-                // the target's leases are kept alive meanwhile.
-                let source_head = match head(&mut pb::kv_client::KvClient::new(source.clone()), "source").await {
+                // A source member that does not answer (restarting, frozen, cut off) is left for
+                // the next URL, and the watch opened again there; one source that does not
+                // answer is waited for, the target's leases kept alive meanwhile.
+                let source_head = match f.source_head().await {
                     Ok(h) => {
                         source_down = None;
+                        f.lag.source_at(h);
                         h
                     }
                     Err(e) => {
@@ -168,12 +185,21 @@ async fn follow(args: Args) -> Result<i64, Failure> {
                         if source_down.get_or_insert_with(Instant::now).elapsed() > OUTAGE {
                             return Err(e.into());
                         }
+                        println!("{e}; going on through the next source URL");
+                        if f.source.fail_over().await.is_ok() {
+                            watch = f.watch(f.applied + 1).await?;
+                        }
                         continue;
                     }
                 };
                 if ticks.is_multiple_of(SWEEP_EVERY) {
-                    f.sweep_leases().await?;
-                    f.follow_compaction().await?;
+                    // A source member lost here is found by the next tick's head.
+                    if let Err(e) = f.sweep_leases().await.and(f.follow_compaction().await.map_err(Failure::Cannot)) {
+                        match e {
+                            Failure::Cannot(e) => println!("{e}; trying again"),
+                            differs => return Err(differs),
+                        }
+                    }
                 }
                 if ticks.is_multiple_of(REPORT_EVERY) {
                     println!(
@@ -197,7 +223,8 @@ async fn follow(args: Args) -> Result<i64, Failure> {
                     f.sweep_leases().await?;
                     f.follow_compaction().await?;
                     println!("idle for {idle:?} at revision {}; {}", f.applied, f.lag.report());
-                    exact(&source, &target, f.applied).await?;
+                    println!("followed from revision {}: {}", start + 1, f.lag.whole());
+                    exact(&f.source.conn, &f.target.conn, f.applied).await?;
                     return Ok(f.applied);
                 }
             }
@@ -205,11 +232,12 @@ async fn follow(args: Args) -> Result<i64, Failure> {
     }
 }
 
-/// `check copy` at `rev`: any difference stops the command.
-async fn exact(source: &Conn, target: &Conn, rev: i64) -> Result<(), Failure> {
+/// `check copy` at `rev`: any difference stops the command. Returns the target's compaction
+/// revision.
+async fn exact(source: &Conn, target: &Conn, rev: i64) -> Result<i64, Failure> {
     match compare(source.clone(), target.clone(), Some(rev), 20).await? {
-        0 => Ok(()),
-        n => Err(Failure::Differs(format!(
+        Compared { differences: 0, compacted } => Ok(compacted),
+        Compared { differences: n, .. } => Err(Failure::Differs(format!(
             "the copy differs from the source at {rev}: {n} difference(s)"
         ))),
     }
@@ -233,8 +261,8 @@ type WatchSender = tokio::sync::mpsc::Sender<pb::WatchRequest>;
 
 /// The copy being kept: what it has applied, and the leases it keeps alive.
 struct Follower {
-    source: Conn,
-    target: Conn,
+    source: Store,
+    target: Store,
     /// The last source revision the target holds.
     applied: i64,
     /// The target's leases: id → (TTL, when the next keep-alive is due).
@@ -246,62 +274,31 @@ struct Follower {
     lag: Lag,
 }
 
-/// The follower's lag per revision since the last report: from the moment the source's watch
-/// delivered it to the moment the target answered its Txn.
-#[derive(Default)]
-struct Lag {
-    micros: Vec<u32>,
-}
-
-impl Lag {
-    fn record(&mut self, d: Duration) {
-        self.micros.push(d.as_micros().min(u32::MAX as u128) as u32);
-    }
-
-    /// "N revisions, lag p50 .. p99 .. max ..", then starts a new window.
-    fn report(&mut self) -> String {
-        let mut m = std::mem::take(&mut self.micros);
-        if m.is_empty() {
-            return "no revisions since the last report".into();
-        }
-        m.sort_unstable();
-        let at = |q: f64| m[((m.len() - 1) as f64 * q) as usize] as f64 / 1000.0;
-        format!(
-            "{} revisions, lag p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-            m.len(),
-            at(0.5),
-            at(0.99),
-            at(1.0)
-        )
-    }
-}
-
 impl Follower {
-    async fn new(source: Conn, target: Conn, applied: i64) -> Result<Self, String> {
-        let tx = keep_alive_stream(&target).await?;
-        let mut lease = pb::lease_client::LeaseClient::new(target.clone());
+    async fn new(
+        source: Store,
+        target: Store,
+        applied: i64,
+        compacted: i64,
+    ) -> Result<Self, String> {
+        let tx = keep_alive_stream(&target.conn).await?;
+        let mut lease = pb::lease_client::LeaseClient::new(target.conn.clone());
         let mut f = Follower {
             source,
             target,
             applied,
             leases: BTreeMap::new(),
-            compacted: 0,
+            compacted,
             keep_alive: tx,
-            lag: Lag::default(),
+            lag: Lag::new(applied),
         };
         // The snapshot's leases, kept alive from now on.
         let listed = lease.lease_leases(pb::LeaseLeasesRequest {}).await;
         let listed = listed.map_err(|e| format!("target: LeaseLeases: {}", e.message()))?;
         for l in listed.into_inner().leases {
-            let ttl = f.ttl_on(&f.target.clone(), l.id).await?.max(1);
+            let ttl = f.ttl_on(&f.target.conn.clone(), l.id).await?.max(1);
             f.leases.insert(l.id, (ttl, Instant::now()));
         }
-        let mut m = pb::maintenance_client::MaintenanceClient::new(f.target.clone());
-        let h = m.hash_kv(pb::HashKvRequest { revision: applied }).await;
-        f.compacted = h
-            .map_err(|e| format!("target: HashKV: {}", e.message()))?
-            .into_inner()
-            .compact_revision;
         Ok(f)
     }
 
@@ -324,15 +321,19 @@ impl Follower {
                 request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)),
             };
             tx.send(req).await.map_err(|_| "source: watch closed".to_string())?;
-            let mut client = pb::watch_client::WatchClient::new(self.source.clone());
+            let mut client = pb::watch_client::WatchClient::new(self.source.conn.clone());
             match client.watch(tokio_stream::wrappers::ReceiverStream::new(rx)).await {
                 Ok(stream) => return Ok((tx, stream.into_inner())),
                 Err(e) if since.elapsed() > OUTAGE => {
                     return Err(format!("source: Watch: {}", e.message()).into());
                 }
-                Err(_) => {
+                Err(e) => {
+                    println!("source: Watch at {}: {}", self.source.url(), e.message());
                     self.keep_alive().await?;
                     tokio::time::sleep(TICK).await;
+                    if let Err(e) = self.source.fail_over().await {
+                        println!("{e}");
+                    }
                 }
             }
         }
@@ -347,10 +348,17 @@ impl Follower {
         let mut i = 0;
         while i < events.len() {
             let rev = events[i].kv.as_ref().map_or(0, |kv| kv.mod_revision);
-            let mut ops = Vec::new();
+            let (mut ops, mut compare) = (Vec::new(), Vec::new());
             while i < events.len() && events[i].kv.as_ref().map_or(0, |kv| kv.mod_revision) == rev {
                 let ev = &events[i];
                 let kv = ev.kv.clone().unwrap_or_default();
+                compare.push(pb::Compare {
+                    result: pb::compare::CompareResult::Less as i32,
+                    target: pb::compare::CompareTarget::Mod as i32,
+                    key: kv.key.clone(),
+                    target_union: Some(pb::compare::TargetUnion::ModRevision(rev)),
+                    ..Default::default()
+                });
                 let op = if ev.r#type == mvccpb::event::EventType::Delete as i32 {
                     pb::request_op::Request::RequestDeleteRange(pb::DeleteRangeRequest {
                         key: kv.key,
@@ -376,7 +384,7 @@ impl Follower {
                     self.applied
                 )));
             }
-            let txn = pb::TxnRequest { success: ops, ..Default::default() };
+            let txn = pb::TxnRequest { compare, success: ops, ..Default::default() };
             let got = self.txn(txn, rev).await?;
             if got != rev {
                 return Err(Failure::Differs(format!(
@@ -385,43 +393,61 @@ impl Follower {
                 )));
             }
             self.applied = rev;
-            self.lag.record(received.elapsed());
+            self.lag.applied(rev, received.elapsed());
         }
         Ok(())
     }
 
     /// Sends `txn` (the source's revision `rev`) to the target and returns the revision it
-    /// was applied at. A failed call may or may not have been applied (a leader change, a
-    /// timeout): the target's head says which, and only one not applied is sent again.
+    /// was applied at. A call that failed or took too long (a leader change, a member down)
+    /// may still be applied, now or later: the Txn's compares (every key's mod revision below
+    /// `rev`) make any send of it after the first applied one change nothing, so it is sent
+    /// again until one answers, through the next target URL when the one in use is down.
     async fn txn(&mut self, txn: pb::TxnRequest, rev: i64) -> Result<i64, Failure> {
         let since = Instant::now();
-        let mut kv = pb::kv_client::KvClient::new(self.target.clone());
         loop {
-            let e = match kv.txn(txn.clone()).await {
-                Ok(r) => return Ok(r.into_inner().header.map_or(0, |h| h.revision)),
-                Err(e) => format!("target: Txn of revision {rev}: {}", e.message()),
-            };
-            let now = loop {
-                if since.elapsed() > OUTAGE {
-                    return Err(e.into());
+            let mut kv = pb::kv_client::KvClient::new(self.target.conn.clone());
+            let e = match tokio::time::timeout(TXN_TIMEOUT, kv.txn(txn.clone())).await {
+                Ok(Ok(r)) => {
+                    let r = r.into_inner();
+                    let at = r.header.map_or(0, |h| h.revision);
+                    // Not succeeded: its keys are at `rev` already, by an earlier send.
+                    return Ok(if r.succeeded || at < rev { at } else { rev });
                 }
-                self.keep_alive().await?;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                if let Ok(h) = head(&mut kv, "target").await {
-                    break h;
-                }
+                Ok(Err(e)) => e.message().to_string(),
+                Err(_) => format!("no answer in {TXN_TIMEOUT:?}"),
             };
-            match now {
-                n if n == rev => return Ok(rev),
-                n if n == rev - 1 => println!("{e}; sending it again"),
-                n if n < rev - 1 => {
+            let e = format!("target: Txn of revision {rev} at {}: {e}", self.target.url());
+            if since.elapsed() > OUTAGE {
+                return Err(e.into());
+            }
+            self.keep_alive().await?;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            match tokio::time::timeout(CALL_TIMEOUT, head(&mut kv, "target")).await {
+                Ok(Ok(n)) if n < rev - 1 => {
                     return Err(Failure::Differs(format!(
                         "{e}; the target is back at revision {n}: it lost revisions it had \
                          applied (a restart in --wal-mode none, or buffered after a crash of its \
                          machine)"
                     )));
                 }
-                n => return Ok(n),
+                Ok(Ok(_)) => println!("{e}; sending it again"),
+                _ => {
+                    println!("{e}; sending it again through the next target URL");
+                    self.target.fail_over().await?;
+                    self.keep_alive = keep_alive_stream(&self.target.conn).await?;
+                }
+            }
+        }
+    }
+
+    /// The source's head, from the member in use.
+    async fn source_head(&mut self) -> Result<i64, String> {
+        let mut kv = pb::kv_client::KvClient::new(self.source.conn.clone());
+        match tokio::time::timeout(CALL_TIMEOUT, head(&mut kv, "source")).await {
+            Ok(r) => r.map_err(|e| format!("{e} (at {})", self.source.url())),
+            Err(_) => {
+                Err(format!("source: no answer in {CALL_TIMEOUT:?} at {}", self.source.url()))
             }
         }
     }
@@ -441,11 +467,11 @@ impl Follower {
         }
         // A lease the source has revoked since still gets its keys until the revocation's
         // revision deletes them: a minute holds it that long.
-        let ttl = match self.ttl_on(&self.source.clone(), id).await? {
+        let ttl = match self.ttl_on(&self.source.conn.clone(), id).await? {
             0 => 60,
             t => t,
         };
-        let mut lease = pb::lease_client::LeaseClient::new(self.target.clone());
+        let mut lease = pb::lease_client::LeaseClient::new(self.target.conn.clone());
         let r = lease.lease_grant(pb::LeaseGrantRequest { ttl, id }).await;
         match r {
             Ok(_) => {}
@@ -465,7 +491,7 @@ impl Follower {
                 if self.keep_alive.send(req).await.is_err() {
                     // The stream ended with its connection (a target member restarting): it is
                     // opened again at the next tick; a target that is down expires nothing.
-                    match keep_alive_stream(&self.target).await {
+                    match keep_alive_stream(&self.target.conn).await {
                         Ok(tx) => self.keep_alive = tx,
                         Err(e) => println!("{e}; trying again"),
                     }
@@ -480,7 +506,7 @@ impl Follower {
     /// Revokes on the target the leases the source no longer lists, once the target holds
     /// every revision up to that listing's.
     async fn sweep_leases(&mut self) -> Result<(), Failure> {
-        let mut lease = pb::lease_client::LeaseClient::new(self.source.clone());
+        let mut lease = pb::lease_client::LeaseClient::new(self.source.conn.clone());
         let r = lease.lease_leases(pb::LeaseLeasesRequest {}).await;
         let r = r.map_err(|e| format!("source: LeaseLeases: {}", e.message()))?.into_inner();
         let at = r.header.map_or(0, |h| h.revision);
@@ -490,7 +516,7 @@ impl Follower {
         let listed: std::collections::BTreeSet<i64> = r.leases.iter().map(|l| l.id).collect();
         let gone: Vec<i64> =
             self.leases.keys().copied().filter(|id| !listed.contains(id)).collect();
-        let mut target = pb::lease_client::LeaseClient::new(self.target.clone());
+        let mut target = pb::lease_client::LeaseClient::new(self.target.conn.clone());
         for id in gone {
             let ttl =
                 target.lease_time_to_live(pb::LeaseTimeToLiveRequest { id, keys: true }).await;
@@ -514,7 +540,7 @@ impl Follower {
 
     /// Compacts the target where the source has compacted, up to what it holds.
     async fn follow_compaction(&mut self) -> Result<(), String> {
-        let mut kv = pb::kv_client::KvClient::new(self.source.clone());
+        let mut kv = pb::kv_client::KvClient::new(self.source.conn.clone());
         // The oldest revision in (compacted, applied] the source still answers.
         let (mut lo, mut hi) = (self.compacted.max(1), self.applied);
         if lo >= hi {
@@ -536,7 +562,7 @@ impl Follower {
             }
         }
         if lo > self.compacted.max(1) {
-            let mut kv = pb::kv_client::KvClient::new(self.target.clone());
+            let mut kv = pb::kv_client::KvClient::new(self.target.conn.clone());
             let r = kv.compact(pb::CompactionRequest { revision: lo, physical: false }).await;
             r.map_err(|e| format!("target: Compact at {lo}: {}", e.message()))?;
             println!("compacted at {lo}, as the source");

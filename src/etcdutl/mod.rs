@@ -1,9 +1,10 @@
 //! The commands beside the server, as etcd keeps its own in etcdutl (and etcdctl's
 //! make-mirror): `mem_etcd snapshot restore|status|export` ([`snapshot`]), `mem_etcd check
-//! copy` ([`check`]) and `mem_etcd follow` ([`follow`]), which reach stores as etcdctl does
+//! copy` ([`check`]) and `mem_etcd follow` ([`follow`], its [`lag`]), which reach stores as etcdctl does
 //! ([`client`]). `main` dispatches to them before it parses the server's flags.
 
 pub mod check;
 pub mod client;
 pub mod follow;
+mod lag;
 pub mod snapshot;

@@ -641,7 +641,10 @@ async fn follow_keeps_a_restored_copy_at_the_sources_revisions_until_the_cut_ove
         return;
     };
     let (src, copy) = (etcd.endpoint(), mem.endpoint());
+    let metrics: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let listen = format!("http://{metrics}");
     let args = ["follow", "--source", &src, "--target", &copy, "--until-idle", "5s"];
+    let args = [&args[..], &["--listen-metrics-urls", &listen]].concat();
     let follower = std::process::Command::new(mem_etcd())
         .args(args)
         .stdout(std::process::Stdio::piped())
@@ -675,6 +678,25 @@ async fn follow_keeps_a_restored_copy_at_the_sources_revisions_until_the_cut_ove
     let head = put(&mut e, "/registry/configmaps/ns/last", "x").await;
     // 40 puts, 4 puts with leases, the revocation, the txn, the prefix delete, the expiry.
     assert_eq!(head, at + 49);
+    // The lag on /metrics: the copy reaches the source's head, 0 behind, every revision timed.
+    let page = |body: &str, name: &str| {
+        body.lines().find_map(|l| l.strip_prefix(&format!("{name} "))?.parse::<f64>().ok())
+    };
+    let start = std::time::Instant::now();
+    let body = loop {
+        let a = crate::operations::http_get(metrics, "/metrics").await;
+        assert_eq!(a.status, 200, "{a:?}");
+        let caught_up = page(&a.body, "mem_etcd_follow_source_revision") == Some(head as f64)
+            && page(&a.body, "mem_etcd_follow_applied_revision") == Some(head as f64);
+        if caught_up || start.elapsed() > Duration::from_secs(30) {
+            break a.body;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(page(&body, "mem_etcd_follow_applied_revision"), Some(head as f64), "{body}");
+    assert_eq!(page(&body, "mem_etcd_follow_behind_revisions"), Some(0.0), "{body}");
+    let timed = page(&body, "mem_etcd_follow_revision_lag_seconds_count");
+    assert_eq!(timed, Some(49.0), "{body}");
     e.compact(head - 3, None).await.unwrap();
 
     // The cut-over: etcd takes no more writes; the follower notices, checks and exits.

@@ -235,9 +235,10 @@ async fn a_kubernetes_cluster_moves_from_etcd_to_mem_etcd_and_back_with_its_revi
     ));
 }
 
-/// The live move (issue 51): kube-apiserver keeps writing to etcd while its snapshot is taken
-/// and restored into three mem_etcd members and `mem_etcd follow` keeps them at etcd's
-/// revisions; then kube-apiserver stops, `follow --until-idle` cuts over (the copy checked
+/// The live move (issue 51): kube-apiserver keeps writing to a 3-member etcd cluster while
+/// its snapshot is taken and restored into three mem_etcd members and `mem_etcd follow` keeps
+/// them at etcd's revisions, going on through another etcd member when the one it watches is
+/// killed; then kube-apiserver stops, `follow --until-idle` cuts over (the copy checked
 /// exact), and kube-apiserver starts on mem_etcd. Every object keeps its resourceVersion,
 /// those written while following included, and a watch from a resourceVersion etcd gave goes
 /// on without a 410 (no relist).
@@ -246,9 +247,9 @@ async fn a_kubernetes_cluster_moves_live_from_etcd_to_mem_etcd_with_follow() {
     let _serial = SERIAL.lock().await;
     let Some(peers) = peers() else { return };
     let Some(ctl) = peer_binary("etcdctl") else { return };
-    let etcd = server_of!(Kind::Etcd);
+    let Some(mut etcd) = Cluster::start(Kind::Etcd, 3, &[]).await else { return };
     let flags = ["--event-ttl=1h".to_string()];
-    let mut api = Apiserver::start_with(&peers, &etcd.endpoint(), &flags);
+    let mut api = Apiserver::start_with(&peers, &etcd.endpoints(), &flags);
     api.wait_ready();
     api.ok("create namespace live");
     for i in 0..10 {
@@ -258,9 +259,14 @@ async fn a_kubernetes_cluster_moves_live_from_etcd_to_mem_etcd_with_follow() {
     // The snapshot, taken while kube-apiserver runs, founds three members; `follow` starts.
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("etcd.db");
-    save(&ctl, &etcd, &file);
+    save(&ctl, etcd.members[0].server.as_ref().unwrap(), &file);
     let cluster = Cluster::restored(&file, 3, &["--wal-mode=buffered"]).await;
-    let (source, target) = (etcd.endpoint(), cluster.endpoint(0));
+    // `follow` watches the first member it is given: a follower, whose death etcd's clients
+    // ride out (the leader's makes etcd time writes out for a while).
+    let watched = (etcd.leader().await + 1) % 3;
+    let others = (0..3).filter(|&i| i != watched).map(|i| etcd.endpoint(i));
+    let source = std::iter::once(etcd.endpoint(watched)).chain(others).collect::<Vec<_>>();
+    let (source, target) = (source.join(","), cluster.endpoints());
     let follower = Command::new(env!("CARGO_BIN_EXE_mem_etcd"))
         .args(["follow", "--source", &source, "--target", &target, "--until-idle", "2s"])
         .stdout(std::process::Stdio::piped())
@@ -271,6 +277,10 @@ async fn a_kubernetes_cluster_moves_live_from_etcd_to_mem_etcd_with_follow() {
     // kube-apiserver writes on: objects created, changed, deleted, events on leases.
     let from = rv(&api.with_object("create", &configmap("live", "mark", json!({}), json!({}))));
     for i in 0..10 {
+        if i == 5 {
+            // The member `follow` watches dies; it goes on through another.
+            etcd.kill9(watched);
+        }
         api.with_object("create", &configmap("live", &format!("d{i}"), json!({}), json!({})));
         api.patch(&format!("configmap c{i} -n live"), r#"{"data":{"v":"2"}}"#);
     }
@@ -296,6 +306,7 @@ async fn a_kubernetes_cluster_moves_live_from_etcd_to_mem_etcd_with_follow() {
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("the watch was lost"), "follow did not see its member die: {text}");
     let at: i64 = text
         .lines()
         .find_map(|l| l.strip_prefix("cut-over: the copy is exact at revision "))
@@ -303,7 +314,8 @@ async fn a_kubernetes_cluster_moves_live_from_etcd_to_mem_etcd_with_follow() {
         .unwrap_or_else(|| panic!("no cut-over line: {text}"));
     // Every member holds etcd's keys as they were at the cut-over (etcd's own lease expiries
     // may go on after it).
-    let etcd_keys = dump_at(&etcd, at).await;
+    let alive = etcd.members[(watched + 1) % 3].server.as_ref().unwrap();
+    let etcd_keys = dump_at(alive, at).await;
     for m in &cluster.members {
         let member = m.server.as_ref().expect("running");
         let start = Instant::now();
@@ -339,7 +351,8 @@ async fn a_kubernetes_cluster_moves_live_from_etcd_to_mem_etcd_with_follow() {
     assert!(watched.stdout.contains("\"name\":\"after\""), "{watched:?}");
     assert!(from < last);
     say(&format!(
-        "\nlive move of a kube-apiserver 1.36 cluster from etcd 3.6 to 3 mem_etcd members \
+        "\nlive move of a kube-apiserver 1.36 cluster from 3 etcd 3.6 members (one killed while \
+         followed) to 3 mem_etcd members \
          (revision {at}): follow cut over {} after kube-apiserver stopped (--until-idle 2s), \
          kube-apiserver ready on mem_etcd {} after it stopped; {}",
         ms(cut_over),
