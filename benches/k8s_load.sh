@@ -43,6 +43,13 @@
 #      CHARTS=0 (no charts)
 #      STRICT=1 (a run fails when a request failed, a list was incomplete or a watch event was
 #      missing, unexpected, duplicated or out of order: tests/run.sh's check)
+#      FOLLOW=1 (etcd and etcd3 only: the live move, issue 51): a mem_etcd copy of
+#      FOLLOW_MEMBERS (1) members starts empty beside the fresh etcd, and `mem_etcd follow`
+#      keeps it at etcd's revisions through the run; after the load kube-apiserver stops and
+#      follow cuts over (--until-idle FOLLOW_IDLE, 2s). A run fails unless the cut-over is exact.
+#      Its lag per revision (p50, p99, max over the run) and the cut-over's time after
+#      kube-apiserver's stop are printed at the end. The copy and follow share the cores (their
+#      CPU is not in the datastore's figures).
 # The load client runs on the same cores as the servers; its CPU seconds are in the table too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -81,7 +88,10 @@ if [[ " $BACKENDS " == *" kine"* && -z "${KINE_BIN:-}" ]] ||
   KINE_BIN=${KINE_BIN:-$(tail -1 <<<"$kine_out")/kine}
   if [[ " $BACKENDS " == *" kine_pg "* ]]; then PG_BIN=${PG_BIN:-$(tail -2 <<<"$kine_out" | head -1)}; fi
 fi
-if [[ " $BACKENDS " == *" mem_etcd"* ]] && [ -z "${MEM_BIN:-}" ]; then
+FOLLOW=${FOLLOW:-0}
+FOLLOW_MEMBERS=${FOLLOW_MEMBERS:-1}
+FOLLOW_IDLE=${FOLLOW_IDLE:-2s}
+if [[ " $BACKENDS " == *" mem_etcd"* || "$FOLLOW" = 1 ]] && [ -z "${MEM_BIN:-}" ]; then
   cargo build --release --quiet
 fi
 MEM=${MEM_BIN:-${CARGO_TARGET_DIR:-target}/release/mem_etcd}
@@ -93,7 +103,8 @@ read -ra PG_EXTRA <<<"${PG_ARGS:-}"
 k8s_load_tool
 
 TMP=$(mktemp -d /dev/shm/k8s_load.XXXXXX)
-DS_PIDS=() API_PID='' KINE_PID='' PG_PID='' PG_DIR=''
+DS_PIDS=() API_PID='' KINE_PID='' PG_PID='' PG_DIR='' FOLLOW_PID='' COPY_PIDS=()
+FOLLOWS=()  # one line per FOLLOW run, printed at the end
 
 cleanup() {
   stop_all
@@ -185,6 +196,9 @@ start_backend() {
 # (SIGTERM: a smart shutdown, which waits for kine's connections to close).
 stop_all() {
   if [ -n "$API_PID" ]; then stop_pids "$API_PID"; fi
+  if [ -n "$FOLLOW_PID" ]; then stop_pids "$FOLLOW_PID"; fi
+  if [ ${#COPY_PIDS[@]} -gt 0 ]; then stop_pids "${COPY_PIDS[@]}"; fi
+  FOLLOW_PID='' COPY_PIDS=()
   if [ -n "$KINE_PID" ]; then stop_pids "$KINE_PID"; fi
   if [ -n "$PG_PID" ]; then stop_pids "$PG_PID"; fi
   if [ ${#DS_PIDS[@]} -gt 0 ]; then stop_pids "${DS_PIDS[@]}"; fi
@@ -201,6 +215,36 @@ record_failure() {
     "$1" "$2" "$3" "$4" "$why" >>"$RESULTS"
 }
 
+# FOLLOW=1: the copy, started empty (at revision 1, as the fresh etcd is) on DS_PORT + 20..,
+# and `mem_etcd follow` from every etcd member to every copy member. Sets COPY_PIDS, FOLLOW_PID.
+start_follow() {
+  local source=$ETCD_SERVERS
+  cluster_start mem_etcd "$FOLLOW_MEMBERS" "$TMP" "$((DS_PORT + 20))" "k8s-load-copy-$$" || {
+    COPY_PIDS=(${CLUSTER_PIDS[@]+"${CLUSTER_PIDS[@]}"}); return 1; }
+  COPY_PIDS=("${CLUSTER_PIDS[@]}")
+  "$MEM" follow --source "$source" --target "$CLUSTER_URLS" --until-idle "$FOLLOW_IDLE" \
+    >"$TMP/follow.log" 2>&1 &
+  FOLLOW_PID=$!
+}
+
+# FOLLOW=1, after the load: kube-apiserver stops, and follow must cut over exact within 120 s.
+# LABEL. Adds a line to FOLLOWS; returns 1 when the cut-over failed.
+finish_follow() {
+  local t0 frc=0 lag cut
+  t0=$(date +%s%N)
+  stop_pids "$API_PID"
+  API_PID=''
+  local end=$((SECONDS + 120))
+  while kill -0 "$FOLLOW_PID" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do sleep 0.05; done
+  cut=$((($(date +%s%N) - t0) / 1000000))
+  if kill -0 "$FOLLOW_PID" 2>/dev/null; then frc=timeout; else wait "$FOLLOW_PID" || frc=$?; fi
+  FOLLOW_PID=''
+  lag=$(sed -n 's/^followed from revision [0-9]*: //p' "$TMP/follow.log")
+  FOLLOWS+=("$1: ${lag:-no lag line}; cut-over $cut ms after kube-apiserver's stop began; exit $frc")
+  grep -v '^applied revision' "$TMP/follow.log" | tail -5 >&2
+  [ "$frc" = 0 ] || { log "FAILED: follow did not cut over (exit $frc; $TMP/follow.log)"; return 1; }
+}
+
 # One run: BACKEND PROFILE CLIENTS. Returns 1 when it failed (recorded in RESULTS).
 run_one() {
   local backend=$1 profile=$2 clients=$3 objects=$OBJECTS rc=0 extra=()
@@ -211,6 +255,10 @@ run_one() {
   log "$backend $profile clients=$clients objects=$objects"
   if ! start_backend "$backend"; then
     record_failure "$backend" "$profile" "$clients" "$objects" "$backend did not start (logs in $LOG_DIR): $(tail -q -n1 "$TMP"/*.log 2>/dev/null | tail -1)"
+    return 1
+  fi
+  if [ "$FOLLOW" = 1 ] && [[ $backend == etcd || $backend == etcd3 ]] && ! start_follow; then
+    record_failure "$backend" "$profile" "$clients" "$objects" "the copy did not start: $(tail -q -n1 "$TMP"/mem_etcd*.log 2>/dev/null | tail -1)"
     return 1
   fi
   if ! start_apiserver "$TMP/apiserver" "$API_PORT"; then
@@ -227,6 +275,10 @@ run_one() {
   # after writing it: its "faults" say what).
   grep '^{' "$TMP/out" >>"$RESULTS" || true
   grep -v '^{' "$TMP/out" >&2 || true
+  if [ -n "$FOLLOW_PID" ] && ! finish_follow "$backend $profile clients=$clients"; then
+    record_failure "$backend" "$profile" "$clients" "$objects" "follow did not cut over: $(tail -1 "$TMP/follow.log")"
+    return 1
+  fi
   if [ "$rc" -ne 0 ]; then
     log "FAILED: $backend $profile clients=$clients (exit $rc)"; tail -20 "$TMP/err" >&2
     tail -20 "$TMP/apiserver/log" >&2
@@ -265,6 +317,11 @@ if [[ " $PROFILES " == *" density "* ]]; then
   echo "($(nproc) cores; kube-apiserver $("$KUBE_APISERVER_BIN" --version | awk '{print $2}'); density: $DENSITY_OBJECTS ConfigMaps of $VALUE_BYTES bytes and $DENSITY_LEASES Leases created by $DENSITY_CLIENTS clients, every Lease renewed every $DENSITY_RENEW; CPU over a $DENSITY_WINDOW window after one renewal interval, RSS at its end; JSON lines in $RESULTS)"
 fi
 if [[ " $BACKENDS " == *" kine"* ]]; then echo "($("$KINE_BIN" --version 2>&1 | head -1))"; fi
+if [ ${#FOLLOWS[@]} -gt 0 ]; then
+  echo
+  echo "mem_etcd follow ($FOLLOW_MEMBERS-member copy; lag per revision from etcd's watch answer to the copy's Txn answer, over the run; --until-idle $FOLLOW_IDLE):"
+  printf '  %s\n' "${FOLLOWS[@]}"
+fi
 if [ "${CHARTS:-1}" != 0 ]; then
   if command -v python3 >/dev/null; then
     python3 benches/k8s_charts.py --out "$CHARTS_DIR" "$RESULTS" || log "charts failed"

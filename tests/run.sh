@@ -13,8 +13,9 @@
 #    KUBE_APISERVER_BIN and KUBECTL_BIN already point at them,
 # 3. runs `cargo test --release` (unit tests in src/, the integration suite tests/it, doc tests),
 #    then (on a full run) Kubernetes' own storage suites against mem_etcd (tests/k8s_storage)
-#    and kube-apiserver under benches/k8s_load's two profiles at a small size, benches/tenants.sh
-#    with two control planes, and benches/scale.sh at 2,000 objects,
+#    and kube-apiserver under benches/k8s_load's two profiles at a small size (and its
+#    watch-churn on a 3-member etcd that 3 mem_etcd members follow, cut over exact: FOLLOW=1),
+#    benches/tenants.sh with two control planes, and benches/scale.sh at 2,000 objects,
 # 4. runs the benches once in test mode, so they never rot.
 #
 # Works from any directory, as root on a fresh Debian machine or as a user with sudo.
@@ -171,7 +172,7 @@ else
 fi
 
 # --- 3c. kube-apiserver under load (benches/k8s_load), small, so the tool cannot rot ---------
-load_step="benches/k8s_load (go test; both profiles, 200 ConfigMaps, via kube-apiserver)"
+load_step="benches/k8s_load (go test; both profiles, 200 ConfigMaps, via kube-apiserver; watch-churn on 3 etcds followed by 3 mem_etcds, FOLLOW=1)"
 if [ "$#" -ne 0 ]; then
   record "$load_step" "left out: arguments select a subset of the cargo tests"
 elif [ ! -x target/release/mem_etcd ]; then
@@ -186,6 +187,9 @@ else
   if (cd benches/k8s_load && GOFLAGS="-mod=mod -buildvcs=false" GOTOOLCHAIN=local go test ./...) &&
       BACKENDS=${MEM_ETCD_TEST_TARGET:-mem_etcd} CONCURRENCY=5 OBJECTS=200 LISTS=10 WATCHERS=5 \
         STRICT=1 RUN_TIMEOUT=3m MEM_BIN="$PWD/target/release/mem_etcd" \
+        RESULTS="$(mktemp)" benches/k8s_load.sh &&
+      BACKENDS=etcd3 PROFILES=watch-churn FOLLOW=1 FOLLOW_MEMBERS=3 CONCURRENCY=5 OBJECTS=200 \
+        WATCHERS=5 STRICT=1 RUN_TIMEOUT=3m CHARTS=0 MEM_BIN="$PWD/target/release/mem_etcd" \
         RESULTS="$(mktemp)" benches/k8s_load.sh; then
     record "$load_step" passed
   else
