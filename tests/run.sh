@@ -15,7 +15,8 @@
 #    then (on a full run) Kubernetes' own storage suites against mem_etcd (tests/k8s_storage)
 #    and kube-apiserver under benches/k8s_load's two profiles at a small size (and its
 #    watch-churn on a 3-member etcd that 3 mem_etcd members follow, cut over exact: FOLLOW=1),
-#    benches/tenants.sh with two control planes, and benches/scale.sh at 2,000 objects,
+#    benches/tenants.sh with two control planes, benches/scale.sh at 2,000 objects and
+#    benches/follow_cutover.sh at 2,000 keys,
 # 4. runs the benches once in test mode, so they never rot.
 #
 # Works from any directory, as root on a fresh Debian machine or as a user with sudo.
@@ -235,6 +236,26 @@ else
     record "$tenants_step" passed
   else
     record "$tenants_step" FAILED
+  fi
+fi
+
+# --- 3f. the live move's cut-over (benches/follow_cutover.sh), tiny, so it cannot rot ---------
+cutover_step="benches/follow_cutover.sh (2,000 keys; etcd followed, then cut over exact)"
+if [ "$#" -ne 0 ]; then
+  record "$cutover_step" "left out: arguments select a subset of the cargo tests"
+elif [ ! -x target/release/mem_etcd ]; then
+  record "$cutover_step" "FAILED (no target/release/mem_etcd: the cargo build failed)"
+elif [ -z "${ETCD_BIN:-}" ] && [ "$skip_ok" = 1 ]; then
+  log "!!!!!!!! WARNING: no etcd; MEM_ETCD_SKIP_PEERS=1, so benches/follow_cutover.sh was SKIPPED !!!!!!!!"
+  record "$cutover_step" "SKIPPED (no etcd; MEM_ETCD_SKIP_PEERS=1)"
+else
+  log "$cutover_step"
+  # follow exits 0 only once the copy checked exact at the cut-over.
+  if KEYS=2000 WRITES=100 RATE=100 DIR="$(mktemp -d)/cutover" MEM_BIN="$PWD/target/release/mem_etcd" \
+      timeout 300 benches/follow_cutover.sh; then
+    record "$cutover_step" passed
+  else
+    record "$cutover_step" FAILED
   fi
 fi
 

@@ -61,7 +61,7 @@ pub fn run(args: impl Iterator<Item = OsString>) -> i32 {
         let copy = Store::connect(&access, &copy, "copy").await?;
         compare(source.conn, copy.conn, revision, max_differences).await
     };
-    match runtime.block_on(run).map(|c| c.differences) {
+    match runtime.block_on(run) {
         Ok(0) => {
             println!("the copy is exact");
             0
@@ -77,21 +77,14 @@ pub fn run(args: impl Iterator<Item = OsString>) -> i32 {
     }
 }
 
-/// What a comparison found.
-pub(super) struct Compared {
-    /// How many differences (0: the copy is exact).
-    pub differences: usize,
-    /// The copy's compaction revision, as its HashKV answered it.
-    pub compacted: i64,
-}
-
 /// Compares the two at `revision` (or the older head), printing each difference up to `max`.
+/// Returns how many it found.
 pub(super) async fn compare(
     source: Conn,
     copy: Conn,
     revision: Option<i64>,
     max: usize,
-) -> Result<Compared, String> {
+) -> Result<usize, String> {
     let mut kv =
         (pb::kv_client::KvClient::new(source.clone()), pb::kv_client::KvClient::new(copy.clone()));
     let rev = match revision {
@@ -107,7 +100,8 @@ pub(super) async fn compare(
     };
     let (mut s, mut c) = (Pager::new(kv.0, rev, "source"), Pager::new(kv.1, rev, "copy"));
     let mut keys = 0u64;
-    let (mut a, mut b) = (s.next().await?, c.next().await?);
+    let (x, y) = tokio::join!(s.next(), c.next());
+    let (mut a, mut b) = (x?, y?);
     loop {
         match (&a, &b) {
             (None, None) => break,
@@ -150,30 +144,48 @@ pub(super) async fn compare(
                         y.value.len()
                     ));
                 }
-                (a, b) = (s.next().await?, c.next().await?);
+                // The two pages are asked for at once.
+                let (x, y) = tokio::join!(s.next(), c.next());
+                (a, b) = (x?, y?);
             }
         }
     }
     println!("compared {keys} keys present on both at revision {rev}");
+    if let (Some(d), _) = hashes(source, copy, rev).await? {
+        differ(d);
+    }
+    Ok(found)
+}
+
+/// HashKV at `rev` on both, asked at once: the difference, if any, and the copy's compaction
+/// revision. Equal hashes at equal compaction revisions mean equal histories from there to
+/// `rev`: every key's every kept revision, value, version and lease.
+pub(super) async fn hashes(
+    source: Conn,
+    copy: Conn,
+    rev: i64,
+) -> Result<(Option<String>, i64), String> {
     let hash = |ch: Conn, who: &'static str| async move {
         let mut m = pb::maintenance_client::MaintenanceClient::new(ch);
         let r = m.hash_kv(pb::HashKvRequest { revision: rev }).await;
         r.map(|r| r.into_inner()).map_err(|e| format!("{who}: HashKV at {rev}: {}", e.message()))
     };
-    let (hs, hc) = (hash(source, "source").await?, hash(copy, "copy").await?);
+    let (hs, hc) = tokio::try_join!(hash(source, "source"), hash(copy, "copy"))?;
     println!(
         "HashKV at {rev}: source {} (compacted at {}), copy {} (compacted at {})",
         hs.hash, hs.compact_revision, hc.hash, hc.compact_revision
     );
-    if hs.compact_revision != hc.compact_revision {
-        differ(format!(
+    let difference = if hs.compact_revision != hc.compact_revision {
+        Some(format!(
             "compacted at {} in the source, {} in the copy (HashKV covers the history from there)",
             hs.compact_revision, hc.compact_revision
-        ));
+        ))
     } else if hs.hash != hc.hash {
-        differ(format!("HashKV at {rev}: {} in the source, {} in the copy", hs.hash, hc.hash));
-    }
-    Ok(Compared { differences: found, compacted: hc.compact_revision })
+        Some(format!("HashKV at {rev}: {} in the source, {} in the copy", hs.hash, hc.hash))
+    } else {
+        None
+    };
+    Ok((difference, hc.compact_revision))
 }
 
 /// The store's head revision (cheap enough to ask every second).
@@ -199,6 +211,8 @@ impl Pager {
     const PAGE: i64 = 500;
 
     fn new(kv: pb::kv_client::KvClient<Conn>, rev: i64, who: &'static str) -> Self {
+        // 500 Kubernetes objects of up to 1.5 MiB each: no bound of tonic's 4 MiB default.
+        let kv = kv.max_decoding_message_size(usize::MAX);
         Self { kv, rev, who, next: Some(Bytes::from_static(b"\0")), page: VecDeque::new() }
     }
 

@@ -6,7 +6,8 @@
 //!
 //! The target is a mem_etcd (a member alone or a cluster) started from the source's snapshot
 //! at revision R (`etcdctl snapshot save`, `mem_etcd snapshot restore`) that nothing else
-//! writes to. The command first checks that the copy is exact at R (`check copy`), then
+//! writes to. The command first checks that the copy is exact at R (HashKV, then `check
+//! copy`'s walk key by key only to show a difference), then
 //! watches the whole keyspace of the source from R + 1 and applies each source revision as one
 //! Txn on the target, through the target's own write path: with the same state before it, the
 //! same puts and deletes give the same revision, versions and create revisions. A Txn answered
@@ -28,7 +29,8 @@
 //! call failed may yet be applied, so each compares its keys' mod revisions with its own
 //! revision: sent again, it changes nothing once one send of it was applied.
 //!
-//! Auth changes after R are not followed (the snapshot carries the auth state at R).
+//! The snapshot carries the auth state at R; later changes to roles, permissions and users
+//! are followed as [`super::auth_sync`] says (passwords cannot be).
 //!
 //! With `--until-idle D`, the command is the cut-over: once the source has taken no write for
 //! D and the target holds its last revision, it checks the copy exact again and exits 0; the
@@ -41,7 +43,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::Parser;
 
-use super::check::{Compared, compare, head};
+use super::auth_sync::AuthSync;
+use super::check::{compare, hashes, head};
 use super::client::{Access, CALL_TIMEOUT, Conn, Store};
 use super::lag::Lag;
 use crate::proto::etcdserverpb as pb;
@@ -121,24 +124,37 @@ const OUTAGE: Duration = Duration::from_secs(60);
 /// about a second).
 const TXN_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How often the leases and the compaction are looked at, and the lag reported.
-const TICK: Duration = Duration::from_secs(1);
-const SWEEP_EVERY: u32 = 5;
-const REPORT_EVERY: u32 = 10;
+/// How often the source's head is polled (the idle window of the cut-over is measured in
+/// these), the leases kept alive, the leases and the compaction looked at, and the lag
+/// reported: every 250 ms, 5 s and 10 s.
+const TICK: Duration = Duration::from_millis(250);
+const SWEEP_EVERY: u32 = 20;
+const REPORT_EVERY: u32 = 40;
 
 async fn follow(args: Args) -> Result<i64, Failure> {
     let source = Store::connect(&args.access, &args.source, "source").await?;
     let target = Store::connect(&args.access, &args.target, "target").await?;
     let start = head(&mut pb::kv_client::KvClient::new(target.conn.clone()), "target").await?;
-    let compacted = exact(&source.conn, &target.conn, start).await?;
-    println!("following {} from revision {}", source.url(), start + 1);
-
-    let mut f = Follower::new(source, target, start, compacted).await?;
+    let (source_conn, target_conn) = (source.conn.clone(), target.conn.clone());
+    let mut f = Follower::new(source, target, start).await?;
     if let Some(url) = &args.listen_metrics_urls {
         f.lag.serve(url).await?;
     }
-    let mut watch = f.watch(start + 1).await?;
+    // The snapshot's leases are kept alive while the copy is checked: on a store of millions
+    // of keys the check takes minutes, longer than kube-apiserver's 15 s leases.
     let mut tick = tokio::time::interval(TICK);
+    let check = exact(&source_conn, &target_conn, start);
+    tokio::pin!(check);
+    f.compacted = loop {
+        tokio::select! {
+            r = &mut check => break r?,
+            _ = tick.tick() => f.keep_alive().await?,
+        }
+    };
+    println!("following {} from revision {}", f.source.url(), start + 1);
+    f.auth.sync(&f.source.conn, &f.target.conn).await;
+
+    let mut watch = f.watch(start + 1).await?;
     let mut ticks = 0u32;
     // The source's head and since when every poll has seen it so.
     let mut quiet: Option<(i64, Instant)> = None;
@@ -200,6 +216,7 @@ async fn follow(args: Args) -> Result<i64, Failure> {
                             differs => return Err(differs),
                         }
                     }
+                    f.auth.sync(&f.source.conn, &f.target.conn).await;
                 }
                 if ticks.is_multiple_of(REPORT_EVERY) {
                     println!(
@@ -222,6 +239,7 @@ async fn follow(args: Args) -> Result<i64, Failure> {
                 {
                     f.sweep_leases().await?;
                     f.follow_compaction().await?;
+                    f.auth.sync(&f.source.conn, &f.target.conn).await;
                     println!("idle for {idle:?} at revision {}; {}", f.applied, f.lag.report());
                     println!("followed from revision {}: {}", start + 1, f.lag.whole());
                     exact(&f.source.conn, &f.target.conn, f.applied).await?;
@@ -232,14 +250,21 @@ async fn follow(args: Args) -> Result<i64, Failure> {
     }
 }
 
-/// `check copy` at `rev`: any difference stops the command. Returns the target's compaction
-/// revision.
+/// Whether the copy is the source at `rev`: HashKV of both, asked at once (equal hashes at
+/// equal compaction revisions are equal histories; on a store of a million keys it takes a
+/// second, where a walk key by key takes minutes, etcd counting the rest of the range for
+/// every page). A difference is then walked key by key, to print it, and stops the command.
+/// Returns the target's compaction revision.
 async fn exact(source: &Conn, target: &Conn, rev: i64) -> Result<i64, Failure> {
-    match compare(source.clone(), target.clone(), Some(rev), 20).await? {
-        Compared { differences: 0, compacted } => Ok(compacted),
-        Compared { differences: n, .. } => Err(Failure::Differs(format!(
-            "the copy differs from the source at {rev}: {n} difference(s)"
-        ))),
+    match hashes(source.clone(), target.clone(), rev).await? {
+        (None, compacted) => Ok(compacted),
+        (Some(d), _) => {
+            println!("differs: {d}");
+            let n = compare(source.clone(), target.clone(), Some(rev), 20).await?;
+            Err(Failure::Differs(format!(
+                "the copy differs from the source at {rev}: {n} difference(s)"
+            )))
+        }
     }
 }
 
@@ -272,15 +297,14 @@ struct Follower {
     keep_alive: tokio::sync::mpsc::Sender<pb::LeaseKeepAliveRequest>,
     /// How long each revision took from the watch's answer to the target's.
     lag: Lag,
+    /// The source's auth state, brought to the target.
+    auth: AuthSync,
 }
 
 impl Follower {
-    async fn new(
-        source: Store,
-        target: Store,
-        applied: i64,
-        compacted: i64,
-    ) -> Result<Self, String> {
+    /// The follower of a copy at `applied`, which keeps alive the leases the copy has. Its
+    /// compaction revision is set once the copy is checked.
+    async fn new(source: Store, target: Store, applied: i64) -> Result<Self, String> {
         let tx = keep_alive_stream(&target.conn).await?;
         let mut lease = pb::lease_client::LeaseClient::new(target.conn.clone());
         let mut f = Follower {
@@ -288,9 +312,10 @@ impl Follower {
             target,
             applied,
             leases: BTreeMap::new(),
-            compacted,
+            compacted: 0,
             keep_alive: tx,
             lag: Lag::new(applied),
+            auth: AuthSync::default(),
         };
         // The snapshot's leases, kept alive from now on.
         let listed = lease.lease_leases(pb::LeaseLeasesRequest {}).await;
@@ -321,7 +346,10 @@ impl Follower {
                 request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)),
             };
             tx.send(req).await.map_err(|_| "source: watch closed".to_string())?;
-            let mut client = pb::watch_client::WatchClient::new(self.source.conn.clone());
+            // A response may batch many revisions of objects up to etcd's request limit each:
+            // no bound of tonic's 4 MiB default.
+            let mut client = pb::watch_client::WatchClient::new(self.source.conn.clone())
+                .max_decoding_message_size(usize::MAX);
             match client.watch(tokio_stream::wrappers::ReceiverStream::new(rx)).await {
                 Ok(stream) => return Ok((tx, stream.into_inner())),
                 Err(e) if since.elapsed() > OUTAGE => {
@@ -330,7 +358,7 @@ impl Follower {
                 Err(e) => {
                     println!("source: Watch at {}: {}", self.source.url(), e.message());
                     self.keep_alive().await?;
-                    tokio::time::sleep(TICK).await;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
                     if let Err(e) = self.source.fail_over().await {
                         println!("{e}");
                     }

@@ -25,7 +25,7 @@ pub(super) struct Lag {
 struct Shown {
     /// The last source revision the copy holds.
     applied: AtomicI64,
-    /// The source's head at its last poll (once a second).
+    /// The source's head at its last poll (every 250 ms).
     source: AtomicI64,
     /// The lag of the last revision applied, in microseconds.
     last_micros: AtomicI64,
@@ -116,7 +116,7 @@ impl Shown {
         );
         p.gauge(
             "mem_etcd_follow_source_revision",
-            "The source's revision at its last poll (once a second).",
+            "The source's revision at its last poll (every 250 ms).",
             source,
         );
         p.gauge(

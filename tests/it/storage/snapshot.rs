@@ -655,6 +655,16 @@ async fn follow_keeps_a_restored_copy_at_the_sources_revisions_until_the_cut_ove
     for i in 0..40 {
         put(&mut e, &format!("/registry/pods/ns/f{}", i % 9), format!("v{i}")).await;
     }
+    // Objects near etcd's request limit: a watch answer or a page of them passes tonic's 4 MiB.
+    for i in 0..6 {
+        put(&mut e, &format!("/registry/configmaps/ns/big{i}"), "b".repeat(1 << 20)).await;
+    }
+    // Auth changes (auth stays off): a tenant's role with its prefix, and its user.
+    e.role_add("tenant").await.unwrap();
+    let perm = etcd_client::Permission::read_write("/tenant/").with_prefix();
+    e.role_grant_permission("tenant", perm).await.unwrap();
+    e.user_add("alice", "pw", None).await.unwrap();
+    e.user_grant_role("alice", "tenant").await.unwrap();
     let kept = e.lease_grant(30, None).await.unwrap().id();
     let revoked = e.lease_grant(3600, None).await.unwrap().id();
     let expiring = e.lease_grant(2, None).await.unwrap().id();
@@ -676,8 +686,8 @@ async fn follow_keeps_a_restored_copy_at_the_sources_revisions_until_the_cut_ove
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(e.lease_time_to_live(expiring, None).await.unwrap().ttl(), -1);
     let head = put(&mut e, "/registry/configmaps/ns/last", "x").await;
-    // 40 puts, 4 puts with leases, the revocation, the txn, the prefix delete, the expiry.
-    assert_eq!(head, at + 49);
+    // 46 puts, 4 puts with leases, the revocation, the txn, the prefix delete, the expiry.
+    assert_eq!(head, at + 55);
     // The lag on /metrics: the copy reaches the source's head, 0 behind, every revision timed.
     let page = |body: &str, name: &str| {
         body.lines().find_map(|l| l.strip_prefix(&format!("{name} "))?.parse::<f64>().ok())
@@ -696,7 +706,7 @@ async fn follow_keeps_a_restored_copy_at_the_sources_revisions_until_the_cut_ove
     assert_eq!(page(&body, "mem_etcd_follow_applied_revision"), Some(head as f64), "{body}");
     assert_eq!(page(&body, "mem_etcd_follow_behind_revisions"), Some(0.0), "{body}");
     let timed = page(&body, "mem_etcd_follow_revision_lag_seconds_count");
-    assert_eq!(timed, Some(49.0), "{body}");
+    assert_eq!(timed, Some(55.0), "{body}");
     e.compact(head - 3, None).await.unwrap();
 
     // The cut-over: etcd takes no more writes; the follower notices, checks and exits.
@@ -713,7 +723,21 @@ async fn follow_keeps_a_restored_copy_at_the_sources_revisions_until_the_cut_ove
     assert!(text.contains(&format!("following {src} from revision {}", at + 1)), "{text}");
     assert!(text.contains(&format!("compacted at {}, as the source", head - 3)), "{text}");
     assert!(text.ends_with(&format!("cut-over: the copy is exact at revision {head}\n")), "{text}");
+    // Key by key too (the cut-over checks HashKV alone), through pages above 4 MiB.
+    let args = ["check", "copy", "--source", &src, "--copy", &copy];
+    let check = Command::new(mem_etcd()).args(args).output().unwrap();
+    let said = String::from_utf8_lossy(&check.stdout).into_owned();
+    assert_eq!(check.status.code(), Some(0), "{said}{}", String::from_utf8_lossy(&check.stderr));
 
+    let mut m = mem.client().await;
+    assert!(text.contains("auth: user alice added without a password"), "{text}");
+    for c in [&mut e, &mut m] {
+        assert_eq!(c.user_get("alice").await.unwrap().roles(), ["tenant".to_string()]);
+        let perms = c.role_get("tenant").await.unwrap().permissions();
+        let perms: Vec<_> =
+            perms.iter().map(|p| (p.key().to_vec(), p.range_end().to_vec())).collect();
+        assert_eq!(perms, [(b"/tenant/".to_vec(), b"/tenant0".to_vec())]);
+    }
     let mut m = mem.client().await;
     let ids = |r: etcd_client::LeaseLeasesResponse| {
         let mut ids: Vec<i64> = r.leases().iter().map(|l| l.id()).collect();
