@@ -755,6 +755,25 @@ async fn follow_keeps_a_restored_copy_at_the_sources_revisions_until_the_cut_ove
     assert_eq!(put(&mut m, "/registry/configmaps/ns/after", "x").await, head + 1);
 }
 
+/// A copy that is not the source at its revision is refused before anything is applied:
+/// both at revision 2, one value apart, HashKV differs and the walk names the key.
+#[tokio::test]
+async fn follow_refuses_a_copy_that_differs_from_its_source() {
+    let etcd = server_of!(Kind::Etcd);
+    let mem = server_of!(Kind::MemEtcd);
+    assert_eq!(put(&mut etcd.client().await, "/registry/pods/ns/p", "a").await, 2);
+    assert_eq!(put(&mut mem.client().await, "/registry/pods/ns/p", "b").await, 2);
+    let (src, copy) = (etcd.endpoint(), mem.endpoint());
+    let args = ["follow", "--source", &src, "--target", &copy, "--until-idle", "1s"];
+    let out = Command::new(mem_etcd()).args(args).output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("differs: HashKV at 2"), "{text}");
+    assert!(text.contains("\"/registry/pods/ns/p\": value of 1 bytes in the source"), "{text}");
+    assert!(!text.contains("following"), "{text}");
+}
+
 #[tokio::test]
 async fn a_snapshot_of_etcd_founds_a_three_member_cluster_with_its_revisions() {
     let Some(ctl) = peer_binary("etcdctl") else { return };
