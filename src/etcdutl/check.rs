@@ -85,12 +85,28 @@ pub(super) async fn compare(
     revision: Option<i64>,
     max: usize,
 ) -> Result<usize, String> {
-    let mut kv =
-        (pb::kv_client::KvClient::new(source.clone()), pb::kv_client::KvClient::new(copy.clone()));
     let rev = match revision {
         Some(r) => r,
-        None => head(&mut kv.0, "source").await?.min(head(&mut kv.1, "copy").await?),
+        None => {
+            let mut kv = pb::kv_client::KvClient::new(source.clone());
+            let mut copy_kv = pb::kv_client::KvClient::new(copy.clone());
+            head(&mut kv, "source").await?.min(head(&mut copy_kv, "copy").await?)
+        }
     };
+    let mut found = walk(source.clone(), copy.clone(), rev, max).await?;
+    if let (Some(d), _) = hashes(source, copy, rev).await? {
+        found += 1;
+        if found <= max {
+            println!("differs: {d}");
+        }
+    }
+    Ok(found)
+}
+
+/// Every key of the two at `rev`, compared in key order, each difference printed up to `max`.
+/// Returns how many it found.
+pub(super) async fn walk(source: Conn, copy: Conn, rev: i64, max: usize) -> Result<usize, String> {
+    let kv = (pb::kv_client::KvClient::new(source), pb::kv_client::KvClient::new(copy));
     let mut found = 0usize;
     let mut differ = |what: String| {
         found += 1;
@@ -151,9 +167,6 @@ pub(super) async fn compare(
         }
     }
     println!("compared {keys} keys present on both at revision {rev}");
-    if let (Some(d), _) = hashes(source, copy, rev).await? {
-        differ(d);
-    }
     Ok(found)
 }
 

@@ -44,7 +44,7 @@ use bytes::Bytes;
 use clap::Parser;
 
 use super::auth_sync::AuthSync;
-use super::check::{compare, hashes, head};
+use super::check::{hashes, head, walk};
 use super::client::{Access, CALL_TIMEOUT, Conn, Store};
 use super::lag::Lag;
 use crate::proto::etcdserverpb as pb;
@@ -260,7 +260,7 @@ async fn exact(source: &Conn, target: &Conn, rev: i64) -> Result<i64, Failure> {
         (None, compacted) => Ok(compacted),
         (Some(d), _) => {
             println!("differs: {d}");
-            let n = compare(source.clone(), target.clone(), Some(rev), 20).await?;
+            let n = walk(source.clone(), target.clone(), rev, 20).await? + 1;
             Err(Failure::Differs(format!(
                 "the copy differs from the source at {rev}: {n} difference(s)"
             )))
